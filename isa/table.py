@@ -1,0 +1,330 @@
+"""THE opcode table: the single source of every opcode number, field position and operand signature.
+
+Everything else -- the assembler, the disassembler, the decoder constants used by the simulator core,
+the latency mapping and the Markdown reference -- is derived from the data in this module
+(``isa.md`` §3-§4). No other module may spell an opcode number or a field shift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "Field", "FIELDS", "FORMATS", "Operand", "Instr", "INSTRUCTIONS", "BY_MNEMONIC", "BY_OPCODE",
+    "NOT_INSTRUCTIONS", "UNITS", "OPERAND_KINDS", "WORD_BITS",
+]
+
+WORD_BITS = 32
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    shift: int
+    width: int
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.shift
+
+    @property
+    def max(self) -> int:
+        return (1 << self.width) - 1
+
+
+#: Instruction word fields (isa.md §3). imm18/imm22 overlay the register fields above them.
+FIELDS: MappingProxyType[str, Field] = MappingProxyType({f.name: f for f in (
+    Field("opcode", 0, 6),
+    Field("rd", 6, 4),
+    Field("rs1", 10, 4),
+    Field("rs2", 14, 4),
+    Field("rs3", 18, 4),     # rmask / rstride / policy
+    Field("funct1", 22, 4),  # prec / rorder
+    Field("imm18", 14, 18),
+    Field("imm22", 10, 22),
+)})
+
+#: Encoding formats: the fields each format may carry (isa.md §3).
+FORMATS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
+    "R3": ("rd", "rs1", "rs2"),
+    "R4": ("rd", "rs1", "rs2", "rs3"),
+    "R5": ("rd", "rs1", "rs2", "rs3", "funct1"),
+    "RM2": ("rd", "rs1", "rs3"),
+    "I18": ("rd", "rs1", "imm18"),
+    "WO18": ("rd", "imm18"),
+    "I22": ("rd", "imm22"),
+    "RD": ("rd",),
+    "OP": (),
+})
+
+UNITS: MappingProxyType[str, str] = MappingProxyType({
+    "M": "matrix", "V": "vector", "S": "scalar", "H": "DMA", "C": "control",
+})
+
+#: Operand kinds. ``count`` is the number of registers of the kind (range of the index).
+OPERAND_KINDS: MappingProxyType[str, str] = MappingProxyType({
+    "gp": "GP register gp0..gp15",
+    "f": "FP register f0..f7",
+    "a": "HBM address register a0..a7",
+    "imm18": "unsigned immediate 0..262143",
+    "imm22": "unsigned immediate 0..4194303",
+    "flag": "4-bit literal 0..15",
+    "zero": "placeholder 0 (or gp0)",
+})
+REGISTER_COUNT = MappingProxyType({"gp": 16, "f": 8, "a": 8})
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One assembly operand.
+
+    ``field`` is the word field it is encoded in (None: not encoded -- an unused placeholder or an
+    upstream-compatibility ``0``). ``optional`` operands may be omitted (default 0). ``compat``
+    operands are accepted only for upstream compatibility and never printed.
+    """
+    kind: str
+    field: str | None
+    name: str
+    optional: bool = False
+    compat: bool = False
+    #: static values the assembler rejects (value -> reason); mirrors a run-time fault
+    forbid: tuple[tuple[int, str], ...] = ()
+    #: inclusive allowed maximum below the field's own range (e.g. V_TOPK policy 0..1)
+    max_value: int | None = None
+
+
+@dataclass(frozen=True)
+class Instr:
+    mnemonic: str
+    opcode: int
+    unit: str
+    fmt: str
+    operands: tuple[Operand, ...]
+    latency: str
+    summary: str
+    #: the instruction is a zero-latency no-op when its rd field is 0 (f0 destination)
+    noop_if_rd0: bool = False
+    #: the upstream 3-operand ``gp_dst, 0, imm18`` form is accepted (M_*_WO)
+    middle_zero_form: bool = False
+    #: the form with only compat operands (C_BREAK ``0, 0, 0``) is accepted
+    all_compat_form: bool = False
+
+    @property
+    def used_fields(self) -> tuple[str, ...]:
+        """Fields this instruction reads (opcode included)."""
+        named = [o.field for o in self.operands if o.field is not None]
+        return ("opcode",) + tuple(dict.fromkeys(named))
+
+    @property
+    def unused_mask(self) -> int:
+        """Bits ignored on execution (printed by the disassembler when non-zero)."""
+        used = 0
+        for f in self.used_fields:
+            used |= FIELDS[f].mask
+        return ((1 << WORD_BITS) - 1) & ~used
+
+    def forms(self) -> tuple[tuple[Operand, ...], ...]:
+        """Every operand list the assembler accepts, canonical (shortest) first."""
+        req = [o for o in self.operands if not o.optional and not o.compat]
+        opt = [o for o in self.operands if o.optional]
+        compat = [o for o in self.operands if o.compat]
+        forms: list[tuple[Operand, ...]] = []
+        if self.all_compat_form:
+            return ((), tuple(compat))
+        for k in range(len(opt) + 1):
+            forms.append(tuple(req + opt[:k]))
+        if compat and not self.middle_zero_form:
+            forms.append(tuple(req + opt + compat))
+        if self.middle_zero_form:
+            forms.append((req[0], compat[0]) + tuple(req[1:]))
+        return tuple(forms)
+
+
+# ---------------------------------------------------------------------------------- constructors
+
+def _gp(field, name, **kw):
+    return Operand("gp", field, name, **kw)
+
+
+def _f(field, name, **kw):
+    return Operand("f", field, name, **kw)
+
+
+def _a(field, name, **kw):
+    return Operand("a", field, name, **kw)
+
+
+def _flag(field, name, **kw):
+    return Operand("flag", field, name, **kw)
+
+
+def _zero(field=None, name="0", **kw):
+    return Operand("zero", field, name, **kw)
+
+
+_ZC = _zero(None, "0", compat=True)  # trailing upstream-compatibility 0
+_MASK = _flag("rs3", "rmask", optional=True)
+_SPO = "SYSTOLIC_PROCESSING_OVERHEAD"
+
+
+def _mat3(mn, op, a_name, a_field, b_name, b_field, lat, summary, rd_checked=False):
+    first = _zero("rd" if rd_checked else None, "0")
+    return Instr(mn, op, "M", "R3", (first, _gp(a_field, a_name), _gp(b_field, b_name)), lat, summary)
+
+
+def _vv(mn, op, lat, summary):
+    return Instr(mn, op, "V", "R4", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _gp("rs2", "gp_b"), _MASK),
+                 lat, summary)
+
+
+def _vf(mn, op, lat, summary):
+    return Instr(mn, op, "V", "R4", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _f("rs2", "f_b"), _MASK),
+                 lat, summary)
+
+
+def _vun(mn, op, lat, summary, dst_kind="gp", noop=False):
+    dst = _f("rd", "f_d") if dst_kind == "f" else _gp("rd", "gp_d")
+    return Instr(mn, op, "V", "RM2", (dst, _gp("rs1", "gp_a"), _MASK, _ZC), lat, summary, noop_if_rd0=noop)
+
+
+def _sfp3(mn, op, summary):
+    return Instr(mn, op, "S", "R3", (_f("rd", "f_d"), _f("rs1", "f_a"), _f("rs2", "f_b")),
+                 "SCALAR_FP_BASIC_CYCLES", summary, noop_if_rd0=True)
+
+
+def _sfp2(mn, op, lat, summary):
+    return Instr(mn, op, "S", "R3", (_f("rd", "f_d"), _f("rs1", "f_a"), _ZC), lat, summary, noop_if_rd0=True)
+
+
+def _sint3(mn, op, summary):
+    return Instr(mn, op, "S", "R3", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _gp("rs2", "gp_b")),
+                 "SCALAR_INT_BASIC_CYCLES", summary)
+
+
+def _wo(mn, op, summary):
+    return Instr(mn, op, "M", "WO18", (_gp("rd", "gp_dst"), _zero(None, "0", compat=True),
+                                        Operand("imm18", "imm18", "imm18")),
+                 "1", summary, middle_zero_form=True)
+
+
+def _dma(mn, op, dst, summary):
+    return Instr(mn, op, "H", "R5", (_gp("rd", dst), _gp("rs1", "gp_hoff"), _a("rs2", "a_base"),
+                                      _flag("rs3", "rstride"), _flag("funct1", "prec"), _ZC),
+                 "HBM", summary)
+
+
+def _creg(mn, op, summary):
+    return Instr(mn, op, "C", "RD", (_gp("rd", "gp"),), "1", summary)
+
+
+_IMM18 = Operand("imm18", "imm18", "imm18")
+
+#: The table (isa.md §4). Order: opcode number.
+INSTRUCTIONS: tuple[Instr, ...] = (
+    _mat3("M_MM", 0x01, "gp_mat", "rs1", "gp_vec", "rs2", f"{_SPO}+MLEN",
+          "m_accum += X[B x M] @ TILE[:, c:c+B] (row-granular column block)"),
+    _mat3("M_TMM", 0x02, "gp_vec", "rs1", "gp_mat", "rs2", f"{_SPO}+MLEN",
+          "m_accum += X @ TILE[r:r+B, :]^T (operand roles swapped)"),
+    _mat3("M_BMM", 0x03, "gp_mat", "rs1", "gp_vec", "rs2", f"{_SPO}+MLEN",
+          "hm_accum[b] += BMM_SCALE * X_b @ TILE[h:h+H, :] per head", rd_checked=True),
+    _mat3("M_BTMM", 0x04, "gp_mat", "rs1", "gp_vec", "rs2", f"{_SPO}+MLEN",
+          "hm_accum[b] += BMM_SCALE * X_b @ TILE[:, h:h+H]^T per head", rd_checked=True),
+    _wo("M_BMM_WO", 0x05, "write hm_accum (BA*M rows, head-major) to VRAM and clear it"),
+    Instr("M_MM_WO", 0x06, "M", "I18", (_gp("rd", "gp_dst"), _gp("rs1", "gp_stride"), _IMM18), "1",
+          "write m_accum (B rows, pitch M*gp[stride]) to VRAM and clear it"),
+    _mat3("M_MV", 0x07, "gp_mat", "rs1", "gp_vec", "rs2", "MLEN",
+          "v_accum += x @ TILE[:, c:c+B] (element-granular column offset)"),
+    _mat3("M_TMV", 0x08, "gp_mat", "rs1", "gp_vec", "rs2", "MLEN",
+          "v_accum += x @ TILE[r:r+B, :]^T (row block)"),
+    Instr("M_BMV", 0x09, "M", "R3", (_gp("rd", "gp_moff"), _gp("rs1", "gp_mat"), _gp("rs2", "gp_vec")),
+          f"{_SPO}+1", "hv_accum[b] += BMM_SCALE * x_b @ TILE[h:h+H, :] per head"),
+    Instr("M_BTMV", 0x0A, "M", "R3", (_gp("rd", "gp_moff"), _gp("rs1", "gp_mat"), _gp("rs2", "gp_vec")),
+          f"{_SPO}+1", "hv_accum[b] += BMM_SCALE * x_b @ TILE[:, h:h+H]^T per head"),
+    _wo("M_MV_WO", 0x0B, "write v_accum (B lanes) into a VRAM row and clear it"),
+    _wo("M_BMV_WO", 0x0C, "write hv_accum (BA rows) to VRAM and clear it"),
+    _vv("V_ADD_VV", 0x0D, "VECTOR_ADD_CYCLES", "d = a + b"),
+    _vf("V_ADD_VF", 0x0E, "VECTOR_ADD_CYCLES", "d = a + f"),
+    _vv("V_SUB_VV", 0x0F, "VECTOR_ADD_CYCLES", "d = a - b"),
+    Instr("V_SUB_VF", 0x10, "V", "R5", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _f("rs2", "f_b"), _MASK,
+                                         _flag("funct1", "rorder", optional=True)),
+          "VECTOR_ADD_CYCLES", "d = a - f (rorder 0) or f - a (rorder != 0)"),
+    _vv("V_MUL_VV", 0x11, "VECTOR_MUL_CYCLES", "d = a * b"),
+    _vf("V_MUL_VF", 0x12, "VECTOR_MUL_CYCLES", "d = a * f"),
+    _vun("V_EXP_V", 0x13, "VECTOR_EXP_CYCLES", "d = exp(a)"),
+    _vun("V_RECI_V", 0x14, "VECTOR_RECI_CYCLES", "d = 1 / a"),
+    _vun("V_RED_SUM", 0x15, "VECTOR_SUM_CYCLES", "f_d += sum of enabled lanes of a", "f", noop=True),
+    _vun("V_RED_MAX", 0x16, "VECTOR_MAX_CYCLES", "f_d = max(f_d, enabled lanes of a)", "f", noop=True),
+    _sfp3("S_ADD_FP", 0x17, "f_d = f_a + f_b"),
+    _sfp3("S_SUB_FP", 0x18, "f_d = f_a - f_b"),
+    _sfp3("S_MAX_FP", 0x19, "f_d = max(f_a, f_b)"),
+    _sfp3("S_MUL_FP", 0x1A, "f_d = f_a * f_b"),
+    _sfp2("S_EXP_FP", 0x1B, "SCALAR_FP_EXP_CYCLES", "f_d = exp(f_a)"),
+    _sfp2("S_RECI_FP", 0x1C, "SCALAR_FP_RECI_CYCLES", "f_d = 1 / f_a"),
+    _sfp2("S_SQRT_FP", 0x1D, "SCALAR_FP_SQRT_CYCLES", "f_d = sqrt(f_a)"),
+    Instr("S_LD_FP", 0x1E, "S", "I18", (_f("rd", "f_d"), _gp("rs1", "gp_base"), _IMM18), "1",
+          "f_d = FPSRAM[gp_base + imm]"),
+    Instr("S_ST_FP", 0x1F, "S", "I18", (_f("rd", "f_src"), _gp("rs1", "gp_base"), _IMM18), "1",
+          "FPSRAM[gp_base + imm] = f_src"),
+    Instr("S_MAP_V_FP", 0x20, "S", "I18", (_gp("rd", "gp_vdst"), _gp("rs1", "gp_base"), _IMM18), "VLEN",
+          "VROW(gp_vdst) = FPSRAM[gp_base + imm : +VLEN]"),
+    _sint3("S_ADD_INT", 0x21, "gp_d = gp_a + gp_b (mod 2^32)"),
+    Instr("S_ADDI_INT", 0x22, "S", "I18", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _IMM18),
+          "SCALAR_INT_BASIC_CYCLES", "gp_d = gp_a + imm18 (mod 2^32)"),
+    _sint3("S_SUB_INT", 0x23, "gp_d = gp_a - gp_b (mod 2^32)"),
+    _sint3("S_MUL_INT", 0x24, "gp_d = gp_a * gp_b (mod 2^32)"),
+    Instr("S_LUI_INT", 0x25, "S", "I22", (_gp("rd", "gp_d"), Operand("imm22", "imm22", "imm22")),
+          "SCALAR_INT_BASIC_CYCLES", "gp_d = imm22 << 12 (mod 2^32)"),
+    Instr("S_LD_INT", 0x26, "S", "I18", (_gp("rd", "gp_d"), _gp("rs1", "gp_base"), _IMM18),
+          "SCALAR_INT_BASIC_CYCLES", "gp_d = INTSRAM[gp_base + imm]"),
+    Instr("S_ST_INT", 0x27, "S", "I18", (_gp("rd", "gp_src"), _gp("rs1", "gp_base"), _IMM18),
+          "SCALAR_INT_BASIC_CYCLES", "INTSRAM[gp_base + imm] = gp_src"),
+    _dma("H_PREFETCH_M", 0x28, "gp_mdst", "HBM rows -> MRAM tiles (exact f32)"),
+    _dma("H_PREFETCH_V", 0x29, "gp_vdst", "HBM rows -> VRAM rows (bf16)"),
+    _dma("H_STORE_V", 0x2A, "gp_vsrc", "VRAM rows -> HBM (MX / plain encode)"),
+    Instr("C_SET_ADDR_REG", 0x2B, "C", "R3", (_a("rd", "a_d"), _gp("rs1", "gp_hi"), _gp("rs2", "gp_lo")), "1",
+          "a_d = gp_hi * 2^32 + gp_lo"),
+    _creg("C_SET_SCALE_REG", 0x2C, "SCALE = gp"),
+    _creg("C_SET_STRIDE_REG", 0x2D, "STRIDE = gp"),
+    _creg("C_SET_V_MASK_REG", 0x2E, "V_MASK = gp"),
+    Instr("C_LOOP_START", 0x2F, "C", "I22",
+          (_gp("rd", "gp_cnt", forbid=((0, "loop counter must not be gp0 (LP-GP0)"),)),
+           Operand("imm22", "imm22", "count", forbid=((0, "loop count must not be 0 (LP-ZERO)"),))),
+          "1", "push a loop of imm22 iterations counted in gp_cnt"),
+    Instr("C_LOOP_END", 0x30, "C", "RD", (_gp("rd", "gp_cnt"), _ZC), "1",
+          "decrement gp_cnt and jump back to its loop start while > 0"),
+    Instr("V_SHFT_V", 0x32, "V", "R3", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _gp("rs2", "gp_shift")),
+          "VECTOR_MUL_CYCLES", "d[j] = a[j - s] (shift toward higher lanes, zero fill)"),
+    Instr("C_BREAK", 0x34, "C", "OP", (_ZC, _ZC, _ZC), "1",
+          "leave the innermost loop (continue after its C_LOOP_END)", all_compat_form=True),
+    _vf("V_MAX_VF", 0x35, "VECTOR_MAX_CYCLES", "d = max(a, f)"),
+    _vf("V_MIN_VF", 0x36, "VECTOR_MAX_CYCLES", "d = min(a, f)"),
+    Instr("V_TOPK", 0x37, "V", "R4", (_gp("rd", "gp_fpdst"), _gp("rs1", "gp_logits"), _gp("rs2", "gp_intdst"),
+                                      _flag("rs3", "policy", max_value=1)),
+          "VECTOR_MAX_CYCLES*E", "top-K experts of E logits: softmax weights -> FPSRAM, indices -> INTSRAM"),
+)
+
+BY_MNEMONIC: MappingProxyType[str, Instr] = MappingProxyType({i.mnemonic: i for i in INSTRUCTIONS})
+BY_OPCODE: MappingProxyType[int, Instr] = MappingProxyType({i.opcode: i for i in INSTRUCTIONS})
+
+#: Opcode numbers that are deliberately not instructions, with the upstream name if any (isa.md §4).
+NOT_INSTRUCTIONS: MappingProxyType[int, str] = MappingProxyType(
+    {0x00: "", 0x31: "V_PS_V", 0x33: "C_HADAMARD_TRANSFORM", **{op: "" for op in range(0x38, 0x40)}})
+
+
+def _self_check() -> None:
+    """Structural invariants of the table (run at import: a broken table must not load)."""
+    seen = set()
+    for i in INSTRUCTIONS:
+        assert i.opcode not in seen and i.opcode not in NOT_INSTRUCTIONS, i.mnemonic
+        assert 0 < i.opcode <= FIELDS["opcode"].max
+        seen.add(i.opcode)
+        assert i.unit in UNITS and i.fmt in FORMATS
+        for o in i.operands:
+            assert o.kind in OPERAND_KINDS, (i.mnemonic, o)
+            assert o.field is None or o.field in FORMATS[i.fmt], (i.mnemonic, o.field)
+        lengths = [len(f) for f in i.forms()]
+        assert len(lengths) == len(set(lengths)), (i.mnemonic, lengths)
+    assert len(seen) + len(NOT_INSTRUCTIONS) == 64
+
+
+_self_check()

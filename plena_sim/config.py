@@ -1,0 +1,516 @@
+"""Hardware configuration: load the upstream ``plena_settings.toml`` into an immutable object.
+
+One job: turn a TOML file (plus overrides) into a validated, frozen :class:`HardwareConfig`.
+Lookup order (memory.md §8): explicit path, env ``PLENA_SETTINGS_TOML``, the packaged default
+(a verbatim copy of the upstream reference file). Only one section is read (``TRANSACTIONAL`` by
+default); ``[MODE] active`` is ignored. A missing key, a wrong type or a violated constraint is a
+:class:`ConfigError` naming the key -- never a silent default.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+__all__ = [
+    "ConfigError", "FpType", "IntType", "PlainType", "MxType", "HardwareConfig",
+    "load_config", "default_config", "parse_override", "LATENCY_KEYS",
+    "PRECISION_KEYS", "HBM_TIMING_PRESETS",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, naming the key (``key``) and the offending value."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+# --------------------------------------------------------------------------- precision types
+
+@dataclass(frozen=True)
+class FpType:
+    """Minifloat ``Fp{sign, E, Mt}`` (memory.md §3.2)."""
+    sign: bool
+    exponent: int
+    mantissa: int
+
+    @property
+    def bits(self) -> int:
+        return int(self.sign) + self.exponent + self.mantissa
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exponent - 1)) - 1
+
+    @property
+    def emax(self) -> int:
+        return (1 << self.exponent) - 2 - self.bias
+
+    def describe(self) -> str:
+        return f"Fp{{sign={str(self.sign).lower()}, E={self.exponent}, M={self.mantissa}}}"
+
+
+@dataclass(frozen=True)
+class IntType:
+    width: int
+
+    @property
+    def bits(self) -> int:
+        return self.width
+
+    def describe(self) -> str:
+        return f"Int{self.width}"
+
+
+@dataclass(frozen=True)
+class PlainType:
+    """A plain (unscaled) HBM / SRAM type."""
+    data: FpType | IntType
+
+    @property
+    def is_mx(self) -> bool:
+        return False
+
+    @property
+    def elem_bytes(self) -> int:
+        return self.data.bits // 8
+
+    def describe(self) -> str:
+        return f"Plain {self.data.describe()}"
+
+
+@dataclass(frozen=True)
+class MxType:
+    """An OCP-MX block type: elements ``elem`` sharing one ``scale`` per ``block`` elements."""
+    elem: FpType
+    scale: FpType
+    block: int
+
+    @property
+    def is_mx(self) -> bool:
+        return True
+
+    @property
+    def elem_bytes(self) -> int:
+        return self.elem.bits // 8
+
+    @property
+    def scale_bytes(self) -> int:
+        return 1
+
+    def describe(self) -> str:
+        return f"Mx {{elem={self.elem.describe()}, scale={self.scale.describe()}, block={self.block}}}"
+
+
+BF16 = FpType(True, 8, 7)
+E8M0 = FpType(False, 8, 0)
+
+# --------------------------------------------------------------------------- key catalogue
+
+# (key, required, kind) ; kind: "int" (>=1), "int0" (>=0), "float", "str"
+_CONFIG_KEYS: tuple[tuple[str, bool, str], ...] = (
+    ("MLEN", True, "int"),
+    ("VLEN", True, "int"),
+    ("BLEN", True, "int"),
+    ("HLEN", True, "int"),
+    ("BROADCAST_AMOUNT", True, "int"),
+    ("HBM_SIZE", True, "int"),
+    ("HBM_WIDTH", False, "int"),
+    ("MATRIX_SRAM_SIZE", True, "int0"),
+    ("VECTOR_SRAM_SIZE", True, "int0"),
+    ("HBM_M_Prefetch_Amount", True, "int"),
+    ("HBM_V_Prefetch_Amount", True, "int"),
+    ("HBM_V_Writeback_Amount", True, "int"),
+    ("DC_EN", True, "int0"),
+    ("MAX_LOOP_INSTRUCTIONS", True, "int"),
+    ("BMM_SCALE", False, "float"),
+    ("FP_SRAM_SIZE", False, "int"),
+    ("INT_SRAM_SIZE", False, "int"),
+    ("HBM_TIMING_PRESET", False, "str"),
+)
+_CONFIG_DEFAULTS: dict[str, Any] = {
+    "HBM_WIDTH": 512,
+    "BMM_SCALE": 1.0,
+    "FP_SRAM_SIZE": 1024,
+    "INT_SRAM_SIZE": 1024,
+    "HBM_TIMING_PRESET": "HBM2",
+}
+_CONFIG_KIND = {k: kind for k, _, kind in _CONFIG_KEYS}
+
+PRECISION_KEYS: tuple[str, ...] = (
+    "MATRIX_SRAM_TYPE", "VECTOR_SRAM_TYPE", "HBM_M_WEIGHT_TYPE", "HBM_M_KV_TYPE",
+    "HBM_V_ACT_TYPE", "HBM_V_KV_TYPE", "HBM_V_INT_TYPE", "SCALAR_FP",
+)
+
+LATENCY_KEYS: tuple[str, ...] = (
+    "SYSTOLIC_PROCESSING_OVERHEAD", "VECTOR_ADD_CYCLES", "VECTOR_MUL_CYCLES", "VECTOR_EXP_CYCLES",
+    "VECTOR_PREFIX_SCAN_CYCLES", "VECTOR_SHIFT_CYCLES", "VECTOR_RECI_CYCLES", "VECTOR_MAX_CYCLES",
+    "VECTOR_SUM_CYCLES", "SCALAR_FP_LONGEST_OPERATE_CYCLES", "SCALAR_FP_BASIC_CYCLES",
+    "SCALAR_FP_EXP_CYCLES", "SCALAR_FP_SQRT_CYCLES", "SCALAR_FP_RECI_CYCLES",
+    "SCALAR_INT_BASIC_CYCLES",
+)
+_OPTIONAL_LATENCY_KEYS = ("VECTOR_LONGEST_OPERATE_CYCLES", "VECTOR_BASIC_CYCLES")
+
+# HBM timing presets are data (timing.md §5.1); the timing issue fills in their parameters.
+HBM_TIMING_PRESETS: tuple[str, ...] = ("HBM2", "HBM3")
+
+_POW2_KEYS = ("MLEN", "VLEN", "BLEN", "HLEN")
+_MAX_HBM_SIZE = 1 << 50  # 1 PiB of sparse address space; larger is certainly a typo
+
+
+# --------------------------------------------------------------------------- the config object
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """Immutable, validated hardware configuration. Attribute names are the TOML keys."""
+    MLEN: int
+    VLEN: int
+    BLEN: int
+    HLEN: int
+    BROADCAST_AMOUNT: int
+    HBM_SIZE: int
+    HBM_WIDTH: int
+    MATRIX_SRAM_SIZE: int
+    VECTOR_SRAM_SIZE: int
+    HBM_M_Prefetch_Amount: int
+    HBM_V_Prefetch_Amount: int
+    HBM_V_Writeback_Amount: int
+    DC_EN: int
+    MAX_LOOP_INSTRUCTIONS: int
+    BMM_SCALE: float
+    FP_SRAM_SIZE: int
+    INT_SRAM_SIZE: int
+    HBM_TIMING_PRESET: str
+    precision: Mapping[str, PlainType | MxType | FpType] = field(repr=False)
+    latency: Mapping[str, tuple[int, int]] = field(repr=False)
+    hbm_timing: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    section: str = "TRANSACTIONAL"
+    source: str = "<builtin>"
+
+    # ---- derived quantities
+    @property
+    def P_M(self) -> int:
+        """Rows per H_PREFETCH_M: ``max(M, ceil(value/M)*M)``."""
+        m = self.MLEN
+        return max(m, -(-self.HBM_M_Prefetch_Amount // m) * m)
+
+    @property
+    def P_V(self) -> int:
+        return self.HBM_V_Prefetch_Amount
+
+    @property
+    def P_W(self) -> int:
+        return self.HBM_V_Writeback_Amount
+
+    @property
+    def mram_tiles(self) -> int:
+        return self.MATRIX_SRAM_SIZE // self.MLEN
+
+    def latency_cycles(self, key: str) -> int:
+        """The latency value of ``key`` selected by DC_EN (dc_lib_en if DC_EN != 0)."""
+        en, dis = self.latency[key]
+        return en if self.DC_EN else dis
+
+    def hbm_type(self, name: str) -> PlainType | MxType:
+        t = self.precision[name]
+        assert isinstance(t, (PlainType, MxType))
+        return t
+
+    def values(self) -> dict[str, Any]:
+        """Plain key -> value mapping of every CONFIG key (for printing / JSON)."""
+        return {k: getattr(self, k) for k, _, _ in _CONFIG_KEYS}
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "HardwareConfig":
+        """A new validated config with some CONFIG keys replaced."""
+        raw = self.values()
+        for key, value in overrides.items():
+            if key not in _CONFIG_KIND:
+                raise ConfigError(key, f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
+            raw[key] = _coerce(key, value)
+        cfg = replace(self, **raw)
+        _validate(cfg)
+        return cfg
+
+
+# --------------------------------------------------------------------------- parsing helpers
+
+def _coerce(key: str, value: Any) -> Any:
+    kind = _CONFIG_KIND[key]
+    if kind in ("int", "int0"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"must be an integer, got {value!r}")
+        lo = 1 if kind == "int" else 0
+        if value < lo:
+            raise ConfigError(key, f"must be an integer >= {lo}, got {value}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"must be a number, got {value!r}")
+        if not math.isfinite(float(value)):
+            raise ConfigError(key, f"must be finite, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"must be a string, got {value!r}")
+    return value
+
+
+def _table(node: Any, key: str) -> dict:
+    if not isinstance(node, dict):
+        raise ConfigError(key, f"must be a table, got {type(node).__name__}")
+    return node
+
+
+def _get(tbl: dict, name: str, key: str, typ: type | tuple[type, ...]) -> Any:
+    if name not in tbl:
+        raise ConfigError(key, f"missing required field '{name}'")
+    v = tbl[name]
+    if isinstance(v, bool) and typ is int:
+        raise ConfigError(key, f"field '{name}' must be an integer, got {v!r}")
+    if not isinstance(v, typ):
+        tn = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise ConfigError(key, f"field '{name}' must be {tn}, got {v!r}")
+    return v
+
+
+def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
+    kind = _get(tbl, "type", key, str)
+    if kind == "Fp":
+        sign = _get(tbl, "sign", key, bool)
+        e = _get(tbl, "exponent", key, int)
+        m = _get(tbl, "mantissa", key, int)
+        if not 1 <= e <= 11:
+            raise ConfigError(key, f"exponent must be in 1..11, got {e}")
+        if not 0 <= m <= 52:
+            raise ConfigError(key, f"mantissa must be in 0..52, got {m}")
+        return FpType(sign, e, m)
+    if kind == "Int":
+        w = _get(tbl, "width", key, int)
+        if w not in (8, 16, 32):
+            raise ConfigError(key, f"Int width must be 8, 16 or 32, got {w}")
+        return IntType(w)
+    raise ConfigError(key, f"type must be 'Fp' or 'Int', got {kind!r}")
+
+
+def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType:
+    key = f"PRECISION.{name}"
+    tbl = _table(tbl, key)
+    if name == "SCALAR_FP":
+        return _parse_scalar_type(tbl, key)
+    fmt = _get(tbl, "format", key, str)
+    if fmt == "Plain":
+        return PlainType(_parse_scalar_type(_table(tbl.get("DATA_TYPE"), f"{key}.DATA_TYPE"),
+                                            f"{key}.DATA_TYPE"))
+    if fmt == "Mx":
+        block = _get(tbl, "block", key, int)
+        if block < 1:
+            raise ConfigError(key, f"block must be >= 1, got {block}")
+        elem = _parse_scalar_type(_table(tbl.get("ELEM"), f"{key}.ELEM"), f"{key}.ELEM")
+        scale = _parse_scalar_type(_table(tbl.get("SCALE"), f"{key}.SCALE"), f"{key}.SCALE")
+        if not isinstance(elem, FpType):
+            raise ConfigError(f"{key}.ELEM", "MX with Int elements (MXINT) is not supported")
+        if not isinstance(scale, FpType):
+            raise ConfigError(f"{key}.SCALE", "scale must be Fp{sign=false, E=8, M=0} (E8M0)")
+        return MxType(elem, scale, block)
+    raise ConfigError(key, f"format must be 'Plain' or 'Mx', got {fmt!r}")
+
+
+def _check_precision(name: str, t: Any, cfg_len: int | None) -> None:
+    key = f"PRECISION.{name}"
+    if name == "SCALAR_FP":
+        if t != BF16:
+            raise ConfigError(key, f"must be bf16 Fp{{sign=true, E=8, M=7}}, got {t.describe()}")
+        return
+    if name == "VECTOR_SRAM_TYPE":
+        if not (isinstance(t, PlainType) and t.data == BF16):
+            raise ConfigError(key, f"must be Plain bf16 Fp{{sign=true, E=8, M=7}}, got {t.describe()}")
+        return
+    if name == "MATRIX_SRAM_TYPE":
+        if not (isinstance(t, PlainType) and isinstance(t.data, FpType)):
+            raise ConfigError(key, f"must be a Plain Fp type, got {t.describe()}")
+        return
+    if name == "HBM_V_INT_TYPE":
+        return  # parsed, unused; Int allowed here only
+    # the four HBM data types
+    if isinstance(t, MxType):
+        if not t.elem.sign or t.elem.bits not in (8, 16):
+            raise ConfigError(f"{key}.ELEM", f"MX element must be signed Fp of 8 or 16 bits, got {t.elem.describe()}")
+        if t.scale != E8M0:
+            raise ConfigError(f"{key}.SCALE", f"MX scale must be E8M0 Fp{{sign=false, E=8, M=0}}, got {t.scale.describe()}")
+        assert cfg_len is not None
+        if cfg_len % t.block != 0:
+            lname = "MLEN" if name.startswith("HBM_M_") else "VLEN"
+            raise ConfigError(f"{key}.block", f"{lname}={cfg_len} is not a multiple of block={t.block}")
+        return
+    if isinstance(t.data, IntType):
+        raise ConfigError(key, "Int types are only accepted for HBM_V_INT_TYPE")
+    if not t.data.sign or t.data.bits not in (8, 16, 32):
+        raise ConfigError(key, f"Plain HBM type must be signed Fp of 8, 16 or 32 bits, got {t.describe()}")
+
+
+def _validate(cfg: HardwareConfig) -> None:
+    for k in _POW2_KEYS:
+        v = getattr(cfg, k)
+        if v & (v - 1):
+            raise ConfigError(k, f"must be a power of two, got {v}")
+    if cfg.MLEN % cfg.BLEN:
+        raise ConfigError("BLEN", f"MLEN={cfg.MLEN} is not a multiple of BLEN={cfg.BLEN}")
+    if cfg.VLEN % cfg.HLEN:
+        raise ConfigError("HLEN", f"VLEN={cfg.VLEN} is not a multiple of HLEN={cfg.HLEN}")
+    if cfg.VLEN != cfg.MLEN:
+        raise ConfigError("VLEN", f"VLEN={cfg.VLEN} must equal MLEN={cfg.MLEN}")
+    if cfg.BROADCAST_AMOUNT * cfg.HLEN != cfg.MLEN:
+        raise ConfigError(
+            "BROADCAST_AMOUNT",
+            f"BROADCAST_AMOUNT*HLEN = {cfg.BROADCAST_AMOUNT}*{cfg.HLEN} = "
+            f"{cfg.BROADCAST_AMOUNT * cfg.HLEN} must equal MLEN={cfg.MLEN}")
+    if cfg.HBM_SIZE > _MAX_HBM_SIZE:
+        raise ConfigError("HBM_SIZE", f"{cfg.HBM_SIZE} bytes exceeds the modelled maximum 2^50")
+    if cfg.HBM_TIMING_PRESET not in HBM_TIMING_PRESETS:
+        raise ConfigError("HBM_TIMING_PRESET",
+                          f"unknown preset {cfg.HBM_TIMING_PRESET!r} (known: {', '.join(HBM_TIMING_PRESETS)})")
+    for name in PRECISION_KEYS:
+        length = cfg.MLEN if name.startswith("HBM_M_") else cfg.VLEN
+        _check_precision(name, cfg.precision[name], length)
+
+
+def _section_of(doc: dict, section: str, source: str) -> dict:
+    if section in doc:
+        return _table(doc[section], section)
+    # "a plain file with just the keys": CONFIG/PRECISION/LATENCY at top level
+    if "CONFIG" in doc:
+        return doc
+    present = ", ".join(k for k in doc if isinstance(doc[k], dict)) or "none"
+    raise ConfigError(section, f"section [{section}] not found in {source} (sections present: {present})")
+
+
+def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
+    sec = _section_of(doc, section, source)
+    conf = _table(sec.get("CONFIG", {}), "CONFIG")
+    raw: dict[str, Any] = {}
+    for key, required, _kind in _CONFIG_KEYS:
+        if key not in conf:
+            if required:
+                raise ConfigError(key, f"missing required key [{section}.CONFIG.{key}] in {source}")
+            raw[key] = _CONFIG_DEFAULTS[key]
+            continue
+        entry = conf[key]
+        if isinstance(entry, dict):
+            if "value" not in entry:
+                raise ConfigError(key, f"[{section}.CONFIG.{key}] has no 'value'")
+            entry = entry["value"]
+        raw[key] = _coerce(key, entry)
+
+    prec_tbl = _table(sec.get("PRECISION", {}), "PRECISION")
+    precision = {}
+    for name in PRECISION_KEYS:
+        if name not in prec_tbl:
+            raise ConfigError(f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}")
+        precision[name] = _parse_precision(name, prec_tbl[name])
+
+    lat_tbl = _table(sec.get("LATENCY", {}), "LATENCY")
+    latency = {}
+    for name in LATENCY_KEYS + _OPTIONAL_LATENCY_KEYS:
+        key = f"LATENCY.{name}"
+        if name not in lat_tbl:
+            if name in _OPTIONAL_LATENCY_KEYS:
+                continue
+            raise ConfigError(key, f"missing required latency [{section}.LATENCY.{name}] in {source}")
+        t = _table(lat_tbl[name], key)
+        pair = []
+        for f in ("dc_lib_en", "dc_lib_dis"):
+            v = _get(t, f, key, int)
+            if v < 0:
+                raise ConfigError(key, f"{f} must be >= 0, got {v}")
+            pair.append(v)
+        latency[name] = (pair[0], pair[1])
+
+    timing_tbl = _table(sec.get("HBM_TIMING", {}), "HBM_TIMING")
+    hbm_timing = {}
+    for k, v in timing_tbl.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(f"HBM_TIMING.{k}", f"must be a finite number >= 0, got {v!r}")
+        hbm_timing[k] = v
+
+    cfg = HardwareConfig(**raw, precision=MappingProxyType(precision),
+                         latency=MappingProxyType(latency),
+                         hbm_timing=MappingProxyType(hbm_timing), section=section, source=source)
+    _validate(cfg)
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse a CLI ``KEY=VALUE`` override; the value is read as a TOML value (so 1.5, 64, "x")."""
+    if "=" not in text:
+        raise ConfigError(text or "<empty>", "override must look like KEY=VALUE")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    value = value.strip()
+    if key not in _CONFIG_KIND:
+        raise ConfigError(key or "<empty>", f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word is a string (e.g. HBM_TIMING_PRESET=HBM3)
+    return key, parsed
+
+
+def default_config_text() -> str:
+    return resources.files("plena_sim").joinpath("data/plena_settings.toml").read_text(encoding="utf-8")
+
+
+def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSACTIONAL",
+                overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
+    """Load and validate a configuration.
+
+    ``path`` None -> env ``PLENA_SETTINGS_TOML`` -> the packaged default (upstream reference file).
+    ``section`` selects the TOML section (``TRANSACTIONAL`` or e.g. ``ANALYTIC``); a plain file with
+    ``CONFIG``/``PRECISION``/``LATENCY`` tables at the top level is accepted too.
+    ``overrides`` replaces individual CONFIG keys (e.g. ``{"MLEN": 128}``) before validation.
+    """
+    if path is None:
+        path = os.environ.get("PLENA_SETTINGS_TOML") or None
+    if path is None:
+        text, source = default_config_text(), "<builtin plena_settings.toml>"
+    else:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError("path", f"cannot read config file {str(p)!r}: {exc}") from None
+        source = str(p)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("toml", f"{source}: {exc}") from None
+    if overrides:
+        doc = _apply_overrides_to_doc(doc, section, overrides)
+    return _from_document(doc, section, source)
+
+
+def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any]) -> dict:
+    import copy
+    doc = copy.deepcopy(doc)
+    sec = doc.get(section) if section in doc else (doc if "CONFIG" in doc else None)
+    if not isinstance(sec, dict):
+        return doc  # _from_document reports the missing section
+    conf = sec.setdefault("CONFIG", {})
+    if not isinstance(conf, dict):
+        return doc
+    for key, value in overrides.items():
+        if key not in _CONFIG_KIND:
+            raise ConfigError(str(key), f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
+        conf[key] = {"value": value}
+    return doc
+
+
+def default_config() -> HardwareConfig:
+    """The built-in default (TRANSACTIONAL section of the packaged reference file), ignoring env."""
+    return _from_document(tomllib.loads(default_config_text()), "TRANSACTIONAL",
+                          "<builtin plena_settings.toml>")
