@@ -1,0 +1,215 @@
+"""Assembler: PLENA assembly text -> :class:`~isa.program.Program` (isa.md §2).
+
+Accepts the upstream syntax (``;`` and ``//`` comments, blank lines, ``gpN``/``fN``/``aN``, decimal
+immediates) plus hex immediates and ``_`` separators; mnemonics and registers are case-insensitive.
+Every operand is kind- and range-checked against the opcode table; all errors of a file are collected
+and raised together as one :class:`AssemblerError`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .encoding import encode
+from .program import Program, SourceLine
+from .table import BY_MNEMONIC, FIELDS, NOT_INSTRUCTIONS, OPERAND_KINDS, REGISTER_COUNT, Instr, Operand
+
+__all__ = ["AsmDiagnostic", "AssemblerError", "assemble", "assemble_file"]
+
+_REG_RE = re.compile(r"^(gp|f|a)([0-9]+)$", re.IGNORECASE)
+_DEC_RE = re.compile(r"^[0-9][0-9_]*$")
+_HEX_RE = re.compile(r"^0[xX][0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*$")
+_KIND_NAME = {"gp": "GP register", "f": "FP register", "a": "HBM address register"}
+_RESERVED_NAMES = {name: op for op, name in NOT_INSTRUCTIONS.items() if name}
+
+
+@dataclass(frozen=True)
+class AsmDiagnostic:
+    """One located assembler error."""
+    file: str
+    line: int        # 1-based
+    column: int      # 1-based column of ``token`` in the line
+    token: str
+    reason: str
+    line_text: str
+
+    def __str__(self) -> str:
+        tok = f" '{self.token}'" if self.token else ""
+        return f"{self.file}:{self.line}:{self.column}:{tok} {self.reason}"
+
+
+class AssemblerError(ValueError):
+    """All errors of one assembly; ``diagnostics`` lists them in line order.
+
+    The first error is also exposed as ``line_no``, ``line_text``, ``reason`` (isa.md §2).
+    """
+
+    def __init__(self, diagnostics: list[AsmDiagnostic]):
+        assert diagnostics
+        self.diagnostics = tuple(diagnostics)
+        first = self.diagnostics[0]
+        self.file, self.line_no, self.column = first.file, first.line, first.column
+        self.line_text, self.reason, self.token = first.line_text, first.reason, first.token
+        n = len(self.diagnostics)
+        head = f"{n} assembler error{'s' if n != 1 else ''}"
+        super().__init__(head + ":\n" + "\n".join(f"  {d}" for d in self.diagnostics))
+
+
+class _LineError(Exception):
+    def __init__(self, column: int, token: str, reason: str):
+        self.column, self.token, self.reason = column, token, reason
+
+
+def strip_comment(line: str) -> str:
+    """Remove everything from the first ``//``, then everything from the first ``;``."""
+    k = line.find("//")
+    if k >= 0:
+        line = line[:k]
+    k = line.find(";")
+    if k >= 0:
+        line = line[:k]
+    return line
+
+
+def _parse_number(tok: str) -> int | None:
+    if _DEC_RE.match(tok):
+        return int(tok.replace("_", ""), 10)
+    if _HEX_RE.match(tok):
+        return int(tok[2:].replace("_", ""), 16)
+    return None
+
+
+def _describe(tok: str) -> str:
+    m = _REG_RE.match(tok)
+    if m:
+        return f"{_KIND_NAME[m.group(1).lower()]} '{tok}'"
+    return f"'{tok}'"
+
+
+def _expected(op: Operand) -> str:
+    return OPERAND_KINDS[op.kind]
+
+
+def _parse_operand(op: Operand, tok: str, col: int, index: int, instr: Instr) -> int:
+    """Value of one operand token for ``op`` (register index or number); raises _LineError."""
+    pos = f"operand {index + 1} ({op.name})"
+    if tok.startswith("-") or tok.startswith("+"):
+        raise _LineError(col, tok, f"{pos}: signed numbers are not allowed; expected {_expected(op)}")
+    m = _REG_RE.match(tok)
+    if op.kind in ("gp", "f", "a"):
+        if not m:
+            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")
+        kind, digits = m.group(1).lower(), m.group(2)
+        if kind != op.kind:
+            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")
+        if len(digits) > 1 and digits[0] == "0":
+            raise _LineError(col, tok, f"{pos}: register index must not have leading zeros")
+        n = int(digits)
+        if n >= REGISTER_COUNT[kind]:
+            raise _LineError(col, tok, f"{pos}: register {tok} out of range; expected {_expected(op)}")
+        value = n
+    elif op.kind == "zero":
+        if m and m.group(1).lower() == "gp" and m.group(2) == "0":
+            return 0
+        v = _parse_number(tok)
+        if v != 0:
+            raise _LineError(col, tok, f"{pos}: expected placeholder 0 (or gp0), got {_describe(tok)}")
+        return 0
+    else:  # numbers: imm18, imm22, flag
+        if m:
+            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")
+        v = _parse_number(tok)
+        if v is None:
+            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got malformed number '{tok}'")
+        f = FIELDS[op.field] if op.field else None
+        hi = op.max_value if op.max_value is not None else (f.max if f else 0)
+        if v > hi:
+            raise _LineError(col, tok, f"{pos}: value {v} out of range; expected {op.name} 0..{hi}")
+        value = v
+    for bad, why in op.forbid:
+        if value == bad:
+            raise _LineError(col, tok, f"{pos}: {why}")
+    return value
+
+
+def _split_operands(rest: str, rest_col: int) -> list[tuple[str, int]]:
+    """Comma-split ``rest``; returns (token, 1-based column) pairs. Empty tokens are kept ('')."""
+    out = []
+    pos = 0
+    for piece in rest.split(","):
+        lead = len(piece) - len(piece.lstrip())
+        tok = piece.strip()
+        out.append((tok, rest_col + pos + lead))
+        pos += len(piece) + 1
+    return out
+
+
+def _assemble_line(code: str) -> int | None:
+    """Encode one comment-stripped line; None for a blank line. Raises _LineError."""
+    body = code.strip()
+    if not body:
+        return None
+    col0 = len(code) - len(code.lstrip()) + 1
+    parts = body.split(None, 1)
+    mnem_tok = parts[0]
+    mnem = mnem_tok.upper()
+    instr = BY_MNEMONIC.get(mnem)
+    if instr is None:
+        if mnem in _RESERVED_NAMES:
+            raise _LineError(col0, mnem_tok, f"{mnem} (opcode {_RESERVED_NAMES[mnem]:#04x}) is not an "
+                                             "instruction of this ISA")
+        raise _LineError(col0, mnem_tok, "unknown mnemonic; expected an instruction name such as S_ADDI_INT "
+                                         "(labels, directives and '#' comments are not supported)")
+    ops: list[tuple[str, int]] = []
+    if len(parts) > 1:
+        rest_col = col0 + body.index(parts[1], len(mnem_tok))
+        ops = _split_operands(parts[1], rest_col)
+    for tok, col in ops:
+        if tok == "":
+            raise _LineError(col, "", "empty operand (stray or trailing comma)")
+    forms = [f for f in instr.forms() if len(f) == len(ops)]
+    if not forms:
+        allowed = " | ".join(", ".join(o.name for o in f) or "(none)" for f in instr.forms())
+        tok, col = ops[-1] if ops else (mnem_tok, col0)
+        hint = " (missing commas?)" if any(" " in t or "\t" in t for t, _ in ops) else ""
+        raise _LineError(col, tok, f"{mnem} takes {' or '.join(str(len(f)) for f in instr.forms())} "
+                                   f"operands, got {len(ops)}{hint}; expected: {allowed}")
+    form = forms[0]
+    fields: dict[str, int] = {}
+    for k, (op, (tok, col)) in enumerate(zip(form, ops)):
+        if " " in tok or "\t" in tok:
+            raise _LineError(col, tok, f"operand {k + 1} ({op.name}): contains whitespace (missing comma?)")
+        value = _parse_operand(op, tok, col, k, instr)
+        if op.field is not None:
+            fields[op.field] = value
+    return encode(mnem, **fields)
+
+
+def assemble(text: str, filename: str = "<asm>") -> Program:
+    """Assemble ``text``. Raises :class:`AssemblerError` listing every error of the text."""
+    words: list[int] = []
+    source: list[SourceLine] = []
+    errors: list[AsmDiagnostic] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        try:
+            word = _assemble_line(strip_comment(line))
+        except _LineError as e:
+            errors.append(AsmDiagnostic(filename, lineno, e.column, e.token, e.reason, line))
+            continue
+        if word is not None:
+            words.append(word)
+            source.append(SourceLine(filename, lineno, line))
+    if errors:
+        raise AssemblerError(errors)
+    return Program(tuple(words), tuple(source), filename)
+
+
+def assemble_file(path: str | Path) -> Program:
+    """Assemble a file (UTF-8). Unreadable files raise AssemblerError at line 0."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", f"cannot read file: {exc}", "")]) from None
+    return assemble(text, str(p))
