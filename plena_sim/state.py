@@ -1,0 +1,112 @@
+"""Architectural state as plain numpy arrays (isa.md §1), shared by the Numba core and the reference.
+
+One job: own the arrays and their layout. Both backends mutate the same :class:`MachineState` so the
+differential tests can compare them array by array.
+
+Layout (all arrays are owned by the state object; the Numba core receives them as arguments):
+
+==============  ======================================  ============================================
+name            dtype / shape                           meaning
+==============  ======================================  ============================================
+``gp``          uint32[16]                              gp0..gp15 (gp0 always 0)
+``fp``          uint16[8]                               f0..f7 as bf16 bit patterns (f0 always 0)
+``areg``        uint64[8]                               a0..a7 HBM byte addresses
+``ctrl``        int64[N_CTRL]                           SCALE, STRIDE, V_MASK, PC (see CTRL_* slots)
+``loop_start``  int64[LOOP_CAP]                         loop stack: start pc of each record
+``loop_reg``    int64[LOOP_CAP]                         loop stack: counter register of each record
+``loop_count``  int64[LOOP_CAP]                         loop stack: instructions this iteration
+``vram``        uint16[VECTOR_SRAM_SIZE, VLEN]          bf16 bits; np.zeros maps pages lazily
+``mram``        float32[n_tiles, MLEN, MLEN]            exact decoded f32 values
+``fp_sram``     uint16[FP_SRAM_SIZE]                    bf16 bits
+``int_sram``    uint32[INT_SRAM_SIZE]
+``m_accum``     float32[BLEN, BLEN]
+``v_accum``     float32[BLEN]
+``hm_accum``    float32[BA, MLEN, MLEN]
+``hv_accum``    float32[BA, MLEN]
+``hbm``         :class:`plena_sim.hbm.Hbm`              sparse byte store (page table + page pool)
+==============  ======================================  ============================================
+
+The loop stack depth is ``ctrl[CTRL_LOOP_DEPTH]``. The architecture has no depth limit; the arrays
+start at LOOP_CAP records and the machine grows them (and resumes) if a program needs more.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import HardwareConfig
+
+__all__ = ["MachineState", "CTRL_SCALE", "CTRL_STRIDE", "CTRL_V_MASK", "CTRL_PC", "CTRL_LOOP_DEPTH",
+           "N_CTRL", "LOOP_CAP"]
+
+CTRL_SCALE = 0
+CTRL_STRIDE = 1
+CTRL_V_MASK = 2
+CTRL_PC = 3
+CTRL_LOOP_DEPTH = 4
+N_CTRL = 5
+LOOP_CAP = 256
+
+
+class MachineState:
+    """All architectural state of one machine, reset values per isa.md §1."""
+
+    def __init__(self, cfg: HardwareConfig, hbm=None):
+        from .hbm import Hbm  # numerics/hbm module (sparse storage)
+        self.cfg = cfg
+        M, V, B, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
+        self.gp = np.zeros(16, dtype=np.uint32)
+        self.fp = np.zeros(8, dtype=np.uint16)
+        self.areg = np.zeros(8, dtype=np.uint64)
+        self.ctrl = np.zeros(N_CTRL, dtype=np.int64)
+        self.ctrl[CTRL_STRIDE] = 1
+        self.loop_start = np.zeros(LOOP_CAP, dtype=np.int64)
+        self.loop_reg = np.zeros(LOOP_CAP, dtype=np.int64)
+        self.loop_count = np.zeros(LOOP_CAP, dtype=np.int64)
+        self.vram = np.zeros((cfg.VECTOR_SRAM_SIZE, V), dtype=np.uint16)
+        self.mram = np.zeros((cfg.mram_tiles, M, M), dtype=np.float32)
+        self.fp_sram = np.zeros(cfg.FP_SRAM_SIZE, dtype=np.uint16)
+        self.int_sram = np.zeros(cfg.INT_SRAM_SIZE, dtype=np.uint32)
+        self.m_accum = np.zeros((B, B), dtype=np.float32)
+        self.v_accum = np.zeros(B, dtype=np.float32)
+        self.hm_accum = np.zeros((BA, M, M), dtype=np.float32)
+        self.hv_accum = np.zeros((BA, M), dtype=np.float32)
+        self.hbm = hbm if hbm is not None else Hbm(cfg.HBM_SIZE)
+
+    def grow_loop_stack(self) -> None:
+        """Double the loop stack capacity (keeps contents)."""
+        for name in ("loop_start", "loop_reg", "loop_count"):
+            old = getattr(self, name)
+            new = np.zeros(old.size * 2, dtype=old.dtype)
+            new[: old.size] = old
+            setattr(self, name, new)
+
+    @property
+    def loop_stack(self) -> list[tuple[int, int, int]]:
+        """Active loop records ``(start_pc, reg, count)``, outermost first."""
+        d = int(self.ctrl[CTRL_LOOP_DEPTH])
+        return [(int(self.loop_start[k]), int(self.loop_reg[k]), int(self.loop_count[k])) for k in range(d)]
+
+    ARRAYS = ("gp", "fp", "areg", "ctrl", "vram", "mram", "fp_sram", "int_sram",
+              "m_accum", "v_accum", "hm_accum", "hv_accum")
+
+
+class Outcome:
+    """What one execution backend reports (the Numba core and the reference return the same thing).
+
+    ``retired``: instructions retired; ``fault``: None or the int64 fault record (faults.py slots);
+    ``by_opcode``: int64[64] retired count per opcode; ``cycles``: serial-mode cycles charged;
+    ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``).
+    """
+
+    __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters")
+
+    def __init__(self, retired: int, fault, by_opcode, cycles: int, counters: dict | None = None):
+        self.retired = int(retired)
+        self.fault = None if fault is None else tuple(int(x) for x in fault)
+        self.by_opcode = np.asarray(by_opcode, dtype=np.int64)
+        self.cycles = int(cycles)
+        self.counters = dict(counters or {})
+
+    def __repr__(self) -> str:
+        return (f"Outcome(retired={self.retired}, fault={self.fault}, cycles={self.cycles}, "
+                f"counters={self.counters})")
