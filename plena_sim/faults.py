@@ -1,12 +1,102 @@
-"""Fault catalogue and typed fault exceptions (isa.md §8).
+"""Fault catalogue, the raw fault record, and typed fault exceptions (isa.md §8).
 
 One job: the rule table (rule id, integer code used inside the Numba core, exception class, what the
-rule means) and the conversion of a raw fault record into a located, human-readable :class:`SimFault`.
+rule means), the layout of the raw fault record both execution backends fill, and the conversion of a
+record into a located, human-readable :class:`SimFault`.
 
-Inside the JIT a fault is a status plus an int64 record (see ``FAULT_*`` slots); it is turned into an
-exception here, outside the JIT, with the pc, the source line, the instruction text, the operand register
-values and the rule broken. The reference interpreter produces the same record, so the two backends can
-be compared fault for fault.
+Inside the JIT a fault is a status plus an int64 record of ``FAULT_RECORD_LEN`` slots; it is turned
+into an exception here, outside the JIT, with the pc, the source line, the instruction text, the operand
+register values and the rule broken. The reference interpreter (``plena_sim.reference``) produces the
+same record, so the two backends can be compared fault for fault: **the records must be identical**.
+
+Precise faults
+==============
+A faulting instruction changes nothing: not the registers, not memory, not the accumulators, not the
+loop stack *and not the loop records' runaway counts* (the per-instruction ``count += 1`` of isa.md §6.6
+is committed only when the instruction retires; on any fault -- LP-RUNAWAY included -- every count is
+left as it was before the instruction). The instruction is not retired and not charged (cycles,
+by_opcode, counters unchanged). ``ctrl[CTRL_PC]`` stays at the faulting instruction.
+
+Check order (isa.md §8, memory.md §5.2)
+=======================================
+Before each instruction: BUDGET (``retired == max_instructions``), then the runaway increment and
+LP-RUNAWAY, then decode (IL-OPC). Within an instruction: IL -> CF -> LP -> AL -> BD. Within one class,
+operands are taken **in assembly operand order** (isa.md §4 column "Assembly operands"), and the rows /
+tiles of one operand in ascending order. Concretely (the AL and BD operand sequence per instruction):
+
+* V two/three-address ops: AL-VROW ``gp[rd]``, ``gp[rs1]``, (VV: ``gp[rs2]``); then BD-VROW in the
+  same order. V_SHFT_V: rd, rs1 only. V_RED_*: IL-FREG(rd); if ``f.rd != 0``: AL-VROW / BD-VROW
+  ``gp[rs1]``.
+* V_TOPK: IL-TOPK; AL-VROW ``gp[rs1]``; then BD in operand order: BD-FPS (``gp[rd]``, K words),
+  BD-VROW (logit rows ``k < ceil(E/V)`` ascending), BD-INTS (``gp[rs2]``, K words).
+* M_MM ``0, mat, vec``: CF-VM; AL-MM(mat, rs1), AL-VROW(vec, rs2); BD-MTILE(mat), BD-VROW(rows i<B).
+  M_TMM ``0, vec, mat``: CF-VM; AL-VROW(vec, rs1), AL-MM(mat, rs2); BD-VROW(rows), BD-MTILE(mat).
+  M_MV / M_TMV: as M_MM with AL-MV / AL-TMV (one VRAM row).
+  M_BMM / M_BTMM: IL-BRD; CF-VM; CF-BA; AL-BHEAD(rs1), AL-VROW(rs2); BD-MTILE, BD-VROW(rows s<M).
+  M_BMV / M_BTMV: CF-VM; CF-BA; AL-BHEAD(m = gp[rs1] + gp[rd], reported on rs1), AL-VROW(rs2);
+  BD-MTILE, BD-VROW(one row).
+  M_*_WO: CF-VM; AL-WO / AL-BWO on ``addr = gp[rd] + imm18``; BD-VROW on every destination row in the
+  order they are written.
+* S_LD_FP / S_ST_FP: IL-FREG(rd); BD-FPS(gp[rs1] + imm). S_MAP_V_FP: AL-VROW(gp[rd]); BD-VROW(gp[rd]),
+  BD-FPS(gp[rs1] + imm, V words). S_LD_INT / S_ST_INT: BD-INTS. S_*_FP arithmetic: IL-FREG on rd,
+  rs1, (rs2) in that order, then no-op if ``f.rd == 0``.
+* H_*: IL-AREG(rs2); AL-VROW / AL-MTILE(gp[rd]); AL-MX rows i = 0..P-1; BD-VROW / BD-MTILE
+  (rows / tiles ascending); BD-HBM rows i = 0..P-1, element range before scale range.
+* C_SET_ADDR_REG: IL-AREG(rd). C_LOOP_START: LP-GP0, then LP-ZERO. C_LOOP_END: LP-NOMATCH.
+  C_BREAK: LP-BREAK.
+
+Record slots
+============
+``rec[FAULT_RULE]`` rule code (``Rule.code``; 0 = no fault), ``rec[FAULT_PC]`` pc of the faulting
+instruction, ``rec[FAULT_OPERAND]`` index into :data:`OPERAND_NAMES` of the instruction-word field that
+holds the offending operand (-1 none), ``rec[FAULT_VALUE]`` the offending value, ``rec[FAULT_INDEX]`` the
+row / tile / block index within the instruction (-1 if not applicable), ``rec[FAULT_LIMIT]`` the bound
+or modulus checked against (-1 if not applicable), ``rec[FAULT_X6]``, ``rec[FAULT_X7]`` rule-specific
+extras (0 if unused). Unused slots hold exactly the values given here (-1 for OPERAND/INDEX/LIMIT,
+0 for X6/X7) so that records compare equal across backends. Values that exceed int64 (only possible
+for HBM byte addresses near 2^64) are saturated to 2^63-1.
+
+=============  ========  ==================================  ======  ==========================  =====================================  =====================
+rule           OPERAND   VALUE                               INDEX   LIMIT                       X6                                     X7
+=============  ========  ==================================  ======  ==========================  =====================================  =====================
+IL-OPC         -1        opcode number                       -1      -1                          the instruction word (u32)             0
+IL-FREG        field     field value (8..15)                 -1      8                           0                                      0
+IL-AREG        field     field value (8..15)                 -1      8                           0                                      0
+IL-BRD         rd        f.rd                                -1      -1                          0                                      0
+IL-TOPK        rs3       f.rs3 (policy)                      -1      2                           0                                      0
+CF-VM          -1        VLEN                                -1      MLEN                        0                                      0
+CF-BA          -1        BROADCAST_AMOUNT*HLEN               -1      MLEN                        BROADCAST_AMOUNT                       HLEN
+LP-ZERO        imm       imm22 (0)                           -1      -1                          f.rd (counter register)                0
+LP-GP0         rd        f.rd (0)                            -1      -1                          imm22 (the count)                      0
+LP-NOMATCH     rd        f.rd                                -1      -1                          loop stack depth                       0
+LP-BREAK       -1        reg of the top record (-1: empty)   -1      -1                          start_pc of top record (-1: empty)     loop stack depth
+LP-RUNAWAY     -1        the record's count after increment  level   MAX_LOOP_INSTRUCTIONS       the record's counter register          the record's start_pc
+BUDGET         -1        instructions retired                -1      max_instructions            0                                      0
+AL-VROW        field     VRAM element address                -1      VLEN                        address mod VLEN                       0
+AL-MTILE       rd        MRAM element address                -1      MLEN*MLEN                   address mod (MLEN*MLEN)                0
+AL-MM          field     matrix address m                    see X7  MLEN (X7=0) / BLEN (X7=1)   off = m mod (MLEN*MLEN)                0: off mod MLEN != 0; 1: (off div MLEN) mod BLEN != 0 (INDEX = off div MLEN)
+AL-MV          rs1       matrix address m                    -1      BLEN (X7=0) / MLEN (X7=1)   off                                    0: off mod BLEN != 0; 1: off >= MLEN
+AL-TMV         rs1       matrix address m                    -1      BLEN*MLEN                   off                                    0
+AL-BHEAD       rs1       matrix address m (BMV: rs1+rd)      -1      HLEN (X7=0) / MLEN (X7=1)   off                                    0: off mod HLEN != 0; 1: off >= MLEN
+AL-WO          rd        addr = gp[rd] + imm18               -1      BLEN                        addr mod MLEN                          0
+AL-BWO         rd        addr = gp[rd] + imm18               -1      MLEN                        addr mod MLEN                          0
+AL-MX          rs1       row offset o_i = gp[rs1] + i*pitch  i       eb*block (bytes)            o_i mod (eb*block)                     pitch
+BD-VROW        field     VRAM row index (address div VLEN)   row i   VECTOR_SRAM_SIZE            the row's element address              0
+BD-MTILE       field     MRAM tile index                     tile t  number of MRAM tiles        the tile's / operand's element address 0
+BD-FPS         field     first FP SRAM word accessed         -1      FP_SRAM_SIZE                number of words accessed               0
+BD-INTS        field     first INT SRAM word accessed        -1      INT_SRAM_SIZE               number of words accessed               0
+BD-HBM         rs2       first byte address of the range     row i   HBM_SIZE                    0: element range, 1: scale range       range length (bytes)
+=============  ========  ==================================  ======  ==========================  =====================================  =====================
+
+Notes on the table: "field" is the word field of the register operand that supplied the address
+(e.g. rs2 for the vector operand of M_MM, rs1 for that of M_TMM, rd for V_* destinations and the
+write-out ops, rs1 for S_LD_FP/S_ST_FP/S_MAP_V_FP/S_LD_INT/S_ST_INT bases, rd / rs2 for V_TOPK's FP /
+INT destinations, rd for the H_* SRAM side; BD-MTILE: rs1 / rs2 mat operand or rd of H_PREFETCH_M).
+INDEX of BD-VROW is the row number within the instruction's access (0 for single-row operands; i of
+``v + i*M``; ``b*M + s`` for M_BMM_WO; k for V_TOPK logit rows; i for H_* and M_MM_WO rows); for
+BD-MTILE it is t of H_PREFETCH_M (0 for M_*). LP-RUNAWAY: ``level`` is the position in the loop stack
+(0 = outermost) of the first record, scanning from the outermost, whose count exceeds the limit.
+BUDGET and LP-RUNAWAY report the pc of the instruction that was about to execute.
 """
 from __future__ import annotations
 
@@ -17,7 +107,8 @@ __all__ = [
     "SimFault", "IllegalInstruction", "ConfigFault", "LoopFault", "InstructionBudgetExceeded",
     "AlignmentFault", "BoundsFault", "Rule", "RULES", "RULE_BY_ID", "RULE_BY_CODE", "FAULT_RECORD_LEN",
     "FAULT_RULE", "FAULT_PC", "FAULT_OPERAND", "FAULT_VALUE", "FAULT_INDEX", "FAULT_LIMIT",
-    "OPERAND_NAMES", "make_fault",
+    "FAULT_X6", "FAULT_X7", "OPERAND_NAMES", "OPERAND_INDEX", "make_fault", "blank_record",
+    "operand_registers", "operand_values", "INT64_MAX",
 ]
 
 # ---------------------------------------------------------------- the raw record (int64 array slots)
@@ -28,16 +119,30 @@ FAULT_OPERAND = 2   # which operand field holds the offending value: OPERAND_NAM
 FAULT_VALUE = 3     # the offending value (an address, an index, a field value)
 FAULT_INDEX = 4     # row / tile / block index within the instruction (-1 if not applicable)
 FAULT_LIMIT = 5     # the bound or modulus the value was checked against (-1 if not applicable)
-# slots 6, 7: rule-specific extra values (documented per rule below), 0 if unused
+FAULT_X6 = 6        # rule-specific extra value (table above), 0 if unused
+FAULT_X7 = 7        # rule-specific extra value (table above), 0 if unused
+
+INT64_MAX = (1 << 63) - 1
 
 #: operand field names, indexed by FAULT_OPERAND
 OPERAND_NAMES = ("rd", "rs1", "rs2", "rs3", "funct1", "imm", "derived")
+OPERAND_INDEX = MappingProxyType({n: k for k, n in enumerate(OPERAND_NAMES)})
+
+
+def blank_record(rule_code: int, pc: int) -> list[int]:
+    """A record with the rule and pc set and every other slot at its 'unused' value."""
+    return [int(rule_code), int(pc), -1, 0, -1, -1, 0, 0]
 
 
 # ---------------------------------------------------------------- exception classes
 
 class SimFault(Exception):
-    """A program fault: the run stopped before the faulting instruction changed anything."""
+    """A program fault: the run stopped before the faulting instruction changed anything.
+
+    Attributes: ``rule`` (isa.md §8 id), ``pc``, ``where`` (``file:line``), ``text`` (instruction
+    source text), ``detail`` (what was wrong, with values), ``operands`` (register name -> value),
+    ``record`` (the raw record), ``stats`` (statistics so far, attached by the machine).
+    """
 
     kind = "SimFault"
 
@@ -130,23 +235,111 @@ for _r in RULES:
     globals()["R_" + _r.id.replace("-", "_")] = _r.code
 
 
-def make_fault(record, program=None, operand_values: dict[str, int] | None = None) -> SimFault:
+# ---------------------------------------------------------------- operand naming
+
+_REG_PREFIX = {"gp": "gp", "f": "f", "a": "a"}
+
+
+def _instr_of(word: int | None):
+    if word is None:
+        return None
+    from isa.table import BY_OPCODE
+    return BY_OPCODE.get(int(word) & 0x3F)
+
+
+def _field(word: int, name: str) -> int:
+    from isa.table import FIELDS
+    f = FIELDS[name]
+    return (int(word) >> f.shift) & f.max
+
+
+def operand_registers(word: int) -> list[tuple[str, str, int, str]]:
+    """The register operands of ``word`` in assembly order: ``(name, kind, index, field)``,
+    e.g. ``("gp5", "gp", 5, "rs1")``. Field values with no register (f8, a9) are skipped; M_MM_WO's
+    stride register is skipped when it is gp0 (it then means stride 1)."""
+    instr = _instr_of(word)
+    if instr is None:
+        return []
+    from isa.table import REGISTER_COUNT
+    out = []
+    seen = set()
+    for op in instr.operands:
+        if op.kind not in _REG_PREFIX or op.field is None:
+            continue
+        v = _field(word, op.field)
+        if v >= REGISTER_COUNT[op.kind]:
+            continue
+        name = f"{_REG_PREFIX[op.kind]}{v}"
+        if name in seen:
+            continue
+        seen.add(name)
+        out.append((name, op.kind, v, op.field))
+    return out
+
+
+def operand_values(word: int, gp, fp, areg) -> dict[str, int | float]:
+    """Register name -> current value for the register operands of ``word`` (fp values as floats).
+
+    ``gp``: u32 values, ``fp``: bf16 bit patterns, ``areg``: u64 values (array-likes)."""
+    import numpy as np
+    vals: dict[str, int | float] = {}
+    for name, kind, idx, _field_name in operand_registers(word):
+        if kind == "gp":
+            vals[name] = int(gp[idx])
+        elif kind == "a":
+            vals[name] = int(areg[idx])
+        else:
+            bits = np.array([int(fp[idx]) << 16], dtype=np.uint32)
+            vals[name] = float(bits.view(np.float32)[0])
+    return vals
+
+
+def _reg_for_field(word: int | None, field_name: str | None) -> str | None:
+    if word is None or field_name is None:
+        return None
+    for name, _kind, _idx, fld in operand_registers(word):
+        if fld == field_name:
+            return name
+    return None
+
+
+# ---------------------------------------------------------------- record -> exception
+
+def make_fault(record, program=None, operand_values: dict[str, int] | None = None, *,
+               word: int | None = None, state=None) -> SimFault:
     """Build the typed exception for a raw fault ``record`` (sequence of FAULT_RECORD_LEN ints).
 
-    ``program`` (an :class:`isa.program.Program`) supplies the source line and text;
+    ``program`` (an :class:`isa.program.Program`) supplies the source line, the text and the word;
     ``operand_values`` the register values of the instruction's operands (e.g. ``{"gp5": 8196}``).
+    Alternatively pass ``state`` (a :class:`~plena_sim.state.MachineState` at the fault, unchanged by
+    the faulting instruction) and the operand values are read from it. ``word`` overrides the
+    instruction word when no program is available.
     """
     rec = tuple(int(x) for x in record)
+    if len(rec) != FAULT_RECORD_LEN:
+        raise ValueError(f"a fault record has {FAULT_RECORD_LEN} slots, got {len(rec)}")
     rule = RULE_BY_CODE.get(rec[FAULT_RULE])
     if rule is None:
         raise ValueError(f"not a fault record: {rec}")
     pc = rec[FAULT_PC]
+    if word is None and program is not None and 0 <= pc < len(program):
+        word = int(program.words[pc])
     if program is not None and 0 <= pc < len(program):
         src = program.source[pc]
         where, text = src.where(), _strip_comment(src.text)
     else:
-        where, text = f"<program>:pc {pc}", "?"
-    detail = _detail(rule, rec, operand_values or {})
+        where = f"<program>:pc {pc}"
+        if word is not None:
+            from isa.disasm import disassemble_word
+            text = disassemble_word(word)
+        elif rule.id in ("BUDGET", "LP-RUNAWAY"):
+            text = "(end of program)"
+        else:
+            text = "?"
+    if operand_values is None and state is not None and word is not None:
+        operand_values = globals()["operand_values"](word, state.gp, state.fp, state.areg)
+    operand_values = dict(operand_values or {})
+    detail = _detail(rule, rec, word, operand_values)
     return rule.cls(rule.id, pc, where, text, detail, operand_values, rec)
 
 
@@ -158,7 +351,25 @@ def _strip_comment(text: str) -> str:
     return text.strip()
 
 
-def _detail(rule: Rule, rec: tuple[int, ...], operands: dict[str, int]) -> str:
+def _fmt_val(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _detail(rule: Rule, rec: tuple[int, ...], word: int | None, operands: dict) -> str:
+    try:
+        msg = _specific(rule.id, rec, word)
+    except Exception:  # never let message formatting hide the fault itself
+        msg = None
+    if msg is None:
+        msg = _generic(rule, rec)
+    if operands:
+        msg += "; " + ", ".join(f"{k}={_fmt_val(v)}" for k, v in operands.items())
+    return msg
+
+
+def _generic(rule: Rule, rec: tuple[int, ...]) -> str:
     op = rec[FAULT_OPERAND]
     opname = OPERAND_NAMES[op] if 0 <= op < len(OPERAND_NAMES) else None
     parts = [f"value {rec[FAULT_VALUE]}"]
@@ -168,8 +379,112 @@ def _detail(rule: Rule, rec: tuple[int, ...], operands: dict[str, int]) -> str:
         parts.append(f"at row/tile/block {rec[FAULT_INDEX]}")
     if rec[FAULT_LIMIT] >= 0:
         parts.append(f"checked against {rec[FAULT_LIMIT]}")
-    regs = ", ".join(f"{k}={v}" for k, v in operands.items())
-    text = f"{rule.what}; " + ", ".join(parts)
-    if regs:
-        text += f"; operands: {regs}"
-    return text
+    return f"{rule.what}; " + ", ".join(parts)
+
+
+def _specific(rid: str, rec: tuple[int, ...], word: int | None) -> str | None:
+    op, val, idx, lim, x6, x7 = (rec[FAULT_OPERAND], rec[FAULT_VALUE], rec[FAULT_INDEX], rec[FAULT_LIMIT],
+                                 rec[FAULT_X6], rec[FAULT_X7])
+    fld = OPERAND_NAMES[op] if 0 <= op < len(OPERAND_NAMES) else None
+    instr = _instr_of(word)
+    mn = instr.mnemonic if instr is not None else "instruction"
+    reg = _reg_for_field(word, fld)
+    src = f" ({reg})" if reg else (f" (field {fld})" if fld else "")
+
+    def imm_src():
+        # "gp3 + 16" for addr = gp[x] + imm forms
+        if word is None or instr is None:
+            return src
+        imm = _field(word, "imm18")
+        return f" ({reg} + {imm})" if reg else src
+
+    if rid == "IL-OPC":
+        from isa.table import NOT_INSTRUCTIONS
+        up = NOT_INSTRUCTIONS.get(val, "")
+        note = f" (upstream {up}, not part of this ISA)" if up else ""
+        return f"opcode {val:#04x} is not an instruction{note}; word 0x{x6 & 0xFFFFFFFF:08X}"
+    if rid == "IL-FREG":
+        return f"fp register field {fld}={val} names no register (only f0..f7 exist)"
+    if rid == "IL-AREG":
+        return f"HBM address register field {fld}={val} names no register (only a0..a7 exist)"
+    if rid == "IL-BRD":
+        return f"{mn} requires rd field 0, found {val}"
+    if rid == "IL-TOPK":
+        return f"policy {val} is not 0 (E=32, K=4) or 1 (E=128, K=8)"
+    if rid == "CF-VM":
+        return f"matrix instructions need VLEN == MLEN; the config has VLEN={val}, MLEN={lim}"
+    if rid == "CF-BA":
+        return (f"batched matrix instructions need BROADCAST_AMOUNT*HLEN == MLEN; the config has "
+                f"{x6}*{x7} = {val}, MLEN={lim}")
+    if rid == "LP-ZERO":
+        return f"loop count is 0 (counter gp{x6}); a loop must run at least once"
+    if rid == "LP-GP0":
+        return f"loop counter gp0 always reads 0 (count {x6}); use gp1..gp15"
+    if rid == "LP-NOMATCH":
+        return f"no active loop counts in gp{val} (loop stack depth {x6})"
+    if rid == "LP-BREAK":
+        if x7 == 0 or val < 0:
+            return "C_BREAK outside any loop (loop stack empty)"
+        return (f"the innermost loop (counter gp{val}, C_LOOP_START at pc {x6}) has no C_LOOP_END gp{val} "
+                f"after its start")
+    if rid == "LP-RUNAWAY":
+        return (f"loop level {idx} (C_LOOP_START at pc {x7}, counter gp{x6}) has executed {val} "
+                f"instructions in one iteration, more than MAX_LOOP_INSTRUCTIONS={lim}")
+    if rid == "BUDGET":
+        return f"instruction budget exhausted: {val} instructions retired, max_instructions={lim}"
+    if rid == "AL-VROW":
+        return f"VRAM row address {val}{src} is not a multiple of VLEN={lim} (remainder {x6})"
+    if rid == "AL-MTILE":
+        return (f"MRAM tile address {val}{src} is not a multiple of MLEN*MLEN={lim} "
+                f"(offset {x6} within tile)")
+    if rid == "AL-MM":
+        what = "column" if mn != "M_TMM" else "row"
+        if x7 == 0:
+            return (f"matrix address {val}{src} is not row-granular: offset {x6} within tile is not a "
+                    f"multiple of MLEN (remainder {x6 % lim if lim > 0 else '?'}, MLEN={lim})")
+        return (f"matrix address {val}{src} selects {what} {idx} (in-tile offset {x6}), which is not a "
+                f"multiple of BLEN={lim}")
+    if rid == "AL-MV":
+        if x7 == 0:
+            return f"matrix address {val}{src}: column offset {x6} within tile is not a multiple of BLEN={lim}"
+        return (f"matrix address {val}{src}: in-tile offset {x6} is not < MLEN={lim} "
+                f"(M_MV addresses a column offset within the tile's first row)")
+    if rid == "AL-TMV":
+        return (f"matrix address {val}{src}: in-tile offset {x6} is not a multiple of BLEN*MLEN={lim} "
+                f"(M_TMV addresses row blocks)")
+    if rid == "AL-BHEAD":
+        if instr is not None and mn in ("M_BMV", "M_BTMV"):
+            rd_reg = _reg_for_field(word, "rd")
+            src = f" ({reg} + {rd_reg})" if reg and rd_reg else src
+        if x7 == 0:
+            return f"matrix address {val}{src}: head offset {x6} within tile is not a multiple of HLEN={lim}"
+        return f"matrix address {val}{src}: head offset {x6} within tile is not < MLEN={lim}"
+    if rid == "AL-WO":
+        return (f"write-out address {val}{imm_src()}: lane offset {x6} (address mod MLEN) is not a "
+                f"multiple of BLEN={lim}")
+    if rid == "AL-BWO":
+        return f"write-out address {val}{imm_src()} is not a multiple of MLEN={lim} (remainder {x6})"
+    if rid == "AL-MX":
+        off_reg = reg or "gp_hoff"
+        return (f"row {idx}: HBM row offset {val} ({off_reg} + {idx}*pitch, pitch {x7}) is not a multiple "
+                f"of the MX block size {lim} bytes (remainder {x6})")
+    if rid == "BD-VROW":
+        row = f"row {idx} of the access: " if idx > 0 else ""
+        return (f"{row}VRAM row {val} (element address {x6}{', base ' + reg if reg else ''}) is outside "
+                f"VRAM (VECTOR_SRAM_SIZE={lim} rows)")
+    if rid == "BD-MTILE":
+        t = f"tile {idx} of the transfer: " if idx > 0 else ""
+        return (f"{t}MRAM tile {val} (element address {x6}{', base ' + reg if reg else ''}) is outside "
+                f"MRAM ({lim} tiles)")
+    if rid in ("BD-FPS", "BD-INTS"):
+        mem, key = ("FP SRAM", "FP_SRAM_SIZE") if rid == "BD-FPS" else ("INT SRAM", "INT_SRAM_SIZE")
+        base = imm_src() if fld == "rs1" else src
+        if x6 == 1:
+            return f"{mem} word {val}{base} is outside {key}={lim}"
+        return f"{mem} words [{val}, {val + x6}){base} exceed {key}={lim}"
+    if rid == "BD-HBM":
+        kind = "element" if x6 == 0 else "scale"
+        sat = " (saturated)" if val == INT64_MAX else ""
+        return (f"row {idx}: {kind} byte range [{val}{sat}, {val + x7}) of {x7} bytes{src} exceeds "
+                f"HBM_SIZE={lim}")
+    return None
