@@ -1,0 +1,78 @@
+"""The upstream ``.mem`` machine-code format (isa.md §2): one ``0x%08X`` word per line.
+
+The reader is lenient as the spec allows: any whitespace-separated tokens, each 1..8 hex digits with an
+optional ``0x``/``0X`` prefix. Anything else is a :class:`MemFormatError` naming the token index, line and
+token. An empty file is an empty program.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .program import Program, SourceLine
+
+__all__ = ["MemFormatError", "format_mem", "parse_mem", "read_mem", "write_mem"]
+
+_TOKEN_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]{1,8})$")
+
+
+class MemFormatError(ValueError):
+    def __init__(self, file: str, message: str):
+        self.file = file
+        super().__init__(f"{file}: {message}")
+
+
+def format_mem(words) -> str:
+    """Text of a .mem file for ``words`` (upper-case hex, 8 digits, one per line)."""
+    return "".join(f"0x{int(w) & 0xFFFFFFFF:08X}\n" for w in words)
+
+
+def parse_mem(text: str, filename: str = "<mem>") -> Program:
+    """Parse .mem text into a Program whose source map points at the .mem lines."""
+    from .disasm import disassemble_word
+    words: list[int] = []
+    source: list[SourceLine] = []
+    index = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        for tok in line.split():
+            m = _TOKEN_RE.match(tok)
+            if not m:
+                shown = tok if len(tok) <= 40 else tok[:37] + "..."
+                raise MemFormatError(filename, f"line {lineno}: token {index} {shown!r} is not a 32-bit hex "
+                                               "word (1..8 hex digits, optional 0x prefix)")
+            w = int(m.group(1), 16)
+            words.append(w)
+            source.append(SourceLine(filename, lineno, f"{disassemble_word(w)}   (word 0x{w:08X})"))
+            index += 1
+    return Program(tuple(words), tuple(source), filename)
+
+
+def read_mem(path: str | Path) -> Program:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise MemFormatError(str(p), f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise MemFormatError(str(p), f"not a text .mem file (non-ASCII byte at offset {exc.start})") from None
+    return parse_mem(text, str(p))
+
+
+def write_mem(path: str | Path, words) -> None:
+    """Write ``words`` as a .mem file (via a temporary file + rename, so no partial file is left)."""
+    import os
+    import tempfile
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=str(p.parent) if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(format_mem(words))
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,43 @@
+"""Opcode numbers and field shifts are written in exactly one module: isa/table.py."""
+import re
+from pathlib import Path
+
+from isa.docs import opcode_markdown
+from isa.table import INSTRUCTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("isa", "plena_sim", "programs", "testbenches")
+
+# shifts/masks by a field position, e.g. "<< 14", ">> 6", "& 0x3F", "& 63"
+FIELD_SHIFT = re.compile(r"(<<|>>)\s*(6|10|14|18|22)\b|&\s*(0x3[fF]|63)\b")
+# an opcode number bound to a mnemonic: "M_MM": 0x01, OP_M_MM = 1, 'V_TOPK' : 55
+OPCODE_BIND = re.compile(r"[\"']?\b(?:OP_)?(%s)\b[\"']?\s*[:=]\s*(0x[0-9a-fA-F]+|\d+)" %
+                         "|".join(i.mnemonic for i in INSTRUCTIONS))
+
+
+def _sources():
+    for pkg in PACKAGES:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            yield p
+
+
+def test_opcode_numbers_and_field_shifts_only_in_table():
+    offenders = []
+    for p in _sources():
+        if p == ROOT / "isa" / "table.py":
+            continue
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if FIELD_SHIFT.search(code) or OPCODE_BIND.search(code):
+                offenders.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "opcode numbers / field shifts outside isa/table.py:\n" + "\n".join(offenders)
+
+
+def test_table_itself_defines_them():
+    text = (ROOT / "isa" / "table.py").read_text()
+    assert 'Field("rs2", 14, 4)' in text and '"V_TOPK", 0x37' in text
+
+
+def test_generated_markdown_reference_is_up_to_date():
+    doc = ROOT / "docs" / "isa_reference.md"
+    assert doc.read_text() == opcode_markdown(), "regenerate with: plena-sim isa --markdown > docs/isa_reference.md"
