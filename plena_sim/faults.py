@@ -243,8 +243,9 @@ _REG_PREFIX = {"gp": "gp", "f": "f", "a": "a"}
 def _instr_of(word: int | None):
     if word is None:
         return None
+    from isa.encoding import field
     from isa.table import BY_OPCODE
-    return BY_OPCODE.get(int(word) & 0x3F)
+    return BY_OPCODE.get(field(int(word), "opcode"))
 
 
 def _field(word: int, name: str) -> int:
