@@ -442,7 +442,7 @@ def _specific(rid: str, rec: tuple[int, ...], word: int | None) -> str | None:
         what = "column" if mn != "M_TMM" else "row"
         if x7 == 0:
             return (f"matrix address {val}{src} is not row-granular: offset {x6} within tile is not a "
-                    f"multiple of MLEN (remainder {x6 % lim if lim > 0 else '?'}, MLEN={lim})")
+                    f"multiple of MLEN={lim}")
         return (f"matrix address {val}{src} selects {what} {idx} (in-tile offset {x6}), which is not a "
                 f"multiple of BLEN={lim}")
     if rid == "AL-MV":

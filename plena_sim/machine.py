@@ -1,0 +1,368 @@
+"""The Python API of the simulator: one :class:`Machine` = one configured PLENA accelerator.
+
+One job: wrap the architectural state (:class:`~plena_sim.state.MachineState`) and the two execution
+backends behind a small, typed, host-friendly API.
+
+Quick start::
+
+    from plena_sim.machine import Machine
+    from plena_sim.config import default_config
+
+    m = Machine(default_config(), backend="numba")   # or backend="reference" (pure Python, slow)
+    m.hbm.write(0, image_bytes)                      # sparse HBM (plena_sim.hbm.Hbm)
+    m.write_fp_sram(0, [1.0, 0.5])                   # floats, rounded to bf16 (RNE)
+    m.fp_sram[2] = 3.0                               # same, through the accessor
+    m.int_sram[0:4] = [1, 2, 3, 4]                   # uint32 numpy view
+    m.vram.write(0, np.ones((2, m.cfg.VLEN)))        # rows of VLEN floats, bf16-rounded
+    m.set_reg("gp1", 64); m.set_reg("f1", 0.5); m.set_reg("a0", 1 << 33)
+    res = m.run(program)                             # Program | assembly text | words | Path
+    res.cycles, res.instructions, res.stats["by_opcode"]
+    m.vram.read(0, rows=2)                           # float32 [2, VLEN]
+    m.regs                                           # snapshot dict (see :attr:`Machine.regs`)
+
+State accessors
+---------------
+* ``m.hbm`` -- the :class:`~plena_sim.hbm.Hbm` (``read(addr, n)``, ``write(addr, data)``,
+  ``load_image(bytes, base)``).
+* ``m.vram`` -- :class:`VramView`: ``read(addr, rows=1) -> float32[rows, VLEN]`` (``addr`` an element
+  address, multiple of VLEN), ``write(addr, values)`` (values ``[rows, VLEN]`` or ``[VLEN]``, rounded
+  to bf16), ``bits`` (the raw uint16 array).
+* ``m.mram`` -- a float32 ``[tiles, MLEN, MLEN]`` *snapshot* (copy); ``m.write_mram(tile, values)``
+  stores exact f32 values into one tile (host preload; programs fill MRAM with H_PREFETCH_M).
+* ``m.fp_sram`` -- :class:`FpSramView`: indexing returns float32 values, assignment rounds to bf16;
+  ``m.fp_sram.bits`` is the raw uint16 array. ``m.write_fp_sram(addr, values)`` /
+  ``m.read_fp_sram(addr, n)`` do the same by range.
+* ``m.int_sram`` -- the uint32 numpy array itself (a live view).
+* ``m.regs`` -- snapshot dict: ``gp`` (list of 16 ints), ``fp`` (list of 8 floats), ``a`` (list of 8
+  ints), ``SCALE``, ``STRIDE``, ``V_MASK``, ``pc``, ``loop_stack`` (list of ``(start_pc, reg, count)``
+  outermost first). ``m.set_reg(name, value)`` writes ``gpN``/``fN``/``aN``/``SCALE``/``STRIDE``/
+  ``V_MASK`` (writes to gp0/f0 are discarded, as in hardware).
+* ``m.state`` -- the underlying :class:`~plena_sim.state.MachineState` (arrays shared with the backends).
+
+Running
+-------
+``m.run(program, max_instructions=None, trace=False, raise_on_fault=True, resume=False)`` starts at
+pc 0 with an empty loop stack (``resume=True`` continues from the current pc and loop stack instead,
+e.g. after a BUDGET fault) and returns a :class:`RunResult`:
+
+* ``instructions`` (retired), ``cycles`` (serial mode), ``stats`` dict with keys ``backend``,
+  ``instructions``, ``cycles``, ``time_ns``, ``by_opcode`` (mnemonic -> count, executed opcodes only),
+  ``by_unit`` (M/V/S/H/C -> count), ``matrix_macs``,
+  ``mx`` (``nan_encoded``, ``saturated``), ``host_seconds``, ``fault`` (None or the fault's dict);
+* ``fault``: None, or the :class:`~plena_sim.faults.SimFault` (only with ``raise_on_fault=False``);
+* ``trace``: with ``trace=True``, a list of ``(pc, text, cycles_before)`` per retired instruction
+  (the run is then stepped one instruction at a time -- slow, for debugging).
+
+On a fault (default) the typed :class:`~plena_sim.faults.SimFault` subclass is raised with the
+statistics so far attached as ``exc.stats`` (and the RunResult as ``exc.result``); the message names
+the file:line, the instruction text, the operand register values, the rule and the pc. The state is
+as it was just before the faulting instruction; ``m.regs["pc"]`` is the faulting pc.
+
+Backends: ``"numba"`` (``plena_sim.core.execute``, imported lazily on first run) and ``"reference"``
+(``plena_sim.reference.execute``). Both have the contract
+``execute(state, words, max_instructions) -> Outcome`` and must produce identical state, statistics and
+fault records.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+
+from isa.encoding import UNIT_NAMES, opcode_units
+from isa.program import Program
+from isa.table import BY_OPCODE, REGISTER_COUNT
+
+from . import faults as F
+from .config import HardwareConfig, default_config
+from .state import (CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState,
+                    Outcome)
+
+__all__ = ["Machine", "RunResult", "VramView", "FpSramView", "BACKENDS", "to_program"]
+
+BACKENDS = ("numba", "reference")
+_UNITS = opcode_units()
+_U32 = 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------- bf16 helpers
+
+def _to_bf16_bits(values) -> np.ndarray:
+    from .reference import bf16_bits
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bf16_bits(np.asarray(values, dtype=np.float32))
+
+
+def _from_bf16_bits(bits) -> np.ndarray:
+    from .reference import bf16_to_f32
+    return bf16_to_f32(bits)
+
+
+# ---------------------------------------------------------------------------- views
+
+class VramView:
+    """Float access to VRAM rows (element addresses; rows of VLEN)."""
+
+    def __init__(self, state: MachineState):
+        self._st = state
+
+    @property
+    def bits(self) -> np.ndarray:
+        return self._st.vram
+
+    def _row(self, addr: int) -> int:
+        V = self._st.cfg.VLEN
+        addr = int(addr)
+        if addr < 0 or addr % V:
+            raise ValueError(f"VRAM address {addr} is not a non-negative multiple of VLEN={V}")
+        return addr // V
+
+    def read(self, addr: int, rows: int = 1) -> np.ndarray:
+        r0 = self._row(addr)
+        if r0 + rows > self._st.vram.shape[0]:
+            raise IndexError(f"VRAM rows [{r0}, {r0 + rows}) exceed VECTOR_SRAM_SIZE={self._st.vram.shape[0]}")
+        return _from_bf16_bits(self._st.vram[r0:r0 + rows]).reshape(rows, -1).copy()
+
+    def write(self, addr: int, values) -> None:
+        V = self._st.cfg.VLEN
+        vals = np.asarray(values, dtype=np.float32)
+        vals = vals.reshape(-1, V) if vals.size % V == 0 else None
+        if vals is None:
+            raise ValueError(f"VRAM writes take whole rows of VLEN={V} values")
+        r0 = self._row(addr)
+        if r0 + vals.shape[0] > self._st.vram.shape[0]:
+            raise IndexError(f"VRAM rows [{r0}, {r0 + vals.shape[0]}) exceed VECTOR_SRAM_SIZE")
+        self._st.vram[r0:r0 + vals.shape[0]] = _to_bf16_bits(vals)
+
+
+class FpSramView:
+    """FP SRAM as floats: ``view[i]`` -> float32, ``view[i] = x`` stores bf16(x)."""
+
+    def __init__(self, state: MachineState):
+        self._st = state
+
+    @property
+    def bits(self) -> np.ndarray:
+        return self._st.fp_sram
+
+    def __len__(self) -> int:
+        return self._st.fp_sram.shape[0]
+
+    def __getitem__(self, idx):
+        out = _from_bf16_bits(np.atleast_1d(self._st.fp_sram[idx]))
+        return out[0] if np.isscalar(idx) or isinstance(idx, (int, np.integer)) else out
+
+    def __setitem__(self, idx, values) -> None:
+        self._st.fp_sram[idx] = _to_bf16_bits(values)
+
+    def __array__(self, dtype=None, copy=None):
+        a = _from_bf16_bits(self._st.fp_sram)
+        return a if dtype is None else a.astype(dtype)
+
+
+# ---------------------------------------------------------------------------- results
+
+@dataclass
+class RunResult:
+    instructions: int
+    cycles: int
+    stats: dict
+    fault: F.SimFault | None = None
+    trace: list | None = None
+    outcome: Outcome | None = field(default=None, repr=False)
+
+
+def to_program(program, name: str = "<asm>") -> Program:
+    """A :class:`Program` from a Program, assembly text, a path to a ``.asm`` / ``.mem`` file, or words."""
+    if isinstance(program, Program):
+        return program
+    if isinstance(program, (PathLike,)):
+        p = Path(program)
+        if p.suffix == ".mem":
+            from isa.memfile import read_mem
+            words = read_mem(p)
+            return Program.from_words(words, name=str(p))
+        from isa.assembler import assemble_file
+        return assemble_file(p)
+    if isinstance(program, str):
+        from isa.assembler import assemble
+        return assemble(program, name)
+    words = [int(w) for w in np.asarray(program, dtype=np.int64).reshape(-1)]
+    return Program.from_words(words)
+
+
+def _backend_execute(backend: str):
+    if backend == "reference":
+        from .reference import execute
+        return execute
+    if backend == "numba":
+        from .core import execute  # lazy: the JIT backend compiles on first use
+        return execute
+    raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+
+
+# ---------------------------------------------------------------------------- the machine
+
+class Machine:
+    """One PLENA accelerator: configuration + architectural state + an execution backend."""
+
+    def __init__(self, cfg: HardwareConfig | None = None, backend: str = "numba", *, hbm=None):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+        self.cfg = cfg if cfg is not None else default_config()
+        self.backend = backend
+        self.state = MachineState(self.cfg, hbm=hbm)
+        self.vram = VramView(self.state)
+        self._fp_view = FpSramView(self.state)
+
+    # ---- memories
+    @property
+    def hbm(self):
+        return self.state.hbm
+
+    @property
+    def fp_sram(self) -> FpSramView:
+        return self._fp_view
+
+    @property
+    def int_sram(self) -> np.ndarray:
+        return self.state.int_sram
+
+    @property
+    def mram(self) -> np.ndarray:
+        return self.state.mram.copy()
+
+    def write_mram(self, tile: int, values) -> None:
+        """Store exact float32 values into MRAM tile ``tile`` (shape [MLEN, MLEN])."""
+        M = self.cfg.MLEN
+        self.state.mram[int(tile)] = np.asarray(values, dtype=np.float32).reshape(M, M)
+
+    def write_fp_sram(self, addr: int, values) -> None:
+        vals = np.atleast_1d(np.asarray(values, dtype=np.float32))
+        self.state.fp_sram[int(addr):int(addr) + vals.size] = _to_bf16_bits(vals)
+
+    def read_fp_sram(self, addr: int, n: int = 1) -> np.ndarray:
+        return _from_bf16_bits(self.state.fp_sram[int(addr):int(addr) + int(n)]).copy()
+
+    # ---- registers
+    @property
+    def regs(self) -> dict:
+        st = self.state
+        return {
+            "gp": [int(x) for x in st.gp],
+            "fp": [float(x) for x in _from_bf16_bits(st.fp)],
+            "a": [int(x) for x in st.areg],
+            "SCALE": int(st.ctrl[CTRL_SCALE]),
+            "STRIDE": int(st.ctrl[CTRL_STRIDE]),
+            "V_MASK": int(st.ctrl[CTRL_V_MASK]),
+            "pc": int(st.ctrl[CTRL_PC]),
+            "loop_stack": st.loop_stack,
+        }
+
+    def set_reg(self, name: str, value) -> None:
+        """Write one register: ``gpN`` (u32), ``fN`` (float -> bf16), ``aN`` (u64), ``SCALE``,
+        ``STRIDE``, ``V_MASK`` (u32). Writes to gp0 / f0 are discarded."""
+        st = self.state
+        if name in ("SCALE", "STRIDE", "V_MASK"):
+            slot = {"SCALE": CTRL_SCALE, "STRIDE": CTRL_STRIDE, "V_MASK": CTRL_V_MASK}[name]
+            st.ctrl[slot] = int(value) & _U32
+            return
+        for prefix, kind in (("gp", "gp"), ("f", "f"), ("a", "a")):
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                idx = int(name[len(prefix):])
+                if idx >= REGISTER_COUNT[kind]:
+                    break
+                if kind == "gp":
+                    if idx:
+                        st.gp[idx] = int(value) & _U32
+                elif kind == "f":
+                    if idx:
+                        st.fp[idx] = _to_bf16_bits([value])[0]
+                else:
+                    st.areg[idx] = int(value) & ((1 << 64) - 1)
+                return
+        raise ValueError(f"unknown register {name!r}")
+
+    # ---- running
+    def run(self, program, max_instructions: int | None = None, trace: bool = False,
+            raise_on_fault: bool = True, resume: bool = False, name: str = "<asm>") -> RunResult:
+        prog = to_program(program, name)
+        words = np.array(prog.words, dtype=np.uint32)
+        budget = 10**9 if max_instructions is None else int(max_instructions)
+        st = self.state
+        if not resume:
+            st.ctrl[CTRL_PC] = 0
+            st.ctrl[CTRL_LOOP_DEPTH] = 0
+            st.loop_start[:] = 0
+            st.loop_reg[:] = 0
+            st.loop_count[:] = 0
+        execute = _backend_execute(self.backend)
+        t0 = time.perf_counter()
+        if trace:
+            outcome, trace_list = self._run_traced(execute, prog, words, budget)
+        else:
+            outcome, trace_list = execute(st, words, budget), None
+        host = time.perf_counter() - t0
+        stats = self._stats(outcome, host)
+        fault = None
+        if outcome.fault is not None:
+            fault = F.make_fault(outcome.fault, prog, state=st)
+            fault.stats = stats
+            stats["fault"] = fault.to_dict()
+        result = RunResult(outcome.retired, outcome.cycles, stats, fault, trace_list, outcome)
+        if fault is not None and raise_on_fault:
+            fault.result = result
+            raise fault
+        return result
+
+    def _run_traced(self, execute, prog: Program, words: np.ndarray, budget: int):
+        """Step one instruction at a time (BUDGET of 1 per step), recording (pc, text, cycles)."""
+        st = self.state
+        retired, cycles = 0, 0
+        by_opcode = np.zeros(64, dtype=np.int64)
+        counters: dict = {}
+        trace = []
+        fault = None
+        while int(st.ctrl[CTRL_PC]) < len(words):
+            pc = int(st.ctrl[CTRL_PC])
+            if retired == budget:
+                rec = F.blank_record(F.R_BUDGET, pc)
+                rec[F.FAULT_VALUE], rec[F.FAULT_LIMIT] = retired, budget
+                fault = rec
+                break
+            out = execute(st, words, 1)
+            if out.retired:
+                trace.append((pc, prog.source[pc].text.strip(), cycles))
+                retired += out.retired
+                cycles += out.cycles
+                by_opcode += out.by_opcode
+                for k, v in out.counters.items():
+                    counters[k] = counters.get(k, 0) + v
+            if out.fault is not None and out.fault[F.FAULT_RULE] != F.R_BUDGET:
+                fault = out.fault
+                break
+        return Outcome(retired, fault, by_opcode, cycles, counters), trace
+
+    def _stats(self, outcome: Outcome, host_seconds: float) -> dict:
+        by_opcode = {BY_OPCODE[op].mnemonic: int(n) for op, n in enumerate(outcome.by_opcode)
+                     if n and op in BY_OPCODE}
+        by_unit = {u: 0 for u in UNIT_NAMES}
+        for op, n in enumerate(outcome.by_opcode):
+            if n and _UNITS[op] >= 0:
+                by_unit[UNIT_NAMES[_UNITS[op]]] += int(n)
+        c = outcome.counters
+        return {
+            "backend": self.backend,
+            "instructions": outcome.retired,
+            "cycles": outcome.cycles,
+            "time_ns": outcome.cycles,
+            "by_opcode": by_opcode,
+            "by_unit": by_unit,
+            "matrix_macs": int(c.get("matrix_macs", 0)),
+            "mx": {"nan_encoded": int(c.get("mx_nan", 0)), "saturated": int(c.get("mx_saturated", 0))},
+            "host_seconds": host_seconds,
+            "fault": None,
+        }

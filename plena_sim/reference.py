@@ -1,0 +1,1000 @@
+"""Reference interpreter: plain Python/numpy, written for clarity, one small function per instruction.
+
+One job: execute a program on a :class:`~plena_sim.state.MachineState` exactly as ``isa.md`` and
+``memory.md`` §5 say, so that the fast Numba core (``plena_sim.core``) can be checked against it array
+by array and fault record by fault record.
+
+Entry point: :func:`execute` ``(state, program_words, max_instructions=10**9) -> Outcome``. It runs from
+``state.ctrl[CTRL_PC]`` until the PC leaves the program or a fault occurs, mutating the state arrays.
+On a fault the state is exactly as before the faulting instruction (precise faults, see
+:mod:`plena_sim.faults` for the record layout and the check order) and ``Outcome.fault`` holds the
+record; the PC stays at the faulting instruction.
+
+Dispatch: :data:`HANDLERS` maps every mnemonic of :mod:`isa.table` to its function ``op_<MNEMONIC>``
+(checked complete at import); :data:`BY_OPCODE` is the same keyed by opcode number.
+
+Each handler makes **all** of its checks first (via the ``_check_*`` / ``_fault`` helpers, which raise
+:class:`_Fault`) and only then changes state. Numerics follow isa.md §5-§7 literally:
+
+* dot products: float64, sequential in ascending k from +0.0 (vectorised only across *outputs*, never
+  across k; no np.dot / np.sum / BLAS), ``p_s = f32(p * s)``, ``acc = f32(acc + p_s)``;
+* vector ops: numpy float32 arithmetic, then one bf16 RNE rounding on the write;
+* exp: ``math.exp`` (float64, the C library) of ``clamp(a, -88, 88)``, rounded to f32;
+* V_RED_SUM: float64 sequential sum of the enabled lanes -> f32 -> f32 add to ``fp[rd]`` -> bf16.
+
+Decisions where the spec leaves a bit pattern open (documented for the Numba core to mirror):
+
+* V_MAX_VF / V_MIN_VF with a NaN input return ``a``'s NaN if ``a`` is NaN, else ``f``'s NaN (then bf16
+  canonicalises it to ``sign | 0x7FC0``).
+* V_EXP_V / S_EXP_FP of a NaN return that NaN (sign kept).
+* V_RED_MAX with every candidate NaN leaves ``fp[rd]`` bit-for-bit unchanged; otherwise the chosen
+  value's bf16 bits are copied exactly.
+* Serial cycles use :func:`plena_sim.latency.instruction_latency` (H_*: the provisional
+  ``1 + ceil(payload bytes / 64)`` until the HBM timing model lands).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
+from isa.program import Program
+
+from . import faults as F
+from .config import MxType
+from .latency import instruction_latency, latency_table, topk_experts
+from .numerics import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
+from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
+
+__all__ = ["execute", "HANDLERS", "BY_OPCODE", "bf16_bits", "bf16_to_f32"]
+
+U32 = 0xFFFFFFFF
+_OPC = FIELDS["opcode"]
+_OP_LOOP_END = BY_MNEMONIC["C_LOOP_END"].opcode
+
+
+# ====================================================================== bf16 helpers (memory.md §3.1)
+
+def bf16_bits(x) -> np.ndarray:
+    """bf16 bit patterns (uint16) of float32 values: RNE; NaN -> sign | 0x7FC0."""
+    x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = ((u >> 16) & 0x8000) | 0x7FC0
+    return np.where(np.isnan(x), nan, rounded).astype(np.uint16)
+
+
+def bf16_to_f32(bits) -> np.ndarray:
+    """float32 values of bf16 bit patterns (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_of_bits(b: int) -> np.float32:
+    return bf16_to_f32(np.array([b], dtype=np.uint16))[0]
+
+
+def _bits_of_f32(v) -> int:
+    return int(bf16_bits(np.array([v], dtype=np.float32))[0])
+
+
+def _exp_f32(v: float) -> np.float32:
+    """f32(exp(clamp(v, -88, 88))) with exp in float64; NaN stays NaN."""
+    if v != v:
+        return np.float32(v)
+    v = -88.0 if v < -88.0 else (88.0 if v > 88.0 else v)
+    return np.float32(math.exp(v))
+
+
+# ====================================================================== faults
+
+class _Fault(Exception):
+    def __init__(self, rec):
+        super().__init__(rec)
+        self.rec = rec
+
+
+def _fault(rule_id: str, pc: int, operand: str | None = None, value: int = 0, index: int = -1,
+           limit: int = -1, x6: int = 0, x7: int = 0):
+    rec = F.blank_record(F.RULE_BY_ID[rule_id].code, pc)
+    rec[F.FAULT_OPERAND] = -1 if operand is None else F.OPERAND_INDEX[operand]
+    rec[F.FAULT_VALUE] = min(int(value), F.INT64_MAX)
+    rec[F.FAULT_INDEX] = int(index)
+    rec[F.FAULT_LIMIT] = min(int(limit), F.INT64_MAX)
+    rec[F.FAULT_X6] = min(int(x6), F.INT64_MAX)
+    rec[F.FAULT_X7] = min(int(x7), F.INT64_MAX)
+    raise _Fault(rec)
+
+
+# ====================================================================== run context
+
+@dataclass(frozen=True)
+class Fields:
+    """The raw fields of one instruction word (isa.md §3) and its pc."""
+    pc: int
+    word: int
+    opcode: int
+    rd: int
+    rs1: int
+    rs2: int
+    rs3: int
+    funct1: int
+    imm18: int
+    imm22: int
+
+    @classmethod
+    def of(cls, pc: int, word: int) -> "Fields":
+        g = {name: (word >> f.shift) & f.max for name, f in FIELDS.items()}
+        return cls(pc, word, g["opcode"], g["rd"], g["rs1"], g["rs2"], g["rs3"], g["funct1"],
+                   g["imm18"], g["imm22"])
+
+
+class _Run:
+    """Mutable context of one :func:`execute` call."""
+
+    def __init__(self, state: MachineState, words: list[int]):
+        self.st = state
+        self.cfg = state.cfg
+        self.words = words
+        self.next_pc = 0
+        self.hbm_bytes = 0
+        self.counters = {"matrix_macs": 0, "mx_nan": 0, "mx_saturated": 0}
+
+    # ---- register access
+    def gp(self, i: int) -> int:
+        return int(self.st.gp[i])
+
+    def set_gp(self, i: int, value: int) -> None:
+        if i != 0:
+            self.st.gp[i] = value & U32
+
+    def fp(self, i: int) -> np.float32:
+        return _f32_of_bits(int(self.st.fp[i]))
+
+    def set_fp_bits(self, i: int, bits: int) -> None:
+        if i != 0:
+            self.st.fp[i] = bits
+
+    # ---- VRAM rows
+    def vread(self, addr: int) -> np.ndarray:
+        return bf16_to_f32(self.st.vram[addr // self.cfg.VLEN])
+
+    def vwrite(self, addr: int, values) -> None:
+        self.st.vram[addr // self.cfg.VLEN] = bf16_bits(values)
+
+    def lane_enable(self) -> np.ndarray:
+        """bool[V]: lanes whose head is enabled in V_MASK (heads >= 32 never)."""
+        V, H = self.cfg.VLEN, self.cfg.HLEN
+        mask = int(self.st.ctrl[CTRL_V_MASK]) & U32
+        return np.array([(j // H) < 32 and (mask >> (j // H)) & 1 == 1 for j in range(V)], dtype=bool)
+
+
+# ====================================================================== shared checks
+
+def _check_fp_field(f: Fields, name: str) -> None:
+    v = getattr(f, name)
+    if v >= 8:
+        _fault("IL-FREG", f.pc, name, v, limit=8)
+
+
+def _check_a_field(f: Fields, name: str) -> None:
+    v = getattr(f, name)
+    if v >= 8:
+        _fault("IL-AREG", f.pc, name, v, limit=8)
+
+
+def _al_vrow(r: _Run, f: Fields, field: str, addr: int) -> None:
+    V = r.cfg.VLEN
+    if addr % V:
+        _fault("AL-VROW", f.pc, field, addr, limit=V, x6=addr % V)
+
+
+def _bd_vrow(r: _Run, f: Fields, field: str, addr: int, index: int = 0) -> None:
+    row = addr // r.cfg.VLEN
+    if row >= r.cfg.VECTOR_SRAM_SIZE:
+        _fault("BD-VROW", f.pc, field, row, index=index, limit=r.cfg.VECTOR_SRAM_SIZE, x6=addr)
+
+
+def _bd_mtile(r: _Run, f: Fields, field: str, addr: int, index: int = 0) -> None:
+    tile = addr // (r.cfg.MLEN * r.cfg.MLEN)
+    if tile >= r.cfg.mram_tiles:
+        _fault("BD-MTILE", f.pc, field, tile, index=index, limit=r.cfg.mram_tiles, x6=addr)
+
+
+def _check_cf_vm(r: _Run, f: Fields) -> None:
+    if r.cfg.VLEN != r.cfg.MLEN:
+        _fault("CF-VM", f.pc, None, r.cfg.VLEN, limit=r.cfg.MLEN)
+
+
+def _check_cf_ba(r: _Run, f: Fields) -> None:
+    c = r.cfg
+    if c.BROADCAST_AMOUNT * c.HLEN != c.MLEN:
+        _fault("CF-BA", f.pc, None, c.BROADCAST_AMOUNT * c.HLEN, limit=c.MLEN, x6=c.BROADCAST_AMOUNT,
+               x7=c.HLEN)
+
+
+def _bd_fps(r: _Run, f: Fields, field: str, addr: int, n: int) -> None:
+    if addr + n > r.cfg.FP_SRAM_SIZE:
+        _fault("BD-FPS", f.pc, field, addr, limit=r.cfg.FP_SRAM_SIZE, x6=n)
+
+
+def _bd_ints(r: _Run, f: Fields, field: str, addr: int, n: int) -> None:
+    if addr + n > r.cfg.INT_SRAM_SIZE:
+        _fault("BD-INTS", f.pc, field, addr, limit=r.cfg.INT_SRAM_SIZE, x6=n)
+
+
+# ====================================================================== matrix unit (isa.md §5)
+
+def _dot_rows(X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``P[..., i, j] = sum_k X[..., i, k] * W[k, j]`` in float64, sequential in ascending k from +0.0.
+
+    Vectorised across outputs only; each product and each addition is one float64 rounding."""
+    Xd = np.asarray(X, dtype=np.float64)
+    Wd = np.asarray(W, dtype=np.float64)
+    K = Xd.shape[-1]
+    assert Wd.shape[0] == K
+    p = np.zeros(Xd.shape[:-1] + Wd.shape[1:], dtype=np.float64)
+    for k in range(K):
+        p = p + Xd[..., :, k:k + 1] * Wd[k:k + 1, :]
+    return p
+
+
+def _accumulate(acc: np.ndarray, p: np.ndarray, s: float) -> None:
+    """``acc = f32(acc + f32(p * s))`` in place (s = 1.0 or f32(BMM_SCALE) widened)."""
+    p_s = (p * s).astype(np.float32)
+    acc[...] = acc + p_s
+
+
+def _bmm_scale(r: _Run) -> float:
+    return float(np.float32(r.cfg.BMM_SCALE))
+
+
+def _mat_decode(r: _Run, m: int) -> tuple[int, int]:
+    """(tile index, in-tile offset) of matrix address m."""
+    MM = r.cfg.MLEN * r.cfg.MLEN
+    return m // MM, m % MM
+
+
+def _check_al_mm(r: _Run, f: Fields, field: str, m: int) -> int:
+    M, B = r.cfg.MLEN, r.cfg.BLEN
+    _, off = _mat_decode(r, m)
+    if off % M:
+        _fault("AL-MM", f.pc, field, m, limit=M, x6=off, x7=0)
+    c = off // M
+    if c % B:
+        _fault("AL-MM", f.pc, field, m, index=c, limit=B, x6=off, x7=1)
+    return c
+
+
+def _check_vec_rows(r: _Run, f: Fields, field: str, v: int, n: int) -> None:
+    for i in range(n):
+        _bd_vrow(r, f, field, v + i * r.cfg.MLEN, i)
+
+
+def _read_rows(r: _Run, v: int, n: int) -> np.ndarray:
+    return np.stack([r.vread(v + i * r.cfg.MLEN) for i in range(n)])
+
+
+def op_M_MM(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    m, v = r.gp(f.rs1), r.gp(f.rs2)
+    _check_cf_vm(r, f)
+    c = _check_al_mm(r, f, "rs1", m)
+    _al_vrow(r, f, "rs2", v)
+    _bd_mtile(r, f, "rs1", m)
+    _check_vec_rows(r, f, "rs2", v, c_.BLEN)
+    T = r.st.mram[m // (c_.MLEN * c_.MLEN)]
+    X = _read_rows(r, v, c_.BLEN)                       # B x M
+    W = T[:, c:c + c_.BLEN]                             # M x B
+    _accumulate(r.st.m_accum, _dot_rows(X, W), 1.0)
+    r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
+
+
+def op_M_TMM(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    v, m = r.gp(f.rs1), r.gp(f.rs2)
+    _check_cf_vm(r, f)
+    _al_vrow(r, f, "rs1", v)
+    rr = _check_al_mm(r, f, "rs2", m)
+    _check_vec_rows(r, f, "rs1", v, c_.BLEN)
+    _bd_mtile(r, f, "rs2", m)
+    T = r.st.mram[m // (c_.MLEN * c_.MLEN)]
+    X = _read_rows(r, v, c_.BLEN)                       # B x M
+    W = T[rr:rr + c_.BLEN, :].T                         # M x B: W[k, j] = T[r+j][k]
+    _accumulate(r.st.m_accum, _dot_rows(X, W), 1.0)
+    r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
+
+
+def op_M_MV(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    M, B = c_.MLEN, c_.BLEN
+    m, v = r.gp(f.rs1), r.gp(f.rs2)
+    _check_cf_vm(r, f)
+    _, off = _mat_decode(r, m)
+    if off % B:
+        _fault("AL-MV", f.pc, "rs1", m, limit=B, x6=off, x7=0)
+    if off >= M:
+        _fault("AL-MV", f.pc, "rs1", m, limit=M, x6=off, x7=1)
+    _al_vrow(r, f, "rs2", v)
+    _bd_mtile(r, f, "rs1", m)
+    _bd_vrow(r, f, "rs2", v)
+    T = r.st.mram[m // (M * M)]
+    x = r.vread(v)[None, :]                             # 1 x M
+    W = T[:, off:off + B]                               # M x B
+    _accumulate(r.st.v_accum, _dot_rows(x, W)[0], 1.0)
+    r.counters["matrix_macs"] += B * M
+
+
+def op_M_TMV(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    M, B = c_.MLEN, c_.BLEN
+    m, v = r.gp(f.rs1), r.gp(f.rs2)
+    _check_cf_vm(r, f)
+    _, off = _mat_decode(r, m)
+    if off % (B * M):
+        _fault("AL-TMV", f.pc, "rs1", m, limit=B * M, x6=off)
+    _al_vrow(r, f, "rs2", v)
+    _bd_mtile(r, f, "rs1", m)
+    _bd_vrow(r, f, "rs2", v)
+    T = r.st.mram[m // (M * M)]
+    rr = off // M
+    x = r.vread(v)[None, :]
+    W = T[rr:rr + B, :].T                               # W[k, j] = T[r+j][k]
+    _accumulate(r.st.v_accum, _dot_rows(x, W)[0], 1.0)
+    r.counters["matrix_macs"] += B * M
+
+
+def _check_bhead(r: _Run, f: Fields, m: int) -> int:
+    M, H = r.cfg.MLEN, r.cfg.HLEN
+    _, off = _mat_decode(r, m)
+    if off % H:
+        _fault("AL-BHEAD", f.pc, "rs1", m, limit=H, x6=off, x7=0)
+    if off >= M:
+        _fault("AL-BHEAD", f.pc, "rs1", m, limit=M, x6=off, x7=1)
+    return off
+
+
+def _batched_mm(r: _Run, f: Fields, transposed: bool) -> None:
+    c_ = r.cfg
+    M, H, BA = c_.MLEN, c_.HLEN, c_.BROADCAST_AMOUNT
+    if f.rd != 0:
+        _fault("IL-BRD", f.pc, "rd", f.rd)
+    m, v = r.gp(f.rs1), r.gp(f.rs2)
+    _check_cf_vm(r, f)
+    _check_cf_ba(r, f)
+    h = _check_bhead(r, f, m)
+    _al_vrow(r, f, "rs2", v)
+    _bd_mtile(r, f, "rs1", m)
+    _check_vec_rows(r, f, "rs2", v, M)
+    T = r.st.mram[m // (M * M)]
+    X = _read_rows(r, v, M)                             # M (s) x M
+    Xb = X.reshape(M, BA, H).transpose(1, 0, 2)         # [b, s, k] = X[s][b*H + k]
+    W = T[0:M, h:h + H].T if transposed else T[h:h + H, 0:M]   # H (k) x M (n)
+    _accumulate(r.st.hm_accum, _dot_rows(Xb, W), _bmm_scale(r))
+    r.counters["matrix_macs"] += BA * M * M * H
+
+
+def op_M_BMM(r: _Run, f: Fields) -> None:
+    _batched_mm(r, f, transposed=False)
+
+
+def op_M_BTMM(r: _Run, f: Fields) -> None:
+    _batched_mm(r, f, transposed=True)
+
+
+def _batched_mv(r: _Run, f: Fields, transposed: bool) -> None:
+    c_ = r.cfg
+    M, H, BA = c_.MLEN, c_.HLEN, c_.BROADCAST_AMOUNT
+    m = r.gp(f.rs1) + r.gp(f.rd)                        # exact integer sum
+    v = r.gp(f.rs2)
+    _check_cf_vm(r, f)
+    _check_cf_ba(r, f)
+    h = _check_bhead(r, f, m)
+    _al_vrow(r, f, "rs2", v)
+    _bd_mtile(r, f, "rs1", m)
+    _bd_vrow(r, f, "rs2", v)
+    T = r.st.mram[m // (M * M)]
+    xb = r.vread(v).reshape(BA, H)                      # [b, k] = x[b*H + k]
+    W = T[0:M, h:h + H].T if transposed else T[h:h + H, 0:M]
+    _accumulate(r.st.hv_accum, _dot_rows(xb, W), _bmm_scale(r))
+    r.counters["matrix_macs"] += BA * M * H
+
+
+def op_M_BMV(r: _Run, f: Fields) -> None:
+    _batched_mv(r, f, transposed=False)
+
+
+def op_M_BTMV(r: _Run, f: Fields) -> None:
+    _batched_mv(r, f, transposed=True)
+
+
+def op_M_MM_WO(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    M, B = c_.MLEN, c_.BLEN
+    addr = r.gp(f.rd) + f.imm18
+    s = 1 if f.rs1 == 0 else r.gp(f.rs1)
+    _check_cf_vm(r, f)
+    vo = addr % M
+    if vo % B:
+        _fault("AL-WO", f.pc, "rd", addr, limit=B, x6=vo)
+    vb = addr - vo
+    rows = [vb + i * M * s for i in range(B)]
+    for i, row in enumerate(rows):
+        _bd_vrow(r, f, "rd", row, i)
+    acc = r.st.m_accum.copy()
+    for i, row in enumerate(rows):
+        R = r.vread(row)
+        R[vo:vo + B] = acc[i, :]
+        r.vwrite(row, R)
+    r.st.m_accum[...] = 0
+
+
+def op_M_MV_WO(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    M, B = c_.MLEN, c_.BLEN
+    addr = r.gp(f.rd) + f.imm18
+    _check_cf_vm(r, f)
+    vo = addr % M
+    if vo % B:
+        _fault("AL-WO", f.pc, "rd", addr, limit=B, x6=vo)
+    vb = addr - vo
+    _bd_vrow(r, f, "rd", vb)
+    R = r.vread(vb)
+    R[vo:vo + B] = r.st.v_accum
+    r.vwrite(vb, R)
+    r.st.v_accum[...] = 0
+
+
+def op_M_BMM_WO(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    M, BA = c_.MLEN, c_.BROADCAST_AMOUNT
+    addr = r.gp(f.rd) + f.imm18
+    _check_cf_vm(r, f)
+    if addr % M:
+        _fault("AL-BWO", f.pc, "rd", addr, limit=M, x6=addr % M)
+    for j in range(BA * M):                              # j = b*M + s
+        _bd_vrow(r, f, "rd", addr + j * M, j)
+    for b in range(BA):
+        for s in range(M):
+            r.vwrite(addr + (b * M + s) * M, r.st.hm_accum[b, s, :])
+    r.st.hm_accum[...] = 0
+
+
+def op_M_BMV_WO(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    M, BA = c_.MLEN, c_.BROADCAST_AMOUNT
+    addr = r.gp(f.rd) + f.imm18
+    _check_cf_vm(r, f)
+    if addr % M:
+        _fault("AL-BWO", f.pc, "rd", addr, limit=M, x6=addr % M)
+    for b in range(BA):
+        _bd_vrow(r, f, "rd", addr + b * M, b)
+    for b in range(BA):
+        r.vwrite(addr + b * M, r.st.hv_accum[b, :])
+    r.st.hv_accum[...] = 0
+
+
+# ====================================================================== vector unit (isa.md §6.1)
+
+def _masked_write(r: _Run, f: Fields, dst: int, result: np.ndarray, a: np.ndarray) -> None:
+    """``VROW(dst) = bf16(sel)``: masked lanes of disabled heads keep ``a``."""
+    if f.rs3 != 0:
+        result = np.where(r.lane_enable(), result, a)
+    r.vwrite(dst, result.astype(np.float32))
+
+
+def _vv(r: _Run, f: Fields, fn) -> None:
+    d, a_addr, b_addr = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
+    _al_vrow(r, f, "rd", d)
+    _al_vrow(r, f, "rs1", a_addr)
+    _al_vrow(r, f, "rs2", b_addr)
+    _bd_vrow(r, f, "rd", d)
+    _bd_vrow(r, f, "rs1", a_addr)
+    _bd_vrow(r, f, "rs2", b_addr)
+    a, b = r.vread(a_addr), r.vread(b_addr)
+    _masked_write(r, f, d, fn(a, b), a)
+
+
+def _vf(r: _Run, f: Fields, fn) -> None:
+    _check_fp_field(f, "rs2")
+    d, a_addr = r.gp(f.rd), r.gp(f.rs1)
+    _al_vrow(r, f, "rd", d)
+    _al_vrow(r, f, "rs1", a_addr)
+    _bd_vrow(r, f, "rd", d)
+    _bd_vrow(r, f, "rs1", a_addr)
+    a = r.vread(a_addr)
+    _masked_write(r, f, d, fn(a, r.fp(f.rs2)), a)
+
+
+def _vun(r: _Run, f: Fields, fn) -> None:
+    d, a_addr = r.gp(f.rd), r.gp(f.rs1)
+    _al_vrow(r, f, "rd", d)
+    _al_vrow(r, f, "rs1", a_addr)
+    _bd_vrow(r, f, "rd", d)
+    _bd_vrow(r, f, "rs1", a_addr)
+    a = r.vread(a_addr)
+    _masked_write(r, f, d, fn(a), a)
+
+
+def op_V_ADD_VV(r, f):
+    _vv(r, f, lambda a, b: a + b)
+
+
+def op_V_SUB_VV(r, f):
+    _vv(r, f, lambda a, b: a - b)
+
+
+def op_V_MUL_VV(r, f):
+    _vv(r, f, lambda a, b: a * b)
+
+
+def op_V_ADD_VF(r, f):
+    _vf(r, f, lambda a, s: a + s)
+
+
+def op_V_SUB_VF(r, f):
+    if f.funct1 == 0:
+        _vf(r, f, lambda a, s: a - s)
+    else:
+        _vf(r, f, lambda a, s: s - a)
+
+
+def op_V_MUL_VF(r, f):
+    _vf(r, f, lambda a, s: a * s)
+
+
+def _vmax(a: np.ndarray, s: np.float32) -> np.ndarray:
+    if np.isnan(s):
+        return np.where(np.isnan(a), a, s).astype(np.float32)
+    return np.where(s > a, s, a).astype(np.float32)     # NaN a stays a; equal (incl. ±0) -> a
+
+
+def _vmin(a: np.ndarray, s: np.float32) -> np.ndarray:
+    if np.isnan(s):
+        return np.where(np.isnan(a), a, s).astype(np.float32)
+    return np.where(s < a, s, a).astype(np.float32)
+
+
+def op_V_MAX_VF(r, f):
+    _vf(r, f, _vmax)
+
+
+def op_V_MIN_VF(r, f):
+    _vf(r, f, _vmin)
+
+
+def op_V_EXP_V(r, f):
+    _vun(r, f, lambda a: np.array([_exp_f32(float(x)) for x in a], dtype=np.float32))
+
+
+def op_V_RECI_V(r, f):
+    _vun(r, f, lambda a: np.float32(1.0) / a)
+
+
+def op_V_SHFT_V(r: _Run, f: Fields) -> None:
+    V = r.cfg.VLEN
+    d, a_addr, s = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
+    _al_vrow(r, f, "rd", d)
+    _al_vrow(r, f, "rs1", a_addr)
+    _bd_vrow(r, f, "rd", d)
+    _bd_vrow(r, f, "rs1", a_addr)
+    a = r.vread(a_addr)
+    out = np.zeros(V, dtype=np.float32)
+    if s < V:
+        out[s:] = a[:V - s]
+    r.vwrite(d, out)                                    # never masked
+
+
+def _red_operand(r: _Run, f: Fields) -> tuple[np.ndarray, np.ndarray] | None:
+    _check_fp_field(f, "rd")
+    if f.rd == 0:
+        return None                                     # no-op: no VRAM access, no checks
+    a_addr = r.gp(f.rs1)
+    _al_vrow(r, f, "rs1", a_addr)
+    _bd_vrow(r, f, "rs1", a_addr)
+    en = r.lane_enable() if f.rs3 != 0 else np.ones(r.cfg.VLEN, dtype=bool)
+    return r.st.vram[a_addr // r.cfg.VLEN].copy(), en
+
+
+def op_V_RED_SUM(r: _Run, f: Fields) -> None:
+    got = _red_operand(r, f)
+    if got is None:
+        return
+    bits, en = got
+    a = bf16_to_f32(bits)
+    s = 0.0
+    for j in range(a.shape[0]):
+        if en[j]:
+            s = s + float(a[j])
+    S = np.float32(s)
+    r.set_fp_bits(f.rd, _bits_of_f32(r.fp(f.rd) + S))
+
+
+def op_V_RED_MAX(r: _Run, f: Fields) -> None:
+    got = _red_operand(r, f)
+    if got is None:
+        return
+    bits, en = got
+    best_bits = int(r.st.fp[f.rd])
+    best = _f32_of_bits(best_bits)
+    have = not np.isnan(best)
+    a = bf16_to_f32(bits)
+    for j in range(a.shape[0]):
+        if not en[j] or np.isnan(a[j]):
+            continue
+        if not have or a[j] > best:                      # strict: the first of equal values is kept
+            best, best_bits, have = a[j], int(bits[j]), True
+    if have:
+        r.set_fp_bits(f.rd, best_bits)
+
+
+def op_V_TOPK(r: _Run, f: Fields) -> None:
+    c_ = r.cfg
+    V = c_.VLEN
+    policy = f.rs3
+    if policy > 1:
+        _fault("IL-TOPK", f.pc, "rs3", policy, limit=2)
+    E = int(topk_experts(policy))
+    K = 4 if policy == 0 else 8
+    fpd, src, intd = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
+    _al_vrow(r, f, "rs1", src)
+    n_rows = -(-E // V)
+    _bd_fps(r, f, "rd", fpd, K)
+    for k in range(n_rows):
+        _bd_vrow(r, f, "rs1", src + k * V, k)
+    _bd_ints(r, f, "rs2", intd, K)
+    logits = np.concatenate([r.vread(src + k * V) for k in range(n_rows)])[:E]
+    x = [(-math.inf if math.isnan(float(v)) else float(v)) for v in logits]
+    order = sorted(range(E), key=lambda i: (-x[i], i))[:K]   # value descending, ties -> lower index
+    xs = [np.float32(x[i]) for i in order]
+    d = [np.float32(xi - xs[0]) for xi in xs]
+    e = [np.float32(math.exp(float(di))) for di in d]
+    den = np.float32(0.0)
+    for ei in e:
+        den = np.float32(den + ei)
+    if not (math.isfinite(float(den)) and den > 0):
+        w = [np.float32(0.0)] * K
+    else:
+        w = [np.float32(ei / den) for ei in e]
+    for i in range(K):
+        r.st.fp_sram[fpd + i] = _bits_of_f32(w[i])
+        r.st.int_sram[intd + i] = order[i]
+
+
+# ====================================================================== scalar FP (isa.md §6.3)
+
+def _sfp(r: _Run, f: Fields, fn, binary: bool) -> None:
+    _check_fp_field(f, "rd")
+    _check_fp_field(f, "rs1")
+    if binary:
+        _check_fp_field(f, "rs2")
+    if f.rd == 0:
+        return                                          # no-op, latency 0
+    a = r.fp(f.rs1)
+    res = fn(a, r.fp(f.rs2)) if binary else fn(a)
+    r.set_fp_bits(f.rd, _bits_of_f32(res))
+
+
+def op_S_ADD_FP(r, f):
+    _sfp(r, f, lambda a, b: a + b, True)
+
+
+def op_S_SUB_FP(r, f):
+    _sfp(r, f, lambda a, b: a - b, True)
+
+
+def op_S_MUL_FP(r, f):
+    _sfp(r, f, lambda a, b: a * b, True)
+
+
+def op_S_MAX_FP(r, f):
+    _sfp(r, f, lambda a, b: b if b > a else a, True)
+
+
+def op_S_EXP_FP(r, f):
+    _sfp(r, f, lambda a: _exp_f32(float(a)), False)
+
+
+def op_S_RECI_FP(r, f):
+    _sfp(r, f, lambda a: np.float32(1.0) / a, False)
+
+
+def op_S_SQRT_FP(r, f):
+    _sfp(r, f, lambda a: np.sqrt(a), False)
+
+
+def op_S_LD_FP(r: _Run, f: Fields) -> None:
+    _check_fp_field(f, "rd")
+    addr = r.gp(f.rs1) + f.imm18
+    _bd_fps(r, f, "rs1", addr, 1)
+    r.set_fp_bits(f.rd, int(r.st.fp_sram[addr]))
+
+
+def op_S_ST_FP(r: _Run, f: Fields) -> None:
+    _check_fp_field(f, "rd")
+    addr = r.gp(f.rs1) + f.imm18
+    _bd_fps(r, f, "rs1", addr, 1)
+    r.st.fp_sram[addr] = r.st.fp[f.rd]
+
+
+def op_S_MAP_V_FP(r: _Run, f: Fields) -> None:
+    V = r.cfg.VLEN
+    d = r.gp(f.rd)
+    addr = r.gp(f.rs1) + f.imm18
+    _al_vrow(r, f, "rd", d)
+    _bd_vrow(r, f, "rd", d)
+    _bd_fps(r, f, "rs1", addr, V)
+    r.st.vram[d // V] = r.st.fp_sram[addr:addr + V]     # exact copy of bf16 words
+
+
+# ====================================================================== scalar INT (isa.md §6.4)
+
+def op_S_ADD_INT(r, f):
+    r.set_gp(f.rd, r.gp(f.rs1) + r.gp(f.rs2))
+
+
+def op_S_SUB_INT(r, f):
+    r.set_gp(f.rd, r.gp(f.rs1) - r.gp(f.rs2))
+
+
+def op_S_MUL_INT(r, f):
+    r.set_gp(f.rd, r.gp(f.rs1) * r.gp(f.rs2))
+
+
+def op_S_ADDI_INT(r, f):
+    r.set_gp(f.rd, r.gp(f.rs1) + f.imm18)
+
+
+def op_S_LUI_INT(r, f):
+    r.set_gp(f.rd, f.imm22 << 12)
+
+
+def op_S_LD_INT(r: _Run, f: Fields) -> None:
+    addr = r.gp(f.rs1) + f.imm18
+    _bd_ints(r, f, "rs1", addr, 1)
+    r.set_gp(f.rd, int(r.st.int_sram[addr]))
+
+
+def op_S_ST_INT(r: _Run, f: Fields) -> None:
+    addr = r.gp(f.rs1) + f.imm18
+    _bd_ints(r, f, "rs1", addr, 1)
+    r.st.int_sram[addr] = r.gp(f.rd)
+
+
+# ====================================================================== DMA (memory.md §5)
+
+def _dma_setup(r: _Run, f: Fields, unit: str):
+    """Checks of memory.md §5.2-§5.5 in isa.md §8 order; returns the per-row plan."""
+    c_ = r.cfg
+    _check_a_field(f, "rs2")
+    if unit == "M":
+        T = c_.hbm_type("HBM_M_WEIGHT_TYPE" if f.funct1 == 0 else "HBM_M_KV_TYPE")
+        L, P = c_.MLEN, c_.P_M
+    else:
+        T = c_.hbm_type("HBM_V_ACT_TYPE" if f.funct1 == 0 else "HBM_V_KV_TYPE")
+        L, P = c_.VLEN, (c_.P_V if unit == "V" else c_.P_W)
+    E, Mt, eb = fp_params(T)
+    mx = isinstance(T, MxType)
+    row_bytes = L * eb
+    pitch = int(r.st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else row_bytes
+    base = int(r.st.areg[f.rs2])
+    off0 = r.gp(f.rs1)
+    dst = r.gp(f.rd)
+    scale_reg = int(r.st.ctrl[CTRL_SCALE])
+    offsets = [off0 + i * pitch for i in range(P)]
+    # ---- AL
+    if unit == "M":
+        MM = c_.MLEN * c_.MLEN
+        if dst % MM:
+            _fault("AL-MTILE", f.pc, "rd", dst, limit=MM, x6=dst % MM)
+    else:
+        _al_vrow(r, f, "rd", dst)
+    blk = eb * T.block if mx else 0
+    if mx:
+        for i, o in enumerate(offsets):
+            if o % blk:
+                _fault("AL-MX", f.pc, "rs1", o, index=i, limit=blk, x6=o % blk, x7=pitch)
+    # ---- BD: SRAM side, then HBM
+    if unit == "M":
+        for t in range(P // c_.MLEN):
+            _bd_mtile(r, f, "rd", dst + t * c_.MLEN * c_.MLEN, t)
+    else:
+        for i in range(P):
+            _bd_vrow(r, f, "rd", dst + i * c_.VLEN, i)
+    scale_len = (L // T.block) if mx else 0
+    plan = []
+    for i, o in enumerate(offsets):
+        e_start = base + o
+        if e_start + row_bytes > c_.HBM_SIZE:
+            _fault("BD-HBM", f.pc, "rs2", e_start, index=i, limit=c_.HBM_SIZE, x6=0, x7=row_bytes)
+        s_start = base + scale_reg + o // blk if mx else 0
+        if mx and s_start + scale_len > c_.HBM_SIZE:
+            _fault("BD-HBM", f.pc, "rs2", s_start, index=i, limit=c_.HBM_SIZE, x6=1, x7=scale_len)
+        plan.append((e_start, s_start))
+    r.hbm_bytes = P * (row_bytes + scale_len)
+    return T, E, Mt, eb, mx, L, P, dst, plan, row_bytes, scale_len
+
+
+def _decode_row(r: _Run, T, E, Mt, eb, mx, L, e_start, s_start, row_bytes, scale_len) -> np.ndarray:
+    out = np.empty(L, dtype=np.float32)
+    elem = r.st.hbm.read(e_start, row_bytes)
+    if mx:
+        mx_decode_row(elem, r.st.hbm.read(s_start, scale_len), E, Mt, T.block, out)
+    else:
+        plain_decode_row(elem, E, Mt, eb, out)
+    return out
+
+
+def op_H_PREFETCH_M(r: _Run, f: Fields) -> None:
+    T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "M")
+    M = r.cfg.MLEN
+    rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]   # all reads first
+    t0 = dst // (M * M)
+    for i, row in enumerate(rows):
+        r.st.mram[t0 + i // M, i % M, :] = row          # exact f32, never rounded
+
+
+def op_H_PREFETCH_V(r: _Run, f: Fields) -> None:
+    T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "V")
+    rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]
+    for i, row in enumerate(rows):
+        r.vwrite(dst + i * r.cfg.VLEN, row)             # bf16 RNE
+
+
+def op_H_STORE_V(r: _Run, f: Fields) -> None:
+    T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "S")
+    rows = [r.vread(dst + i * r.cfg.VLEN) for i in range(P)]                     # all reads first
+    counts = np.zeros(2, dtype=np.int64)
+    for (e_start, s_start), x in zip(plan, rows):
+        elem = np.zeros(rb, dtype=np.uint8)
+        if mx:
+            scale = np.zeros(sl, dtype=np.uint8)
+            mx_encode_row(x, E, Mt, T.block, elem, scale, counts)
+            r.st.hbm.write(e_start, elem)
+            r.st.hbm.write(s_start, scale)
+        else:
+            plain_encode_row(x, E, Mt, eb, elem)
+            r.st.hbm.write(e_start, elem)
+    r.counters["mx_nan"] += int(counts[0])
+    r.counters["mx_saturated"] += int(counts[1])
+
+
+# ====================================================================== control (isa.md §6.6)
+
+def op_C_SET_ADDR_REG(r: _Run, f: Fields) -> None:
+    _check_a_field(f, "rd")
+    r.st.areg[f.rd] = (r.gp(f.rs1) << 32) + r.gp(f.rs2)
+
+
+def op_C_SET_SCALE_REG(r, f):
+    r.st.ctrl[CTRL_SCALE] = r.gp(f.rd)
+
+
+def op_C_SET_STRIDE_REG(r, f):
+    r.st.ctrl[CTRL_STRIDE] = r.gp(f.rd)
+
+
+def op_C_SET_V_MASK_REG(r, f):
+    r.st.ctrl[CTRL_V_MASK] = r.gp(f.rd)
+
+
+def op_C_LOOP_START(r: _Run, f: Fields) -> None:
+    if f.rd == 0:
+        _fault("LP-GP0", f.pc, "rd", 0, x6=f.imm22)
+    if f.imm22 == 0:
+        _fault("LP-ZERO", f.pc, "imm", 0, x6=f.rd)
+    st = r.st
+    depth = int(st.ctrl[CTRL_LOOP_DEPTH])
+    if depth >= st.loop_start.shape[0]:
+        st.grow_loop_stack()
+    r.set_gp(f.rd, f.imm22)
+    st.loop_start[depth], st.loop_reg[depth], st.loop_count[depth] = f.pc, f.rd, 0
+    st.ctrl[CTRL_LOOP_DEPTH] = depth + 1
+
+
+def _remove_record(st: MachineState, k: int) -> None:
+    depth = int(st.ctrl[CTRL_LOOP_DEPTH])
+    for arr in (st.loop_start, st.loop_reg, st.loop_count):
+        arr[k:depth - 1] = arr[k + 1:depth].copy()
+        arr[depth - 1] = 0
+    st.ctrl[CTRL_LOOP_DEPTH] = depth - 1
+
+
+def op_C_LOOP_END(r: _Run, f: Fields) -> None:
+    st = r.st
+    depth = int(st.ctrl[CTRL_LOOP_DEPTH])
+    k = next((k for k in range(depth - 1, -1, -1) if int(st.loop_reg[k]) == f.rd), None)
+    if k is None:
+        _fault("LP-NOMATCH", f.pc, "rd", f.rd, x6=depth)
+    if r.gp(f.rd) > 1:
+        r.set_gp(f.rd, r.gp(f.rd) - 1)
+        st.loop_count[k] = 0
+        r.next_pc = int(st.loop_start[k]) + 1
+    else:
+        r.set_gp(f.rd, 0)
+        _remove_record(st, k)
+
+
+def op_C_BREAK(r: _Run, f: Fields) -> None:
+    st = r.st
+    depth = int(st.ctrl[CTRL_LOOP_DEPTH])
+    if depth == 0:
+        _fault("LP-BREAK", f.pc, None, -1, x6=-1, x7=0)
+    start, reg = int(st.loop_start[depth - 1]), int(st.loop_reg[depth - 1])
+    end_pc = None
+    for pc in range(start + 1, len(r.words)):
+        w = r.words[pc]
+        if (w & _OPC.max) == _OP_LOOP_END and ((w >> FIELDS["rd"].shift) & FIELDS["rd"].max) == reg:
+            end_pc = pc
+            break
+    if end_pc is None:
+        _fault("LP-BREAK", f.pc, None, reg, x6=start, x7=depth)
+    _remove_record(st, depth - 1)
+    r.set_gp(reg, 0)
+    r.next_pc = end_pc + 1
+
+
+# ====================================================================== dispatch
+
+HANDLERS = {i.mnemonic: globals()[f"op_{i.mnemonic}"] for i in INSTRUCTIONS}
+BY_OPCODE = {BY_MNEMONIC[mn].opcode: fn for mn, fn in HANDLERS.items()}
+assert set(HANDLERS) == {i.mnemonic for i in INSTRUCTIONS}
+
+
+def _words_of(program_words) -> list[int]:
+    if isinstance(program_words, Program):
+        return [int(w) for w in program_words.words]
+    return [int(w) for w in np.asarray(program_words, dtype=np.int64).reshape(-1)]
+
+
+def execute(state: MachineState, program_words, max_instructions: int = 10**9) -> Outcome:
+    """Run ``program_words`` (a Program or a sequence of u32 words) on ``state`` from its PC.
+
+    Stops when the PC is >= the program length (normal end) or at the first fault (``Outcome.fault``
+    = the record; the state is unchanged by the faulting instruction; the PC stays on it).
+    """
+    words = _words_of(program_words)
+    n = len(words)
+    st = state
+    cfg = st.cfg
+    table = latency_table(cfg)
+    by_opcode = np.zeros(64, dtype=np.int64)
+    run = _Run(st, words)
+    retired = 0
+    cycles = 0
+    fault = None
+    max_loop = cfg.MAX_LOOP_INSTRUCTIONS
+    with np.errstate(all="ignore"):
+        while True:
+            pc = int(st.ctrl[CTRL_PC])
+            if pc >= n:
+                break
+            if retired == max_instructions:
+                rec = F.blank_record(F.R_BUDGET, pc)
+                rec[F.FAULT_VALUE], rec[F.FAULT_LIMIT] = retired, max_instructions
+                fault = rec
+                break
+            depth = int(st.ctrl[CTRL_LOOP_DEPTH])
+            st.loop_count[:depth] += 1                  # runaway guard (undone if the instruction faults)
+            try:
+                for lvl in range(depth):
+                    if int(st.loop_count[lvl]) > max_loop:
+                        _fault("LP-RUNAWAY", pc, None, int(st.loop_count[lvl]), index=lvl, limit=max_loop,
+                               x6=int(st.loop_reg[lvl]), x7=int(st.loop_start[lvl]))
+                f = Fields.of(pc, words[pc])
+                handler = BY_OPCODE.get(f.opcode)
+                if handler is None:
+                    _fault("IL-OPC", pc, None, f.opcode, x6=f.word)
+                run.next_pc = pc + 1
+                run.hbm_bytes = 0
+                handler(run, f)
+            except _Fault as exc:
+                st.loop_count[:depth] -= 1
+                fault = exc.rec
+                break
+            retired += 1
+            by_opcode[f.opcode] += 1
+            cycles += int(instruction_latency(table, f.opcode, f.rd, f.rs3, run.hbm_bytes))
+            st.ctrl[CTRL_PC] = run.next_pc
+    return Outcome(retired, fault, by_opcode, cycles, dict(run.counters))
