@@ -129,6 +129,213 @@ def cmd_config(args, out, err):
     return EXIT_OK
 
 
+# ----------------------------------------------------------------------------------------- exec
+
+def _int_arg(text: str, what: str) -> int:
+    try:
+        v = int(text.replace("_", ""), 0)
+    except ValueError:
+        raise UsageError(f"{what}: {text!r} is not an integer (decimal or 0x hex)") from None
+    if v < 0:
+        raise UsageError(f"{what}: {text!r} must be >= 0")
+    return v
+
+
+def _split_spec(spec: str, what: str, form: str) -> tuple[str, str]:
+    left, sep, right = spec.partition("=")
+    if not sep or not left or not right:
+        raise UsageError(f"{what}: {spec!r} must look like {form}")
+    return left, right
+
+
+def _out_path(path: str, what: str) -> Path:
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{what}: output directory {str(parent)!r} does not exist")
+    return p
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    import os
+    import tempfile
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _save_npy(path: Path, array) -> None:
+    import io
+    import numpy as np
+    buf = io.BytesIO()
+    np.save(buf, array)
+    _atomic_write(path, buf.getvalue())
+
+
+def _run_summary(res, cfg, out, title: str) -> None:
+    st = res.stats
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("instructions", f"{res.instructions:,}")
+    t.add_row("cycles (serial)", f"{res.cycles:,}")
+    for unit, n in st.get("by_unit", {}).items():
+        t.add_row(f"unit {unit}", f"{n:,}")
+    t.add_row("matrix MACs", f"{st.get('matrix_macs', 0):,}")
+    t.add_row("host seconds", f"{st.get('host_seconds', 0.0):.4f}")
+    out.print(t)
+    if st.get("by_opcode"):
+        ops = Table(title="instructions by opcode")
+        ops.add_column("opcode")
+        ops.add_column("count", justify="right")
+        for name, n in sorted(st["by_opcode"].items(), key=lambda kv: -kv[1]):
+            ops.add_row(name, f"{n:,}")
+        out.print(ops)
+
+
+def cmd_exec(args, out, err):
+    import numpy as np
+    from .machine import Machine
+    from .sram_io import fp_sram_from_values, load_fp_sram_file, load_int_sram_file
+    from .image import load_raw_image
+
+    cfg = _config_from_args(args)
+    prog = _read_program(args.program)
+    # validate every output spec before running anything
+    vram_dumps = []
+    for spec in args.dump_vram or []:
+        left, path = _split_spec(spec, "--dump-vram", "ADDR:ROWS=OUT.npy")
+        a, sep, r = left.partition(":")
+        if not sep:
+            raise UsageError(f"--dump-vram: {spec!r} must look like ADDR:ROWS=OUT.npy")
+        vram_dumps.append((_int_arg(a, "--dump-vram ADDR"), _int_arg(r, "--dump-vram ROWS"),
+                           _out_path(path, "--dump-vram")))
+    hbm_dumps = []
+    for spec in args.dump_hbm or []:
+        left, path = _split_spec(spec, "--dump-hbm", "ADDR:LEN=OUT.bin")
+        a, sep, n = left.partition(":")
+        if not sep:
+            raise UsageError(f"--dump-hbm: {spec!r} must look like ADDR:LEN=OUT.bin")
+        hbm_dumps.append((_int_arg(a, "--dump-hbm ADDR"), _int_arg(n, "--dump-hbm LEN"),
+                          _out_path(path, "--dump-hbm")))
+    fp_dump = _out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram else None
+    for addr, rows, _ in vram_dumps:
+        if addr % cfg.VLEN or addr // cfg.VLEN + rows > cfg.VECTOR_SRAM_SIZE:
+            raise UsageError(f"--dump-vram: rows [{addr}, +{rows}) are not whole VRAM rows inside "
+                             f"VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE} (VLEN={cfg.VLEN})")
+    for addr, n, _ in hbm_dumps:
+        if addr + n > cfg.HBM_SIZE:
+            raise UsageError(f"--dump-hbm: [{addr}, +{n}) exceeds HBM_SIZE={cfg.HBM_SIZE}")
+
+    m = Machine(cfg, backend=args.backend)
+    if args.hbm:
+        load_raw_image(args.hbm, m.hbm, 0)
+    for spec in args.hbm_at or []:
+        a, path = _split_spec(spec, "--hbm-at", "ADDR=FILE")
+        load_raw_image(path, m.hbm, _int_arg(a, "--hbm-at ADDR"))
+    if args.fp_sram and args.fp:
+        raise UsageError("--fp-sram and --fp are mutually exclusive")
+    if args.fp_sram:
+        m.fp_sram.bits[:] = load_fp_sram_file(args.fp_sram, cfg.FP_SRAM_SIZE)
+    if args.fp:
+        try:
+            values = [float(v) for v in args.fp.split(",") if v.strip()]
+        except ValueError:
+            raise UsageError(f"--fp: {args.fp!r} is not a comma-separated list of numbers") from None
+        m.fp_sram.bits[:] = fp_sram_from_values(values, cfg.FP_SRAM_SIZE)
+    if args.int_sram:
+        m.int_sram[:] = load_int_sram_file(args.int_sram, cfg.INT_SRAM_SIZE)
+
+    res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
+    # outputs are written even after a fault (post-mortem), each atomically
+    for addr, rows, path in vram_dumps:
+        _save_npy(path, m.vram.read(addr, rows))
+    for addr, n, path in hbm_dumps:
+        _atomic_write(path, bytes(m.hbm.dump(addr, n)))
+    if fp_dump is not None:
+        _save_npy(fp_dump, np.asarray(m.fp_sram, dtype=np.float32))
+    if args.json:
+        doc = dict(res.stats)
+        doc["program"] = str(args.program)
+        out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
+    else:
+        _run_summary(res, cfg, out, f"plena-sim exec {args.program}")
+    if res.fault is not None:
+        err.print("[red]fault:[/] ", end="")
+        err.print(str(res.fault), markup=False)
+        return EXIT_FAULT
+    return EXIT_OK
+
+
+def _json_default(o):
+    import numpy as np
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+# ----------------------------------------------------------------------------------------- demo
+
+DEMO_ASM = """\
+; plena-sim demo: scale a 4x64 activation by 1.5 through HBM (MXFP8), with a hardware loop
+S_ADDI_INT gp1, gp0, 0          ; a0 = HBM byte 0 (the activation)
+C_SET_ADDR_REG a0, gp0, gp1
+S_ADDI_INT gp2, gp0, 256        ; SCALE = element bytes (4 rows x 64 x 1 byte)
+C_SET_SCALE_REG gp2
+S_LD_FP f1, gp0, 0              ; f1 = 1.5 (FP SRAM word 0)
+H_PREFETCH_V gp0, gp0, a0, 0, 0 ; VRAM rows 0..3 <- HBM
+S_ADDI_INT gp3, gp0, 0          ; row pointer
+C_LOOP_START gp4, 4
+V_MUL_VF gp3, gp3, f1           ; row *= 1.5
+S_ADDI_INT gp3, gp3, 64
+C_LOOP_END gp4
+S_ADDI_INT gp5, gp0, 1024       ; store to HBM byte 1024
+C_SET_ADDR_REG a1, gp0, gp5
+H_STORE_V gp0, gp0, a1, 0, 0
+"""
+
+
+def cmd_demo(args, out, err):
+    import numpy as np
+    from isa import assemble
+    from .config import default_config
+    from .image import ImageBuilder, read_tensor
+    from .machine import Machine
+
+    cfg = default_config()
+    rng = np.random.default_rng(args.seed)
+    x = rng.standard_normal((4, cfg.VLEN)).astype(np.float32)
+    m = Machine(cfg, backend=args.backend)
+    builder = ImageBuilder(config=cfg, hbm=m.hbm)
+    src = builder.add("x", x, "HBM_V_ACT_TYPE", address=0)
+    out_place = builder.add("y", np.zeros_like(x), "HBM_V_ACT_TYPE", address=1024)
+    m.write_fp_sram(0, [1.5])
+    prog = assemble(DEMO_ASM, "demo.asm")
+    res = m.run(prog)
+    got = read_tensor(m.hbm, out_place)
+    from .numerics import round_bf16_array
+    scaled = (src.values * np.float32(1.5)).astype(np.float32)
+    want_vram = round_bf16_array(scaled.reshape(-1)).reshape(scaled.shape)
+    check = ImageBuilder(config=cfg)
+    want = check.add("y", want_vram, "HBM_V_ACT_TYPE", address=0).values
+    ok = bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
+    _run_summary(res, cfg, out, "plena-sim demo (scale 4x64 MXFP8 activation by 1.5)")
+    out.print(f"output matches the host golden bit for bit: {'[green]PASS[/]' if ok else '[red]FAIL[/]'}")
+    return EXIT_OK if ok else 1
+
+
 # ----------------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +361,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_config)
+
+    e = sub.add_parser("exec", help="run a program (.asm or .mem) with raw memory images")
+    e.add_argument("program", metavar="PROGRAM")
+    _add_config_args(e)
+    e.add_argument("--backend", choices=("numba", "reference"), default="numba")
+    e.add_argument("--hbm", metavar="FILE", help="raw HBM image placed at address 0")
+    e.add_argument("--hbm-at", action="append", metavar="ADDR=FILE", help="raw image at ADDR (repeatable)")
+    e.add_argument("--fp-sram", metavar="FILE", help="FP SRAM preload (upstream f16 little-endian)")
+    e.add_argument("--fp", metavar="V1,V2,...", help="FP SRAM preload values (rounded to bf16)")
+    e.add_argument("--int-sram", metavar="FILE", help="INT SRAM preload (u32 little-endian)")
+    e.add_argument("--dump-vram", action="append", metavar="ADDR:ROWS=OUT.npy", help="save VRAM rows")
+    e.add_argument("--dump-fp-sram", metavar="OUT.npy", help="save FP SRAM (float32)")
+    e.add_argument("--dump-hbm", action="append", metavar="ADDR:LEN=OUT.bin", help="save HBM bytes")
+    e.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
+    e.add_argument("--json", action="store_true", help="print one JSON object (run statistics)")
+    e.set_defaults(func=cmd_exec)
+
+    dm = sub.add_parser("demo", help="run the built-in demo program and check it against a host golden")
+    dm.add_argument("--backend", choices=("numba", "reference"), default="numba")
+    dm.add_argument("--seed", type=int, default=0)
+    dm.set_defaults(func=cmd_demo)
     return p
 
 
@@ -197,7 +425,8 @@ def main(argv=None) -> int:
             err.print("[red]error:[/] ", end="")
             err.print(str(exc), markup=False)
             return EXIT_USAGE
-        if type(exc).__name__ in ("SimFault",) or any(c.__name__ == "SimFault" for c in type(exc).__mro__):
+        from .faults import SimFault
+        if isinstance(exc, SimFault):
             err.print("[red]fault:[/] ", end="")
             err.print(str(exc), markup=False)
             return EXIT_FAULT
