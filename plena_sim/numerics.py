@@ -468,15 +468,15 @@ def encode_tensor(values: np.ndarray, t: PlainType | MxType
     dimension must be a multiple of the block, so blocks never span rows."""
     E, Mt, eb = fp_params(t)
     with np.errstate(over="ignore", invalid="ignore"):
-        x = np.ascontiguousarray(np.asarray(values, dtype=np.float32)).reshape(-1)
+        arr = np.asarray(values, dtype=np.float32)
+    if isinstance(t, MxType) and arr.ndim >= 1 and arr.shape[-1] % t.block:
+        raise ValueError(f"last dimension {arr.shape[-1]} is not a multiple of the MX block {t.block}")
+    x = np.ascontiguousarray(arr).reshape(-1)
     counts = np.zeros(2, dtype=np.int64)
     n_elem, n_scale = encoded_sizes(x.size, t)
     elem = np.empty(n_elem, dtype=np.uint8)
     scale = np.empty(n_scale, dtype=np.uint8)
     if isinstance(t, MxType):
-        arr = np.asarray(values)
-        if arr.ndim >= 1 and arr.shape[-1] % t.block:
-            raise ValueError(f"last dimension {arr.shape[-1]} is not a multiple of the MX block {t.block}")
         mx_encode_row(x, E, Mt, t.block, elem, scale, counts)
     else:
         plain_encode_row(x, E, Mt, eb, elem)
