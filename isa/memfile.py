@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .fileio import atomic_write
 from .program import Program, SourceLine
 
 __all__ = ["MemFormatError", "format_mem", "parse_mem", "read_mem", "write_mem"]
@@ -62,17 +63,4 @@ def read_mem(path: str | Path) -> Program:
 
 def write_mem(path: str | Path, words) -> None:
     """Write ``words`` as a .mem file (via a temporary file + rename, so no partial file is left)."""
-    import os
-    import tempfile
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=str(p.parent) if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(format_mem(words))
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, format_mem(words))

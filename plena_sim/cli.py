@@ -14,6 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from isa.fileio import atomic_write
+
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_FAULT = 0, 1, 2, 3
 
 
@@ -156,28 +158,12 @@ def _out_path(path: str, what: str) -> Path:
     return p
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _save_npy(path: Path, array) -> None:
     import io
     import numpy as np
     buf = io.BytesIO()
     np.save(buf, array)
-    _atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def _run_summary(res, cfg, out, title: str) -> None:
@@ -259,7 +245,7 @@ def cmd_exec(args, out, err):
     for addr, rows, path in vram_dumps:
         _save_npy(path, m.vram.read(addr, rows))
     for addr, n, path in hbm_dumps:
-        _atomic_write(path, bytes(m.hbm.dump(addr, n)))
+        atomic_write(path, bytes(m.hbm.dump(addr, n)))
     if fp_dump is not None:
         _save_npy(fp_dump, np.asarray(m.fp_sram, dtype=np.float32))
     if args.json:
