@@ -187,6 +187,19 @@ def _run_summary(res, cfg, out, title: str) -> None:
         out.print(ops)
 
 
+def _dump_specs(specs, flag: str, form: str) -> list[tuple[int, int, Path]]:
+    """Parse ``ADDR:COUNT=PATH`` dump options (validated before anything runs)."""
+    parsed = []
+    for spec in specs or []:
+        left, path = _split_spec(spec, flag, form)
+        a, sep, n = left.partition(":")
+        if not sep:
+            raise UsageError(f"{flag}: {spec!r} must look like {form}")
+        names = form.split("=")[0].split(":")
+        parsed.append((_int_arg(a, f"{flag} {names[0]}"), _int_arg(n, f"{flag} {names[1]}"), _out_path(path, flag)))
+    return parsed
+
+
 def cmd_exec(args, out, err):
     import numpy as np
     from .machine import Machine
@@ -196,22 +209,8 @@ def cmd_exec(args, out, err):
     cfg = _config_from_args(args)
     prog = _read_program(args.program)
     # validate every output spec before running anything
-    vram_dumps = []
-    for spec in args.dump_vram or []:
-        left, path = _split_spec(spec, "--dump-vram", "ADDR:ROWS=OUT.npy")
-        a, sep, r = left.partition(":")
-        if not sep:
-            raise UsageError(f"--dump-vram: {spec!r} must look like ADDR:ROWS=OUT.npy")
-        vram_dumps.append((_int_arg(a, "--dump-vram ADDR"), _int_arg(r, "--dump-vram ROWS"),
-                           _out_path(path, "--dump-vram")))
-    hbm_dumps = []
-    for spec in args.dump_hbm or []:
-        left, path = _split_spec(spec, "--dump-hbm", "ADDR:LEN=OUT.bin")
-        a, sep, n = left.partition(":")
-        if not sep:
-            raise UsageError(f"--dump-hbm: {spec!r} must look like ADDR:LEN=OUT.bin")
-        hbm_dumps.append((_int_arg(a, "--dump-hbm ADDR"), _int_arg(n, "--dump-hbm LEN"),
-                          _out_path(path, "--dump-hbm")))
+    vram_dumps = _dump_specs(args.dump_vram, "--dump-vram", "ADDR:ROWS=OUT.npy")
+    hbm_dumps = _dump_specs(args.dump_hbm, "--dump-hbm", "ADDR:LEN=OUT.bin")
     fp_dump = _out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram else None
     for addr, rows, _ in vram_dumps:
         if addr % cfg.VLEN or addr // cfg.VLEN + rows > cfg.VECTOR_SRAM_SIZE:
