@@ -372,9 +372,9 @@ def _validate(cfg: HardwareConfig) -> None:
             f"{cfg.BROADCAST_AMOUNT * cfg.HLEN} must equal MLEN={cfg.MLEN}")
     if cfg.HBM_SIZE > _MAX_HBM_SIZE:
         raise ConfigError("HBM_SIZE", f"{cfg.HBM_SIZE} bytes exceeds the modelled maximum 2^50")
-    if cfg.HBM_TIMING_PRESET not in HBM_TIMING_PRESETS:
-        raise ConfigError("HBM_TIMING_PRESET",
-                          f"unknown preset {cfg.HBM_TIMING_PRESET!r} (known: {', '.join(HBM_TIMING_PRESETS)})")
+    # preset file exists and is valid; [S.HBM_TIMING] keys are preset keys with valid values
+    from .hbm_timing import check_timing_config  # lazy: hbm_timing imports ConfigError from here
+    check_timing_config(cfg.HBM_TIMING_PRESET, cfg.hbm_timing)
     for name in PRECISION_KEYS:
         length = cfg.MLEN if name.startswith("HBM_M_") else cfg.VLEN
         _check_precision(name, cfg.precision[name], length)
