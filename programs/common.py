@@ -1,0 +1,122 @@
+"""Shared planning helpers of the kernel generators (kernels.md §1): validation with named parameters,
+region bookkeeping, register allocation and loop budgets.
+
+Every check raises ``ValueError("<kernel>: <param>=<value> <rule>")`` so a message always names the
+parameter, its value and the rule it breaks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from plena_sim.config import HardwareConfig
+
+from .hbm import ceil_div, round_up, row_pad
+
+__all__ = ["Regions", "fail", "need_int", "need_multiple", "check_disjoint", "take_regs", "check_loop",
+           "check_addr", "rp", "U32", "FP_CONST_SLOTS", "FP_STATE_BASE", "SLOT", "vector_rows",
+           "check_fp_range", "Footprint"]
+
+U32 = 1 << 32
+FP_STATE_BASE = 16
+#: kernels.md §1.6
+SLOT = {"NEG_INF": 0, "EPS": 1, "INV_HIDDEN": 2, "ONE": 3, "GELU_ALPHA": 4, "QK_SCALE": 5,
+        "INV_BMM_SCALE": 6, "ZERO": 7}
+FP_CONST_SLOTS = 16
+
+Regions = dict  # name -> (first_row, n_rows, role)
+
+
+def fail(kernel: str, param: str, value, rule: str) -> None:
+    raise ValueError(f"{kernel}: {param}={value} {rule}")
+
+
+def need_int(kernel: str, param: str, value, lo: int = 0, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        fail(kernel, param, repr(value), "must be an integer")
+    if value < lo:
+        fail(kernel, param, value, f"must be >= {lo}")
+    if hi is not None and value > hi:
+        fail(kernel, param, value, f"must be <= {hi}")
+    return value
+
+
+def need_multiple(kernel: str, param: str, value: int, q: int, qname: str) -> None:
+    if value % q:
+        fail(kernel, param, value, f"must be a multiple of {qname}={q}")
+
+
+def rp(cfg: HardwareConfig, n: int) -> int:
+    return round_up(n, row_pad(cfg))
+
+
+def vector_rows(cfg: HardwareConfig, n: int) -> int:
+    """VRAM rows a ``load_vector`` of ``n`` elements writes: ``round_up(n/V, Pv)`` (kernels.md §1.7)."""
+    return round_up(ceil_div(n, cfg.VLEN), cfg.P_V)
+
+
+def check_addr(kernel: str, param: str, value: int) -> None:
+    if not 0 <= value < U32:
+        fail(kernel, param, value, "must be a 32-bit address (< 2^32)")
+
+
+def check_disjoint(kernel: str, regions: Mapping[str, tuple[int, int, str]],
+                   allowed: Iterable[tuple[str, str]] = ()) -> None:
+    """All VRAM regions pairwise disjoint, except the documented aliases in ``allowed``."""
+    ok = {frozenset(p) for p in allowed}
+    items = [(k, r0, n) for k, (r0, n, _role) in regions.items() if n > 0]
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            a, a0, an = items[i]
+            b, b0, bn = items[j]
+            if a0 < b0 + bn and b0 < a0 + an and frozenset((a, b)) not in ok:
+                raise ValueError(f"{kernel}: VRAM region {a} rows [{a0}, {a0 + an}) overlaps region {b} "
+                                 f"rows [{b0}, {b0 + bn})")
+
+
+def check_fp_range(kernel: str, base: int, size: int, cfg: HardwareConfig,
+                   others: Mapping[str, tuple[int, int]] = {}) -> None:
+    """FP SRAM state/output range ``[base, base+size)``: >= 16, inside FP SRAM, disjoint from ``others``."""
+    if base < FP_STATE_BASE:
+        fail(kernel, "fp_state_base", base, f"must be >= {FP_STATE_BASE} (slots 0-15 are constants)")
+    if base + size > cfg.FP_SRAM_SIZE:
+        fail(kernel, "fp_state_base", base, f"+ size {size} exceeds FP_SRAM_SIZE={cfg.FP_SRAM_SIZE}")
+    for name, (b, n) in others.items():
+        if base < b + n and b < base + size:
+            fail(kernel, "fp_state_base", base, f"range [{base}, {base + size}) overlaps {name} [{b}, {b + n})")
+
+
+def take_regs(kernel: str, gp: Sequence[int], fp: Sequence[int], gp_needed: int, fp_needed: int
+              ) -> tuple[list[int], list[int]]:
+    """The first ``gp_needed``/``fp_needed`` registers of the caller's lists, validated."""
+    gp, fp = list(gp), list(fp)
+    for r in gp:
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= 15:
+            fail(kernel, "gp", gp, "must list registers in 1..15")
+    for r in fp:
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= 7:
+            fail(kernel, "fp", fp, "must list registers in 1..7")
+    if len(set(gp)) != len(gp) or len(set(fp)) != len(fp):
+        fail(kernel, "gp/fp", (gp, fp), "must not repeat a register")
+    if len(gp) < gp_needed:
+        fail(kernel, "gp", gp, f"has {len(gp)} registers, the kernel needs {gp_needed}")
+    if len(fp) < fp_needed:
+        fail(kernel, "fp", fp, f"has {len(fp)} registers, the kernel needs {fp_needed}")
+    return gp[:gp_needed], fp[:fp_needed]
+
+
+def check_loop(kernel: str, loop: str, per_iteration: int, cfg: HardwareConfig) -> None:
+    """A hardware loop iteration's dynamic instruction count must stay below MAX_LOOP_INSTRUCTIONS."""
+    if per_iteration >= cfg.MAX_LOOP_INSTRUCTIONS:
+        raise ValueError(f"{kernel}: loop {loop} executes {per_iteration} instructions per iteration, "
+                         f"reaching MAX_LOOP_INSTRUCTIONS={cfg.MAX_LOOP_INSTRUCTIONS}")
+
+
+@dataclass
+class Footprint:
+    """The full footprint of a plan (kernels.md §1.1)."""
+    vram_regions: dict = field(default_factory=dict)      # name -> (first_row, n_rows, role)
+    fp_range: tuple[int, int] | None = None                # (base, size) of FP SRAM state/outputs
+    int_range: tuple[int, int] | None = None
+    mram_tiles: tuple[int, int] | None = None              # (first tile, count)
+    hbm_slack: dict = field(default_factory=dict)          # tensor -> alloc_elems it needs

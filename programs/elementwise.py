@@ -1,0 +1,75 @@
+"""``add_rows`` (kernels.md §2.10): ``out_i = a_i + b_i`` over ``nrows`` consecutive VRAM rows.
+
+One hardware loop with three pointers advancing by V. Any layout works as long as a, b and out share it;
+``out`` may equal ``a`` or ``b`` (in place).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from plena_sim.config import HardwareConfig
+
+from . import faults
+from .asm import Asm, gp as G, load_imm
+from .common import check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
+
+__all__ = ["AddRowsPlan", "plan_add_rows", "emit_add_rows"]
+
+KERNEL = "add_rows"
+
+
+@dataclass(frozen=True)
+class AddRowsPlan:
+    nrows: int
+    a_base: int
+    b_base: int
+    out_base: int
+    V: int
+    vram_regions: dict
+    gp_needed: int = 4
+    fp_needed: int = 0
+    loop_body: int = 5
+
+
+def plan_add_rows(config: HardwareConfig, *, nrows: int, a_base: int, b_base: int, out_base: int) -> AddRowsPlan:
+    V = config.VLEN
+    need_int(KERNEL, "nrows", nrows, 1, (1 << 22) - 1)
+    for name, v in (("a_base", a_base), ("b_base", b_base), ("out_base", out_base)):
+        need_int(KERNEL, name, v, 0)
+        need_multiple(KERNEL, name, v, V, "VLEN")
+        check_addr(KERNEL, name, v + nrows * V)
+    a0, b0, o0 = a_base // V, b_base // V, out_base // V
+    regions = {"a": (a0, nrows, "input"), "b": (b0, nrows, "input")}
+    allowed = []
+    if out_base == a_base:
+        regions["a"] = (a0, nrows, "inout")
+    elif out_base == b_base:
+        regions["b"] = (b0, nrows, "inout")
+    else:
+        regions["out"] = (o0, nrows, "output")
+    if a_base == b_base:
+        allowed.append(("a", "b"))
+        regions.pop("b")
+    check_disjoint(KERNEL, regions, allowed)
+    plan = AddRowsPlan(nrows, a_base, b_base, out_base, V, regions)
+    check_loop(KERNEL, "rows", plan.loop_body, config)
+    return plan
+
+
+def emit_add_rows(asm: Asm, plan: AddRowsPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
+    (gA, gB, gO, gC), _ = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
+    V = plan.V
+    asm.begin(KERNEL, nrows=plan.nrows, a=plan.a_base, b=plan.b_base, out=plan.out_base)
+    load_imm(asm, gA, plan.a_base)
+    load_imm(asm, gB, plan.b_base)
+    load_imm(asm, gO, plan.out_base)
+    asm.comment("add_rows: rows loop")
+    asm.C_LOOP_START(G(gC), plan.nrows)
+    asm.V_ADD_VV(G(gO), G(gA), G(gB), 0)
+    asm.S_ADDI_INT(G(gA), G(gA), V)
+    asm.S_ADDI_INT(G(gB), G(gB), V)
+    if not faults.active("add_dst_not_advancing"):
+        asm.S_ADDI_INT(G(gO), G(gO), V)
+    asm.C_LOOP_END(G(gC))
+    asm.end(KERNEL)

@@ -1,0 +1,405 @@
+"""The comparison metric of the direct-emit testbenches (kernels.md §5) and the one tolerance table.
+
+``compare(sim, golden, *, coords, A=None, eps_a, eps_g, rho=None, abs_term=None, exact=False)`` judges a
+simulated array against its float64 golden, element by element, and always returns a
+:class:`CheckResult` (pass or fail) carrying the statistics the report needs:
+
+1. shapes must be equal -- otherwise "shape mismatch"; nothing is truncated or reshaped;
+2. every simulated element must be finite where the golden is (count and first coordinate reported);
+3. ``|s - g| <= eps_a*A + eps_g*|g| + tau`` for **every** element, ``tau = 2^-24*max(A)``; without an
+   envelope ``A`` (tolerance rows marked "–"), ``tau = 0`` and ``eps_a*A`` is replaced by ``abs_term``
+   (or 0);  ``exact=True`` is bitwise equality of the bf16 (float input) or integer values;
+4. relative RMS ``sqrt(mean((s-g)^2)) / sqrt(mean(g^2)) <= rho`` when ``rho`` is given (skipped when the
+   golden is all zero).
+
+``coords`` names the axes of the arrays (``("batch", "row", "head", "col")``); every element the report
+mentions is named with them, e.g. ``(batch=1, row=77, head=5, col=3)``.  ``group_by`` (a subset of the
+axis names) adds per-group failure counts, e.g. per (batch, head) for attention.
+
+``TOLERANCES`` is the single tolerance table of kernels.md §5.2: one entry per row, each a function of
+the sizes the row depends on (``n_chunks``, ``bias``, ``nb``, ``Tk``, ``smax_r``), returning a
+:class:`Tolerance` whose :meth:`Tolerance.kwargs` feed :func:`compare`.  :func:`tolerance` looks a row
+up by name.  The table is never loosened to make a case pass (§5.2).
+
+bf16 decoding of SRAM dumps lives here too (:func:`bf16_decode`): every SRAM is decoded as bf16, never
+fp16.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["CheckResult", "Tolerance", "TOLERANCES", "tolerance", "compare", "bf16_decode", "bf16_encode",
+           "is_bf16_exact", "fmt_coords", "TAU_FACTOR"]
+
+TAU_FACTOR = 2.0 ** -24
+
+
+# =========================================================================== bf16 codec (host side)
+
+def bf16_decode(bits) -> np.ndarray:
+    """float32 values of bf16 bit patterns (uint16): exact, ``u = bits << 16``."""
+    b = np.asarray(bits)
+    if b.dtype != np.uint16:
+        b = b.astype(np.uint16)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def bf16_encode(values) -> np.ndarray:
+    """bf16 bit patterns of values (rounded to float32, then RNE to bf16; NaN -> sign|0x7FC0)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.asarray(values, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = ((u >> 16) & 0x8000) | 0x7FC0
+    return np.where(np.isnan(x), nan, rounded).astype(np.uint16)
+
+
+def is_bf16_exact(values) -> bool:
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = bf16_decode(bf16_encode(v)).astype(np.float64)
+    fin = np.isfinite(v)
+    return bool(np.array_equal(back[fin], v[fin]))
+
+
+# =========================================================================== tolerance table (§5.2)
+
+@dataclass(frozen=True)
+class Tolerance:
+    """One row of kernels.md §5.2, evaluated for a case's sizes.
+
+    ``uses_A``: the row has a reference envelope A (else "–": tau = 0 and ``abs_term`` replaces eps_a*A).
+    ``eps_a`` may be an array (flash attention's score-aware factor), broadcast against the output."""
+    name: str
+    eps_a: Any = 0.0
+    eps_g: float = 0.0
+    rho: float | None = None
+    abs_term: float | None = None
+    uses_A: bool = True
+    exact: bool = False
+
+    def kwargs(self) -> dict:
+        return {"eps_a": self.eps_a, "eps_g": self.eps_g, "rho": self.rho, "abs_term": self.abs_term,
+                "exact": self.exact}
+
+    def describe(self) -> str:
+        if self.exact:
+            return f"{self.name}: exact"
+        ea = "array" if isinstance(self.eps_a, np.ndarray) else f"{self.eps_a:.4g}"
+        return (f"{self.name}: eps_a={ea} eps_g={self.eps_g:.4g} rho={self.rho}"
+                + (f" abs={self.abs_term:.4g}" if self.abs_term is not None else ""))
+
+
+def _linear(n_chunks: int = 1, bias: bool = False, **_) -> Tolerance:
+    return Tolerance("linear", 2 ** -12 + 2 ** -8 * (n_chunks - 1 + int(bool(bias))), 2 ** -6, 2 ** -7)
+
+
+def _ffn_int(**_) -> Tolerance:
+    return Tolerance("ffn_int", 2 ** -6, 2 ** -6, 2 ** -6)
+
+
+def _ffn(**_) -> Tolerance:
+    return Tolerance("ffn", 2 ** -7, 2 ** -6, 2 ** -6)
+
+
+def _act(**_) -> Tolerance:
+    return Tolerance("act", 2 ** -7, 2 ** -7, 2 ** -6)
+
+
+def _rms(nb: int = 1, **_) -> Tolerance:
+    return Tolerance("rms", 0.0, 2 ** -5 * (1 + nb / 32), 2 ** -6, uses_A=False)
+
+
+def _ln(nb: int = 1, **_) -> Tolerance:
+    f = 1 + nb / 32
+    return Tolerance("ln", 2 ** -6 * f, 2 ** -6 * f, 2 ** -6)
+
+
+def _softmax(nb: int = 1, **_) -> Tolerance:
+    f = 1 + nb / 32
+    return Tolerance("softmax", 2 ** -6 * f, 2 ** -5 * f, 2 ** -5)
+
+
+def _rope(**_) -> Tolerance:
+    return Tolerance("rope", 2 ** -7, 2 ** -7, 2 ** -7)
+
+
+def _qkt(**_) -> Tolerance:
+    return Tolerance("qkt", 2 ** -12, 2 ** -7, 2 ** -8)
+
+
+def _flash(smax_r=0.0, Tk: int = 1, **_) -> Tolerance:
+    """O of flash attention: eps_a = 2^-6*max(1, smax_r/3) per element (smax_r broadcast to O's shape)."""
+    eps_a = 2 ** -6 * np.maximum(1.0, np.asarray(smax_r, dtype=np.float64) / 3.0)
+    if eps_a.ndim == 0:
+        eps_a = float(eps_a)
+    return Tolerance("flash", eps_a, 2 ** -6, 2 ** -6 + 1.5 * 2 ** -8 * math.sqrt(Tk))
+
+
+def _flash_m(**_) -> Tolerance:
+    return Tolerance("flash_m", 0.0, 2 ** -6, None, abs_term=2 ** -8, uses_A=False)
+
+
+def _flash_l(Tk: int = 1, **_) -> Tolerance:
+    return Tolerance("flash_l", 0.0, 2 ** -5 + 2 ** -7 * math.sqrt(Tk), None, uses_A=False)
+
+
+def _ssum(**_) -> Tolerance:
+    return Tolerance("ssum", 2 ** -16, 2 ** -7, None)
+
+
+def _topk(**_) -> Tolerance:
+    return Tolerance("topk", 0.0, 2 ** -7, None, abs_term=2 ** -10, uses_A=False)
+
+
+def _exact(**_) -> Tolerance:
+    return Tolerance("exact", 0.0, 0.0, None, uses_A=False, exact=True)
+
+
+#: kernels.md §5.2, every row.  name -> function(**sizes) -> Tolerance.
+#:   linear   A=|X|@|W|(+|b|)           eps_a 2^-12+2^-8(n_chunks-1+[bias])  eps_g 2^-6   rho 2^-7
+#:   ffn_int  A=|X@Wg|.|X@Wu|            2^-6                                  2^-6         2^-6
+#:   ffn      A=(|X@Wg|.|X@Wu|)@|Wd|     2^-7                                  2^-6         2^-6
+#:   act      A=|x|                      2^-7                                  2^-7         2^-6
+#:   rms      –                          0                                     2^-5(1+nb/32) 2^-6
+#:   ln       A=|γ|(|x-μ|+|μ|)/σ+|β|     2^-6(1+nb/32)                         2^-6(1+nb/32) 2^-6
+#:   softmax  A=g(1+|x-rowmax|)          2^-6(1+nb/32)                         2^-5(1+nb/32) 2^-5
+#:   rope     A=|x||cos|+|rot x||sin|    2^-7                                  2^-7         2^-7
+#:   qkt      A=|Q|@|K|^T                2^-12                                 2^-7         2^-8
+#:   flash    A=p@|V|                    2^-6 max(1, smax_r/3)                 2^-6         2^-6+1.5*2^-8*sqrt(Tk)
+#:   flash_m  – (abs 2^-8)               –                                     2^-6         –
+#:   flash_l  –                          0                                     2^-5+2^-7 sqrt(Tk)  –
+#:   ssum     A=sum|x|                   2^-16                                 2^-7         –
+#:   topk     – (abs 2^-10)              –                                     2^-7         –
+#:   exact    –                          0                                     0            –
+TOLERANCES: Mapping[str, Callable[..., Tolerance]] = {
+    "linear": _linear, "ffn_int": _ffn_int, "ffn": _ffn, "act": _act, "rms": _rms, "ln": _ln,
+    "softmax": _softmax, "rope": _rope, "qkt": _qkt, "flash": _flash, "flash_m": _flash_m,
+    "flash_l": _flash_l, "ssum": _ssum, "topk": _topk, "exact": _exact,
+}
+
+
+def tolerance(name: str, **sizes) -> Tolerance:
+    """The §5.2 row ``name`` evaluated for ``sizes`` (n_chunks, bias, nb, Tk, smax_r as the row needs)."""
+    if name not in TOLERANCES:
+        raise KeyError(f"unknown tolerance row {name!r} (known: {', '.join(TOLERANCES)})")
+    return TOLERANCES[name](**sizes)
+
+
+# =========================================================================== the comparison
+
+def fmt_coords(coords: Sequence[str], idx: Sequence[int]) -> str:
+    return "(" + ", ".join(f"{n}={int(i)}" for n, i in zip(coords, idx)) + ")"
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check; ``to_dict`` is JSON-able, ``summary`` one line."""
+    name: str
+    passed: bool
+    n: int = 0
+    n_fail: int = 0
+    reason: str = ""                        # "" when passed; else what failed first
+    shape_sim: tuple = ()
+    shape_golden: tuple = ()
+    n_nonfinite: int = 0
+    first_nonfinite: str | None = None
+    max_abs: float = 0.0
+    max_abs_at: str | None = None
+    max_rel: float = 0.0
+    max_rel_at: str | None = None
+    rms: float = 0.0
+    rel_rms: float = 0.0
+    rho: float | None = None
+    worst: dict | None = None               # {at, index, sim, golden, err, tol, ratio}
+    first: dict | None = None               # first failing element in C order (same keys)
+    worst_ratio: float = 0.0                # max err/tol over finite elements (0 for exact passes)
+    group_fail: dict | None = None          # "batch=0,head=3" -> failing count
+    exact: bool = False
+    tolerance: str = ""
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["shape_sim"] = list(self.shape_sim)
+        d["shape_golden"] = list(self.shape_golden)
+        return _jsonable(d)
+
+    def summary(self) -> str:
+        if self.passed:
+            if self.exact:
+                return f"{self.name} exact ({self.n} elements)"
+            return (f"{self.name} ok ({self.n} elements); worst err/tol {self.worst_ratio:.3g}; "
+                    f"max_abs {self.max_abs:.4g}; rel_rms {self.rel_rms:.3g}")
+        parts = [f"{self.name} {self.reason}" if self.reason else self.name]
+        if self.n_fail and self.reason != "shape mismatch":
+            parts = [f"{self.name} {self.n_fail}/{self.n} " +
+                     ("differ" if self.exact else "out of tolerance")]
+            if self.n_nonfinite:
+                parts.append(f"{self.n_nonfinite} non-finite, first {self.first_nonfinite}")
+            if self.worst:
+                w = self.worst
+                parts.append(f"worst {w['at']} sim={w['sim']:.6g} golden={w['golden']:.6g} "
+                             f"err={w['err']:.4g} tol={w['tol']:.4g}")
+            if self.first:
+                parts.append(f"first {self.first['at']}")
+        if self.rho is not None and not self.exact and self.rel_rms > self.rho:
+            parts.append(f"rel_rms {self.rel_rms:.3g} > {self.rho:.3g}")
+        return "; ".join(parts)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if math.isfinite(v) else str(v)
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    return x
+
+
+def _elem(coords, shape, flat, s, g, err, tol) -> dict:
+    idx = np.unravel_index(int(flat), shape)
+    return {"at": fmt_coords(coords, idx), "index": [int(i) for i in idx], "sim": float(s.flat[flat]),
+            "golden": float(g.flat[flat]), "err": float(err.flat[flat]), "tol": float(tol.flat[flat]),
+            "ratio": float(err.flat[flat] / tol.flat[flat]) if tol.flat[flat] > 0 else
+            (0.0 if err.flat[flat] == 0 else math.inf)}
+
+
+def _groups(coords, group_by, shape, fail_mask) -> dict | None:
+    if not group_by:
+        return None
+    axes = [coords.index(a) for a in group_by]
+    other = tuple(i for i in range(len(shape)) if i not in axes)
+    counts = fail_mask.sum(axis=other) if other else fail_mask.astype(np.int64)
+    out = {}
+    for idx in np.ndindex(*counts.shape):
+        c = int(counts[idx])
+        if c:
+            out[",".join(f"{a}={i}" for a, i in zip(group_by, idx))] = c
+    return out
+
+
+def compare(sim, golden, *, coords: Sequence[str], A=None, eps_a=0.0, eps_g=0.0, rho: float | None = None,
+            abs_term: float | None = None, exact: bool = False, name: str = "output",
+            group_by: Sequence[str] | None = None, tolerance_name: str = "") -> CheckResult:
+    """Judge ``sim`` against ``golden`` per kernels.md §5.1 (see the module docstring)."""
+    s_raw = np.asarray(sim)
+    g_raw = np.asarray(golden)
+    coords = tuple(coords)
+    res = CheckResult(name=name, passed=False, shape_sim=tuple(s_raw.shape), shape_golden=tuple(g_raw.shape),
+                      rho=None if exact else rho, exact=exact, tolerance=tolerance_name)
+    if s_raw.shape != g_raw.shape:
+        res.reason = "shape mismatch"
+        res.n = int(g_raw.size)
+        res.n_fail = int(g_raw.size)
+        res.reason = f"shape mismatch: sim {s_raw.shape} vs golden {g_raw.shape}"
+        return res
+    if len(coords) != g_raw.ndim:
+        raise ValueError(f"compare({name}): {len(coords)} coordinate names {coords} for a {g_raw.ndim}-d array")
+    res.n = int(g_raw.size)
+    shape = g_raw.shape
+    integer = g_raw.dtype.kind in "biu"
+
+    if exact:
+        if integer:
+            if s_raw.dtype.kind not in "biu":
+                res.reason = f"exact integer check got a {s_raw.dtype} array"
+                res.n_fail = res.n
+                return res
+            s_key, g_key = s_raw.astype(np.int64), g_raw.astype(np.int64)
+            s64, g64 = s_key.astype(np.float64), g_key.astype(np.float64)
+        else:
+            g64 = g_raw.astype(np.float64)
+            if not np.all(np.isfinite(g64)):
+                raise ValueError(f"compare({name}): the golden must be finite")
+            if not is_bf16_exact(g64):
+                raise ValueError(f"compare({name}): an exact golden must be bf16-representable")
+            s64 = s_raw.astype(np.float64)
+            s_key, g_key = bf16_encode(s_raw), bf16_encode(g64)
+        diff = s_key != g_key
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.abs(s64 - g64)
+        err = np.where(np.isnan(err), np.inf, err)
+        tol = np.zeros(shape)
+        nonfin = ~np.isfinite(s64)
+        res.n_nonfinite = int(nonfin.sum())
+        if res.n_nonfinite:
+            res.first_nonfinite = fmt_coords(coords, np.unravel_index(int(np.flatnonzero(nonfin)[0]), shape))
+        res.n_fail = int(diff.sum())
+        if res.n_fail:
+            flat_first = int(np.flatnonzero(diff)[0])
+            res.first = _elem(coords, shape, flat_first, s64, g64, err, tol)
+            errd = np.where(diff, err, -1.0)
+            res.worst = _elem(coords, shape, int(np.argmax(errd)), s64, g64, err, tol)
+            res.worst_ratio = math.inf
+            res.reason = "bitwise mismatch"
+        fin = np.isfinite(err)
+        res.max_abs = float(err[fin].max()) if fin.any() else math.inf
+        if res.n:
+            res.max_abs_at = fmt_coords(coords, np.unravel_index(int(np.argmax(err)), shape))
+        res.group_fail = _groups(coords, group_by, shape, diff)
+        res.passed = res.n_fail == 0
+        return res
+
+    g = g_raw.astype(np.float64)
+    if not np.all(np.isfinite(g)):
+        raise ValueError(f"compare({name}): the golden must be finite")
+    s = s_raw.astype(np.float64)
+    if A is not None:
+        Aarr = np.broadcast_to(np.abs(np.asarray(A, dtype=np.float64)), shape)
+        tau = TAU_FACTOR * float(Aarr.max()) if Aarr.size else 0.0
+        env = np.asarray(eps_a, dtype=np.float64) * Aarr
+    else:
+        tau = 0.0
+        env = np.full(shape, float(abs_term) if abs_term is not None else 0.0)
+    tol = np.broadcast_to(env + float(eps_g) * np.abs(g) + tau, shape)
+    nonfin = ~np.isfinite(s)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(s - g)
+    err = np.where(nonfin, np.inf, err)
+    fail = ~(err <= tol)
+    res.n_fail = int(fail.sum())
+    res.n_nonfinite = int(nonfin.sum())
+    if res.n_nonfinite:
+        res.first_nonfinite = fmt_coords(coords, np.unravel_index(int(np.flatnonzero(nonfin)[0]), shape))
+    if res.n:
+        res.max_abs = float(err.max())
+        res.max_abs_at = fmt_coords(coords, np.unravel_index(int(np.argmax(err)), shape))
+        relmask = np.abs(g) > tau
+        if relmask.any():
+            rel = np.where(relmask, err / np.where(relmask, np.abs(g), 1.0), -1.0)
+            k = int(np.argmax(rel))
+            res.max_rel = float(rel.flat[k])
+            res.max_rel_at = fmt_coords(coords, np.unravel_index(k, shape))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
+        kw = int(np.argmax(ratio))
+        res.worst_ratio = float(ratio.flat[kw])
+        res.worst = _elem(coords, shape, kw, s, g, err, tol)
+        if res.n_fail:
+            res.first = _elem(coords, shape, int(np.flatnonzero(fail)[0]), s, g, err, tol)
+        with np.errstate(invalid="ignore", over="ignore"):
+            res.rms = float(np.sqrt(np.mean(np.square(s - g)))) if not res.n_nonfinite else math.inf
+            gnorm = float(np.sqrt(np.mean(np.square(g))))
+        res.rel_rms = (res.rms / gnorm) if gnorm > 0 else 0.0
+    res.group_fail = _groups(coords, group_by, shape, fail)
+    reasons = []
+    if res.n_nonfinite:
+        reasons.append(f"{res.n_nonfinite} non-finite")
+    if res.n_fail:
+        reasons.append(f"{res.n_fail}/{res.n} out of tolerance")
+    rms_bad = rho is not None and res.n and float(np.abs(g).max()) > 0 and not (res.rel_rms <= rho)
+    if rms_bad:
+        reasons.append(f"rel_rms {res.rel_rms:.3g} > {rho:.3g}")
+    res.reason = "; ".join(reasons)
+    res.passed = not res.n_fail and not rms_bad
+    return res

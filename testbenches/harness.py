@@ -1,0 +1,691 @@
+"""Direct-emit testbench harness (kernels.md §4.1, §4.2): build a :class:`Case`, :func:`run` it, judge it.
+
+Harness API
+===========
+
+Testbench modules
+-----------------
+Each ``testbenches/<name>.py`` exposes ``DESCRIPTION`` (one line), ``DEFAULTS`` (dict),
+``REQUIRED_CASES`` (list of ``(case_id, overrides, variant)``), ``STRETCH_CASES`` (same shape; they run
+only when the generator advertises support), ``RANGES`` (dict of parameter -> supported values, for the
+sweep) and ``build(params, config) -> Case``.  ``testbenches.get(name)`` imports one lazily;
+:func:`run_case` builds and runs one case by id, turning a plan/Asm ``ValueError`` raised by ``build``
+into a FAILED :class:`Report` (never a skip).
+
+Building a case: :class:`CaseBuilder`
+-------------------------------------
+``cb = CaseBuilder("linear", params, config)`` gives:
+
+* ``cb.rng`` -- ``numpy.random.default_rng(params.get("seed", 0))``; ``cb.randn(shape, scale)``;
+* ``cb.tensor(name, values, cls, alloc_rows=None, alloc_elems=None) -> (HbmTensor, float64 values)``:
+  places a 2-D host tensor in the HBM image with the project's :class:`~plena_sim.image.ImageBuilder`
+  (64-byte aligned base, zero slack rows up to ``alloc_rows``/``alloc_elems`` so SCALE = element bytes
+  including slack) in the precision class ``cls`` (``"act"`` -> HBM_V_ACT_TYPE, prec 0; ``"weight"`` ->
+  HBM_M_WEIGHT_TYPE, prec 0; ``"kv"`` -> HBM_M_KV_TYPE, prec 1; ``"kv_v"`` -> HBM_V_KV_TYPE, prec 1), binds
+  the next free a-register and returns the generator's ``HbmTensor`` plus the exact dequantized values
+  (MX round trip, float64, unpadded shape) -- the only values a golden may be computed from;
+* ``cb.output_tensor(name, rows, cols, cls, alloc_rows=None)``: a zero-filled HBM tensor the program may
+  write (its byte ranges are declared writable for the HBM footprint check);
+* ``cb.rows(n, name, role)``: allocate ``n`` VRAM rows (one zero guard row is left after each region);
+  ``cb.region(name, first_row, n_rows, role)`` declares a region explicitly (e.g. from a plan's
+  ``vram_regions``; roles ``input``, ``output``, ``scratch``, ``inout``); ``cb.add_regions(plan.vram_regions)``;
+* ``cb.fp`` -- the §1.6 constant slots (``cb.set_fp(EPS=1e-6, INV_HIDDEN=1/128, USER0=1.5, ...)``),
+  ``cb.fp_words(addr, values)`` / ``cb.int_words(addr, values)`` -- further SRAM preloads,
+  ``cb.vram_preload(row, values)`` -- host VRAM rows (bf16);
+* ``cb.asm()`` -- a fresh :class:`~programs.asm.Asm` holding the ``set_addr_regs`` preamble (it uses
+  gp1/gp2, whose contents are then undefined); pass it to the generator's ``emit_*``;
+* ``cb.check(name, read, golden, coords, tol, A=None, group_by=None)``: one output check;
+* ``cb.case(asm_or_text, **extra) -> Case``.
+
+Readback specs (``read(machine) -> ndarray``, all SRAMs decoded as **bf16**):
+``VramCbm(base_elem, rows, cols, pitch, post=None)`` (the plan's CBM mapping, ``[rows, cols]``),
+``VramRows(base_elem, nrows, post=None)``, ``FpWords(addr, n)``, ``IntWords(addr, n)``,
+``HbmBytes(addr, n)``; ``post`` reshapes/transposes to the named coordinates of the check.
+
+Running: :func:`run`
+--------------------
+``run(case, *, backend="numba", workdir=None, timing=None, max_instructions=None) -> Report``:
+
+1. assembles ``case.program`` (an ``AssemblerError`` is a failure unless the case expects it);
+2. builds a :class:`~plena_sim.machine.Machine` with ``case.config``; writes the HBM image segments, the
+   FP SRAM constants (slots 0-15, every run) and extra words, the INT SRAM and VRAM preloads; poisons
+   every ``output`` and ``scratch`` region with bf16 NaN (``inout``/``input`` regions and guard rows are
+   not poisoned);
+3. runs the program (``raise_on_fault=False``); a simulator fault fails the case unless ``case.expect``
+   names its rule;
+4. reads back every check's data, compares it (:func:`testbenches.compare.compare`) and applies the
+   generic checks: ``constants`` (FP slots 0-15 bitwise unchanged), ``vram_footprint`` (VRAM rows below
+   the high-water mark -- largest declared row + 64 -- that lie outside every declared region still hold
+   their initial value), ``hbm_footprint`` (HBM bytes outside the declared writable ranges unchanged);
+5. writes ``program.asm``, ``program.mem``, ``golden.npy``, ``sim.npy`` (the first check; further checks as
+   ``golden_<check>.npy``/``sim_<check>.npy``) and ``report.json`` into ``workdir`` if one is given (never
+   anywhere else).
+
+A :class:`Report` carries ``passed``, per-check :class:`~testbenches.compare.CheckResult` s, the primary
+check's ``max_abs``/``max_rel``/``rms``/``rel_rms``/``worst``/``first``/``n_fail``/per-group failure
+counts, ``cycles``, ``instructions``, ``stats``, ``wall_time``, ``fault`` (dict) and ``error`` (assembler or
+plan error text), and ``summary`` -- one line like kernels.md §5.1's example::
+
+    linear[K128]: output 37/2048 out of tolerance; worst (row=5, col=17) sim=0.41 golden=0.05 ...
+
+Companion runs: a check may take its golden from a second case (``Case.companion``; the check names
+``golden_from="<check name>"``), e.g. ``linear_loop`` requires its output to be bit-identical to the
+``loops=False`` program.  Negative cases set ``Case.expect = ("LP-ZERO", "assembler")``: they pass iff
+the run ends with one of the named faults (rule ids, or ``"assembler"``/``"plan"``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from plena_sim.config import HardwareConfig, MxType
+from plena_sim.image import ImageBuilder, Placement
+from programs.asm import Asm
+from programs.hbm import HbmTensor, set_addr_regs
+
+from .compare import (CheckResult, Tolerance, bf16_decode, bf16_encode, compare, tolerance)
+
+__all__ = ["FP_SLOTS", "FP_STATE_BASE", "fp_constants", "VramCbm", "VramRows", "FpWords", "IntWords",
+           "HbmBytes", "Check", "Case", "Report", "CaseBuilder", "run", "run_case", "GEN_GP", "GEN_FP",
+           "BF16_NAN"]
+
+#: kernels.md §1.6 constant slots
+FP_SLOTS = {"NEG_INF": 0, "EPS": 1, "INV_HIDDEN": 2, "ONE": 3, "GELU_ALPHA": 4, "QK_SCALE": 5,
+            "INV_BMM_SCALE": 6, "ZERO": 7, **{f"USER{i}": 8 + i for i in range(8)}}
+FP_STATE_BASE = 16
+BF16_NAN = 0x7FC0
+#: the registers the testbenches hand to generators (kernels.md §1.4 limits: 12 gp, 6 fp)
+GEN_GP = tuple(range(1, 13))
+GEN_FP = tuple(range(1, 7))
+_ROLES = ("input", "output", "scratch", "inout")
+
+_CLASSES = {"act": ("HBM_V_ACT_TYPE", 0), "weight": ("HBM_M_WEIGHT_TYPE", 0),
+            "kv": ("HBM_M_KV_TYPE", 1), "kv_v": ("HBM_V_KV_TYPE", 1)}
+
+
+def fp_constants(cfg: HardwareConfig, *, eps: float = 1e-6, inv_hidden: float = 0.0, qk_scale: float = 0.0,
+                 user: Sequence[float] = ()) -> np.ndarray:
+    """float32 values of FP SRAM slots 0..15 (kernels.md §1.6), before bf16 rounding."""
+    v = np.zeros(16, dtype=np.float64)
+    v[0] = -np.inf
+    v[1] = eps
+    v[2] = inv_hidden
+    v[3] = 1.0
+    v[4] = 1.702
+    v[5] = qk_scale
+    v[6] = 1.0 / cfg.BMM_SCALE
+    v[7] = 0.0
+    for i, u in enumerate(user):
+        v[8 + i] = u
+    return v.astype(np.float32)
+
+
+# =========================================================================== readback specs
+
+def _vram_bf16(machine, row0: int, nrows: int) -> np.ndarray:
+    bits = machine.vram.bits
+    if row0 < 0 or row0 + nrows > bits.shape[0]:
+        raise IndexError(f"VRAM rows [{row0}, {row0 + nrows}) out of range")
+    return bf16_decode(np.asarray(bits[row0:row0 + nrows]))
+
+
+@dataclass(frozen=True)
+class VramCbm:
+    """A CBM matrix ``[rows, cols]`` at element address ``base`` with row pitch ``pitch`` (kernels.md §1.7)."""
+    base: int
+    rows: int
+    cols: int
+    pitch: int
+    post: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def read(self, machine) -> np.ndarray:
+        V = machine.cfg.VLEN
+        if self.base % V or self.cols % V:
+            raise ValueError(f"VramCbm: base {self.base} and cols {self.cols} must be multiples of V={V}")
+        nb = self.cols // V
+        raw = _vram_bf16(machine, self.base // V, nb * self.pitch).reshape(nb, self.pitch, V)
+        out = raw[:, :self.rows, :].transpose(1, 0, 2).reshape(self.rows, self.cols)
+        return self.post(out) if self.post else out
+
+
+@dataclass(frozen=True)
+class VramRows:
+    base: int
+    nrows: int
+    post: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def read(self, machine) -> np.ndarray:
+        V = machine.cfg.VLEN
+        out = _vram_bf16(machine, self.base // V, self.nrows)
+        return self.post(out) if self.post else out
+
+
+@dataclass(frozen=True)
+class FpWords:
+    addr: int
+    n: int
+    post: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def read(self, machine) -> np.ndarray:
+        out = bf16_decode(np.asarray(machine.fp_sram.bits[self.addr:self.addr + self.n]))
+        return self.post(out) if self.post else out
+
+
+@dataclass(frozen=True)
+class IntWords:
+    addr: int
+    n: int
+    post: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def read(self, machine) -> np.ndarray:
+        out = np.asarray(machine.int_sram[self.addr:self.addr + self.n], dtype=np.uint32).copy()
+        return self.post(out) if self.post else out
+
+
+@dataclass(frozen=True)
+class HbmBytes:
+    addr: int
+    n: int
+    post: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def read(self, machine) -> np.ndarray:
+        out = np.asarray(machine.hbm.read(self.addr, self.n), dtype=np.uint8).copy()
+        return self.post(out) if self.post else out
+
+
+# =========================================================================== case / check / report
+
+@dataclass
+class Check:
+    name: str
+    read: Any
+    golden: np.ndarray | None
+    coords: tuple[str, ...]
+    tol: Tolerance
+    A: np.ndarray | None = None
+    group_by: tuple[str, ...] | None = None
+    golden_from: str | None = None      # take the golden from this check of case.companion (exact)
+
+
+@dataclass
+class Case:
+    testbench: str
+    case_id: str
+    params: dict
+    config: HardwareConfig
+    program: str
+    checks: list[Check]
+    hbm_segments: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    tensors: dict[str, Placement] = field(default_factory=dict)
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    fp_consts: np.ndarray | None = None               # slots 0..15 (float32)
+    fp_preload: dict[int, np.ndarray] = field(default_factory=dict)
+    int_preload: dict[int, np.ndarray] = field(default_factory=dict)
+    vram_preload: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    regions: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    hbm_writable: list[tuple[int, int]] = field(default_factory=list)
+    expect: tuple[str, ...] | None = None
+    companion: "Case | None" = None
+    max_instructions: int | None = None
+    variant: str = ""
+    notes: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.testbench}[{self.case_id}]"
+
+    @property
+    def golden(self) -> np.ndarray | None:
+        return self.checks[0].golden if self.checks else None
+
+
+@dataclass
+class Report:
+    testbench: str
+    case_id: str
+    variant: str = ""
+    passed: bool = False
+    checks: list[CheckResult] = field(default_factory=list)
+    n_fail: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    rms: float = 0.0
+    rel_rms: float = 0.0
+    worst: dict | None = None
+    first: dict | None = None
+    worst_ratio: float = 0.0
+    group_fail: dict | None = None
+    cycles: int = 0
+    instructions: int = 0
+    stats: dict = field(default_factory=dict)
+    wall_time: float = 0.0
+    fault: dict | None = None
+    error: str | None = None
+    expected: tuple[str, ...] | None = None
+    summary: str = ""
+    workdir: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.testbench}[{self.case_id}]"
+
+    def check(self, name: str) -> CheckResult:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        from .compare import _jsonable
+        d = {k: v for k, v in self.__dict__.items() if k != "checks"}
+        d["checks"] = [c.to_dict() for c in self.checks]
+        return _jsonable(d)
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+# =========================================================================== builder
+
+class CaseBuilder:
+    """Helper that assembles a :class:`Case` (see the module docstring)."""
+
+    def __init__(self, testbench: str, params: Mapping[str, Any], config: HardwareConfig, *,
+                 case_id: str | None = None, variant: str = ""):
+        self.testbench = testbench
+        self.params = dict(params)
+        self.cfg = config
+        self.case_id = case_id or ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        self.variant = variant
+        self.rng = np.random.default_rng(int(self.params.get("seed", 0)))
+        self.image = ImageBuilder(config=config, alignment=64)
+        self.aregs: dict[int, int] = {}
+        self.tensors: dict[str, Placement] = {}
+        self.inputs: dict[str, np.ndarray] = {}
+        self.regions: dict[str, tuple[int, int, str]] = {}
+        self.next_row = 0
+        self.fp = fp_constants(config)
+        self.fp_extra: dict[int, np.ndarray] = {}
+        self.int_extra: dict[int, np.ndarray] = {}
+        self.vram_pre: list[tuple[int, np.ndarray]] = []
+        self.checks: list[Check] = []
+        self.writable: list[tuple[int, int]] = []
+
+    # ---- data
+    def randn(self, shape, scale: float = 1.0) -> np.ndarray:
+        return self.rng.standard_normal(shape) * scale
+
+    def tensor(self, name: str, values, cls: str = "act", *, alloc_rows: int | None = None,
+               alloc_elems: int | None = None, writable: bool = False) -> tuple[HbmTensor, np.ndarray]:
+        if cls not in _CLASSES:
+            raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.ndim == 1:
+            arr = arr.reshape(1, -1)
+        if arr.ndim != 2:
+            raise ValueError(f"tensor {name}: 2-D values expected, got shape {arr.shape}")
+        rows, cols = arr.shape
+        n_rows = rows
+        if alloc_rows is not None:
+            n_rows = max(n_rows, int(alloc_rows))
+        if alloc_elems is not None:
+            n_rows = max(n_rows, -(-int(alloc_elems) // cols))
+        full = np.zeros((n_rows, cols), dtype=np.float64)
+        full[:rows] = arr
+        key, prec = _CLASSES[cls]
+        t = self.cfg.hbm_type(key)
+        p = self.image.add(name, full, key)
+        if len(self.aregs) >= 8:
+            raise ValueError("CaseBuilder: more than 8 HBM tensors need an a-register")
+        a = len(self.aregs)
+        self.aregs[a] = p.base
+        self.tensors[name] = p
+        block = t.block if isinstance(t, MxType) else 0
+        ht = HbmTensor(areg=a, scale_offset=p.scale_reg if isinstance(t, MxType) else 0, eb=t.elem_bytes,
+                       prec=prec, row_pitch_elems=cols, alloc_elems=n_rows * cols, block=block)
+        deq = np.asarray(p.values, dtype=np.float64)[:rows, :cols].copy()
+        self.inputs[name] = deq
+        if writable:
+            self.writable.append((p.base, p.end))
+        return ht, deq
+
+    def output_tensor(self, name: str, rows: int, cols: int, cls: str = "act", *,
+                      alloc_rows: int | None = None) -> tuple[HbmTensor, Placement]:
+        ht, _ = self.tensor(name, np.zeros((rows, cols)), cls, alloc_rows=alloc_rows, writable=True)
+        return ht, self.tensors[name]
+
+    # ---- SRAM preloads
+    def set_fp(self, **slots: float) -> None:
+        for k, v in slots.items():
+            if k not in FP_SLOTS:
+                raise KeyError(f"unknown FP slot {k!r}")
+            self.fp[FP_SLOTS[k]] = np.float32(v)
+
+    def fp_value(self, slot: str | int) -> float:
+        """The bf16 value the device reads from a constant slot."""
+        i = FP_SLOTS[slot] if isinstance(slot, str) else int(slot)
+        return float(bf16_decode(bf16_encode(self.fp[i:i + 1]))[0])
+
+    def fp_words(self, addr: int, values) -> None:
+        self.fp_extra[int(addr)] = np.atleast_1d(np.asarray(values, dtype=np.float32))
+
+    def int_words(self, addr: int, values) -> None:
+        self.int_extra[int(addr)] = np.atleast_1d(np.asarray(values, dtype=np.uint32))
+
+    def vram_preload(self, row: int, values) -> None:
+        vals = np.asarray(values, dtype=np.float32).reshape(-1, self.cfg.VLEN)
+        self.vram_pre.append((int(row), vals))
+
+    # ---- VRAM regions
+    def rows(self, n: int, name: str, role: str = "scratch") -> int:
+        """Allocate ``n`` rows after every region so far, leaving one guard row; returns the first row."""
+        first = self.next_row
+        if n > 0:
+            self.region(name, first, n, role)
+        return first
+
+    def skip_to(self, row: int) -> None:
+        self.next_row = max(self.next_row, int(row))
+
+    def region(self, name: str, first_row: int, n_rows: int, role: str) -> None:
+        if role not in _ROLES:
+            raise ValueError(f"region {name}: role {role!r} must be one of {_ROLES}")
+        if name in self.regions and self.regions[name] != (first_row, n_rows, role):
+            raise ValueError(f"region {name} declared twice differently")
+        self.regions[name] = (int(first_row), int(n_rows), role)
+        self.next_row = max(self.next_row, first_row + n_rows + 1)
+
+    def add_regions(self, regions: Mapping[str, tuple[int, int, str]], prefix: str = "") -> None:
+        for k, (r0, n, role) in regions.items():
+            if n > 0:
+                self.region(prefix + k, r0, n, role)
+
+    # ---- program and checks
+    def asm(self) -> Asm:
+        a = Asm()
+        a.comment(f"testbench {self.testbench} case {self.case_id}")
+        if self.aregs:
+            set_addr_regs(a, self.aregs, [1, 2])
+        return a
+
+    def check(self, name: str, read, golden, coords: Sequence[str], tol: Tolerance | str, *, A=None,
+              group_by: Sequence[str] | None = None, golden_from: str | None = None, **tol_sizes) -> Check:
+        if isinstance(tol, str):
+            tol = tolerance(tol, **tol_sizes)
+        g = None if golden is None else np.asarray(golden)
+        if g is not None and g.dtype.kind == "f":
+            g = g.astype(np.float64)
+            if not np.all(np.isfinite(g)):
+                raise AssertionError(f"{self.testbench}: golden of check {name} is not finite")
+        c = Check(name, read, g, tuple(coords), tol, None if A is None else np.asarray(A, dtype=np.float64),
+                  tuple(group_by) if group_by else None, golden_from)
+        self.checks.append(c)
+        return c
+
+    def case(self, program: Asm | str, **extra) -> Case:
+        text = program.text() if isinstance(program, Asm) else str(program)
+        segs = []
+        for p in self.tensors.values():
+            segs.append((p.base, np.asarray(self.image.hbm.read(p.base, p.end - p.base), dtype=np.uint8).copy()))
+        kw = dict(testbench=self.testbench, case_id=self.case_id, params=self.params, config=self.cfg,
+                  program=text, checks=list(self.checks), hbm_segments=segs, tensors=dict(self.tensors),
+                  inputs=dict(self.inputs), fp_consts=self.fp.copy(), fp_preload=dict(self.fp_extra),
+                  int_preload=dict(self.int_extra), vram_preload=list(self.vram_pre),
+                  regions=dict(self.regions), hbm_writable=list(self.writable), variant=self.variant)
+        kw.update(extra)
+        return Case(**kw)
+
+
+# =========================================================================== running
+
+def _regions_check(case: Case) -> None:
+    """Declared regions must be pairwise disjoint (in-place kernels declare ``inout`` once)."""
+    items = sorted((r0, n, name) for name, (r0, n, _role) in case.regions.items() if n > 0)
+    for (a0, an, aname), (b0, bn, bname) in zip(items, items[1:]):
+        if b0 < a0 + an:
+            raise ValueError(f"{case.label}: VRAM regions {aname} [{a0}, {a0 + an}) and {bname} "
+                             f"[{b0}, {b0 + bn}) overlap")
+
+
+def _prepare(case: Case, backend: str):
+    from plena_sim.machine import Machine
+    m = Machine(case.config, backend=backend)
+    for base, data in case.hbm_segments:
+        m.hbm.write(base, data)
+    fps = m.fp_sram.bits
+    consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
+    fps[0:16] = bf16_encode(consts)
+    for addr, vals in case.fp_preload.items():
+        fps[addr:addr + vals.size] = bf16_encode(vals)
+    for addr, vals in case.int_preload.items():
+        m.int_sram[addr:addr + vals.size] = vals
+    vb = m.vram.bits
+    for row, vals in case.vram_preload:
+        vb[row:row + vals.shape[0]] = bf16_encode(vals)
+    for name, (r0, n, role) in case.regions.items():
+        if role in ("output", "scratch") and n > 0:
+            vb[r0:r0 + n] = BF16_NAN
+    return m
+
+
+def _footprint(case: Case, before: np.ndarray, after: np.ndarray) -> CheckResult:
+    hw = before.shape[0]
+    declared = np.zeros(hw, dtype=bool)
+    for (r0, n, _role) in case.regions.values():
+        declared[r0:min(hw, r0 + n)] = True
+    changed = np.any(before != after, axis=1) & ~declared
+    rows = np.flatnonzero(changed)
+    res = CheckResult(name="vram_footprint", passed=not rows.size, n=int((~declared).sum()),
+                      n_fail=int(rows.size), exact=True)
+    if rows.size:
+        res.reason = (f"{rows.size} VRAM rows outside the declared regions changed (first row {int(rows[0])}"
+                      + (f", last {int(rows[-1])}" if rows.size > 1 else "") + ")")
+        res.first = {"at": f"(row={int(rows[0])})", "index": [int(rows[0])]}
+    return res
+
+
+def _hbm_footprint(case: Case, before: np.ndarray, m) -> CheckResult:
+    n = max(before.size, int(m.hbm.high_water))
+    after = np.asarray(m.hbm.read(0, n), dtype=np.uint8)
+    ref = np.zeros(n, dtype=np.uint8)
+    ref[:before.size] = before
+    diff = after != ref
+    for lo, hi in case.hbm_writable:
+        diff[lo:hi] = False
+    bad = np.flatnonzero(diff)
+    res = CheckResult(name="hbm_footprint", passed=not bad.size, n=n, n_fail=int(bad.size), exact=True)
+    if bad.size:
+        res.reason = f"{bad.size} HBM bytes outside the output tensors changed (first byte {int(bad[0])})"
+        res.first = {"at": f"(byte={int(bad[0])})", "index": [int(bad[0])]}
+    return res
+
+
+def _constants(case: Case, m) -> CheckResult:
+    consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
+    want = bf16_encode(consts)
+    got = np.asarray(m.fp_sram.bits[0:16])
+    bad = np.flatnonzero(got != want)
+    res = CheckResult(name="constants", passed=not bad.size, n=16, n_fail=int(bad.size), exact=True)
+    if bad.size:
+        k = int(bad[0])
+        res.reason = (f"FP SRAM constant slot {k} changed: {float(bf16_decode(want[k:k+1])[0])} -> "
+                      f"{float(bf16_decode(got[k:k+1])[0])}")
+        res.first = {"at": f"(slot={k})", "index": [k]}
+    return res
+
+
+def _fail_report(case_or_label, exc_kind: str, text: str, t0: float, expect=None) -> Report:
+    if isinstance(case_or_label, Case):
+        tb, cid, var = case_or_label.testbench, case_or_label.case_id, case_or_label.variant
+    else:
+        tb, cid, var = case_or_label
+    passed = bool(expect) and exc_kind in expect
+    r = Report(tb, cid, var, passed=passed, error=f"{exc_kind}: {text}", wall_time=time.perf_counter() - t0,
+               expected=tuple(expect) if expect else None)
+    r.summary = (f"{r.label}: PASS (expected {exc_kind}: {text})" if passed
+                 else f"{r.label}: {exc_kind} error: {text}")
+    return r
+
+
+def _primary_fill(rep: Report, res: CheckResult) -> None:
+    rep.n_fail, rep.max_abs, rep.max_rel = res.n_fail, res.max_abs, res.max_rel
+    rep.rms, rep.rel_rms, rep.worst, rep.first = res.rms, res.rel_rms, res.worst, res.first
+    rep.worst_ratio, rep.group_fail = res.worst_ratio, res.group_fail
+
+
+def _simulate(case: Case, backend: str, timing, max_instructions):
+    """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw)."""
+    from isa.assembler import assemble
+    prog = assemble(case.program, f"{case.testbench}.asm")
+    m = _prepare(case, backend)
+    rows_hi = [r0 + n for (r0, n, _r) in case.regions.values()] + \
+              [row + v.shape[0] for row, v in case.vram_preload] + [0]
+    hw = min(max(rows_hi) + 64, m.vram.bits.shape[0])
+    before = np.asarray(m.vram.bits[:hw]).copy()
+    hbm_before = np.asarray(m.hbm.read(0, int(m.hbm.high_water)), dtype=np.uint8).copy()
+    kwargs = {"raise_on_fault": False, "name": f"{case.testbench}.asm"}
+    if max_instructions or case.max_instructions:
+        kwargs["max_instructions"] = max_instructions or case.max_instructions
+    if timing is not None:
+        kwargs["timing"] = timing
+    res = m.run(prog, **kwargs)
+    return m, res, prog, before, hbm_before, hw
+
+
+def run(case: Case, *, backend: str = "numba", workdir: str | Path | None = None, timing=None,
+        max_instructions: int | None = None) -> Report:
+    """Assemble, simulate and judge ``case`` (see the module docstring)."""
+    from isa.assembler import AssemblerError
+    t0 = time.perf_counter()
+    expect = case.expect
+    try:
+        _regions_check(case)
+        m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions)
+    except AssemblerError as exc:
+        return _fail_report(case, "assembler", str(exc).splitlines()[0] if str(exc) else repr(exc), t0, expect)
+    except ValueError as exc:
+        return _fail_report(case, "plan", str(exc), t0, expect)
+    rep = Report(case.testbench, case.case_id, case.variant, cycles=int(res.cycles),
+                 instructions=int(res.instructions), stats=dict(res.stats), expected=expect)
+    if res.fault is not None:
+        f = res.fault
+        rep.fault = f.to_dict() if hasattr(f, "to_dict") else {"text": str(f)}
+        rule = getattr(f, "rule", "?")
+        rep.wall_time = time.perf_counter() - t0
+        rep.passed = bool(expect) and rule in expect
+        rep.summary = (f"{case.label}: PASS (expected fault {rule})" if rep.passed
+                       else f"{case.label}: simulator fault {rule}: {f}")
+        _artifacts(case, rep, prog, {}, workdir)
+        return rep
+    if expect:
+        rep.passed = False
+        rep.error = f"expected one of {expect}, but the run completed without a fault"
+        rep.summary = f"{case.label}: {rep.error}"
+        rep.wall_time = time.perf_counter() - t0
+        _artifacts(case, rep, prog, {}, workdir)
+        return rep
+
+    sims: dict[str, np.ndarray] = {}
+    companion_sims: dict[str, np.ndarray] | None = None
+    for chk in case.checks:
+        golden = chk.golden
+        try:
+            if chk.golden_from is not None:
+                if companion_sims is None:
+                    companion_sims = _companion_outputs(case.companion, backend)
+                golden = companion_sims[chk.golden_from]
+            sim = chk.read.read(m)
+        except Exception as exc:   # a readback/companion problem is a failure of the case
+            r = CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}")
+            rep.checks.append(r)
+            continue
+        sims[chk.name] = sim
+        if chk.golden_from is not None and golden is not None:
+            golden = np.asarray(golden)
+        r = compare(sim, golden, coords=chk.coords, A=chk.A, name=chk.name, group_by=chk.group_by,
+                    tolerance_name=chk.tol.name, **chk.tol.kwargs())
+        rep.checks.append(r)
+    rep.checks.append(_constants(case, m))
+    after = np.asarray(m.vram.bits[:hw])
+    rep.checks.append(_footprint(case, before, after))
+    rep.checks.append(_hbm_footprint(case, hbm_before, m))
+    if rep.checks:
+        _primary_fill(rep, rep.checks[0])
+    rep.passed = all(c.passed for c in rep.checks)
+    rep.wall_time = time.perf_counter() - t0
+    rep.summary = _summary(case, rep)
+    _artifacts(case, rep, prog, sims, workdir, golden_override=companion_sims)
+    return rep
+
+
+def _companion_outputs(comp: Case | None, backend: str) -> dict[str, np.ndarray]:
+    if comp is None:
+        raise ValueError("a check takes its golden from a companion case, but the case has none")
+    m, res, _prog, _b, _h, _hw = _simulate(comp, backend, None, None)
+    if res.fault is not None:
+        raise ValueError(f"companion {comp.label} faulted: {res.fault}")
+    return {c.name: c.read.read(m) for c in comp.checks}
+
+
+def _summary(case: Case, rep: Report) -> str:
+    if rep.passed:
+        c0 = rep.checks[0]
+        wr = "exact" if c0.exact else f"worst err/tol {c0.worst_ratio:.3g}"
+        return (f"{case.label}: PASS; {c0.name} {c0.n} elements {wr}; {rep.instructions} instructions, "
+                f"{rep.cycles} cycles")
+    return f"{case.label}: " + "; ".join(c.summary() for c in rep.checks if not c.passed)
+
+
+def _artifacts(case: Case, rep: Report, prog, sims: dict, workdir, golden_override=None) -> None:
+    if workdir is None:
+        return
+    from isa.memfile import format_mem
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    rep.workdir = str(wd)
+    (wd / "program.asm").write_text(case.program, encoding="utf-8")
+    (wd / "program.mem").write_text(format_mem(prog.words), encoding="utf-8")
+    for k, chk in enumerate(case.checks):
+        suffix = "" if k == 0 else f"_{chk.name}"
+        g = chk.golden
+        if g is None and golden_override and chk.golden_from in golden_override:
+            g = golden_override[chk.golden_from]
+        if g is not None:
+            np.save(wd / f"golden{suffix}.npy", np.asarray(g))
+        if chk.name in sims:
+            np.save(wd / f"sim{suffix}.npy", np.asarray(sims[chk.name]))
+    (wd / "report.json").write_text(json.dumps(rep.to_dict(), indent=1) + "\n", encoding="utf-8")
+
+
+def run_case(testbench, case_id: str | None = None, overrides: Mapping[str, Any] | None = None,
+             variant: str = "default", *, backend: str = "numba", workdir=None, timing=None,
+             build_kwargs: Mapping[str, Any] | None = None) -> Report:
+    """Build and run one case of a testbench module (or its registry name).
+
+    ``overrides`` are applied on top of ``DEFAULTS``; a ``ValueError``/``AssertionError`` raised while
+    building (plan, Asm) is a failed report, never a skip."""
+    from . import get as _get
+    from .variants import get_config
+    mod = _get(testbench) if isinstance(testbench, str) else testbench
+    name = getattr(mod, "NAME", mod.__name__.rsplit(".", 1)[-1])
+    params = dict(mod.DEFAULTS)
+    params.update(overrides or {})
+    cid = case_id or "custom"
+    t0 = time.perf_counter()
+    try:
+        cfg = get_config(variant)
+        case = mod.build(params, cfg)
+    except (ValueError, AssertionError, KeyError) as exc:
+        expect = params.get("expect")
+        return _fail_report((name, cid, variant), "plan", str(exc), t0, expect)
+    case.case_id = cid
+    case.variant = variant
+    if case.companion is not None:
+        case.companion.case_id = cid + ":companion"
+    return run(case, backend=backend, workdir=workdir, timing=timing)
