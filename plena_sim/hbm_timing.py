@@ -672,7 +672,8 @@ def _hash_slot(blk, mask):
 
 @njit(cache=True)
 def _add_range(start, length, burst, blocks, n, hset, slots, mask):
-    """Append the blocks of ``[start, start+length)`` not seen yet; returns the new n (-1: full)."""
+    """Append the blocks of ``[start, start+length)`` not seen yet; returns the new n, or ``-1 - n``
+    when ``blocks`` (or the table) is full (``n`` = the blocks inserted so far, for clearing)."""
     if length <= 0:
         return n
     cap = blocks.shape[0]
@@ -686,7 +687,7 @@ def _add_range(start, length, burst, blocks, n, hset, slots, mask):
                 break
             if v == EMPTY:
                 if n >= cap or 2 * (n + 1) > hset.shape[0]:
-                    return -1
+                    return -1 - n
                 hset[s] = blk
                 slots[n] = s
                 blocks[n] = blk
@@ -704,19 +705,21 @@ def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, sc
     mask = hset.shape[0] - 1
     slots = work[W_SLOT]
     n = np.int64(0)
+    full = False
     for i in range(rows):
         o = off0 + i * pitch
-        n2 = _add_range(base + o, elem_len, burst, blocks, n, hset, slots, mask)
-        if n2 >= 0 and scale_len > 0:
-            n2 = _add_range(scale_base + (o // scale_div) * scale_mul, scale_len, burst,
-                            blocks, n2, hset, slots, mask)
-        if n2 < 0:
-            for j in range(n):
-                hset[slots[j]] = EMPTY
-            return np.int64(-1)
-        n = n2
+        n = _add_range(base + o, elem_len, burst, blocks, n, hset, slots, mask)
+        if n >= 0 and scale_len > 0:
+            n = _add_range(scale_base + (o // scale_div) * scale_mul, scale_len, burst,
+                           blocks, n, hset, slots, mask)
+        if n < 0:
+            n = -1 - n
+            full = True
+            break
     for j in range(n):
         hset[slots[j]] = EMPTY
+    if full:
+        return np.int64(-1)
     return n
 
 

@@ -25,3 +25,4 @@ def cfg1024(cfg):
     """MLEN = VLEN = P_M = 1024 (timing.md §5.5 large H_PREFETCH_M case)."""
     return cfg.with_overrides({"MLEN": 1024, "VLEN": 1024, "HBM_M_Prefetch_Amount": 1024,
                                "BROADCAST_AMOUNT": 64})
+
