@@ -48,7 +48,11 @@ Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
   blocks, hset, work) -> latency_cycles`` (-1 if ``blocks`` is too small): both of the above for one
   instruction, with ``geom = dma_geometry_table(cfg)[op, prec]`` (int64[G_N]); ``pitch`` is STRIDE if
   f.rs3 == 1 else ``geom[G_ELEM_LEN]``; ``scale_reg`` = the SCALE register.
+* ``dma_payload_bytes(geom) -> rows * (elem_len + scale_len)``.
 * ``block_fields(p, blk) -> (channel, bank_group, column, bank, row)``; ``block_channel(p, blk)``.
+
+Scalar arguments may be any integer type (they are converted to int64 on entry, so a uint32 register
+value never turns the arithmetic into float64); ``is_write`` is an integer (0 = read).
 
 Array layouts (all int64, C-contiguous):
 
@@ -92,7 +96,7 @@ __all__ = [
     "new_timing_state", "new_stats", "new_dma_scratch", "max_dma_blocks", "stats_dict",
     "map_address", "dma_geometry", "dma_geometry_table", "dma_row_ranges", "dma_blocks_py",
     "schedule_py", "new_stats_py", "block_fields", "block_channel", "dma_requests", "dma_latency", "dma_instruction",
-    "DMA_PREFETCH_M", "DMA_PREFETCH_V", "DMA_STORE_V",
+    "dma_payload_bytes", "DMA_PREFETCH_M", "DMA_PREFETCH_V", "DMA_STORE_V",
 ]
 
 # --------------------------------------------------------------------------- preset keys and slots
@@ -701,6 +705,14 @@ def _add_range(start, length, burst, blocks, n, hset, slots, mask):
 def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len,
                  blocks, hset, work):
     """Distinct blocks of one H_* instruction in generation order into ``blocks``; returns n or -1."""
+    base = np.int64(base)                  # any integer type in -> int64 arithmetic (never float)
+    off0 = np.int64(off0)
+    pitch = np.int64(pitch)
+    scale_base = np.int64(scale_base)
+    scale_div = np.int64(scale_div)
+    scale_mul = np.int64(scale_mul)
+    scale_len = np.int64(scale_len)
+    elem_len = np.int64(elem_len)
     burst = p[PRM_BURST_BYTES]
     mask = hset.shape[0] - 1
     slots = work[W_SLOT]
@@ -774,6 +786,8 @@ def _sort_segment_by_row(order, tmp, rowv, s, e):
 @njit(cache=True)
 def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, stats, work):
     """Schedule one instruction's requests (timing.md §5.4); returns its latency in cycles."""
+    t0_cycle = np.int64(t0_cycle)
+    n_blocks = np.int64(n_blocks)
     nch = p[PRM_CHANNELS]
     bpg = p[PRM_BANKS_PER_GROUP]
     write = is_write != 0
@@ -885,11 +899,19 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
 def dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats,
                     blocks, hset, work):
     """Blocks + schedule of one H_* instruction; latency in cycles, or -1 if ``blocks`` is too small."""
-    n = dma_requests(p, base, off0, pitch, geom[G_ROWS], geom[G_ELEM_LEN], base + scale_reg,
+    base = np.int64(base)
+    n = dma_requests(p, base, off0, pitch, geom[G_ROWS], geom[G_ELEM_LEN], base + np.int64(scale_reg),
                      geom[G_SCALE_DIV], geom[G_SCALE_MUL], geom[G_SCALE_LEN], blocks, hset, work)
     if n < 0:
         return np.int64(-1)
     return dma_latency(p, ch_state, bank_state, blocks, n, geom[G_IS_WRITE], t0_cycle, stats, work)
+
+
+@njit(cache=True)
+def dma_payload_bytes(geom):
+    """Exact element + scale bytes an instruction of geometry ``geom`` moves (timing.md §6
+    ``hbm.payload_bytes_*``; overlapping rows count once per row)."""
+    return geom[G_ROWS] * (geom[G_ELEM_LEN] + geom[G_SCALE_LEN])
 
 
 # --------------------------------------------------------------------------- Python convenience

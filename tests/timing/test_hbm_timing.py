@@ -268,3 +268,43 @@ def test_huge_start_cycle_no_overflow(hbm2):
 def test_conflict_waits_for_tras(hbm2):
     # the conflicting ACT may not precharge before ACT + tRAS = 34: 34 + tRP + tRCD + tCL + tBL - 30
     assert both(hbm2, [([0], False, 0), ([blk(0x40040)], False, 30)])[0] == [30, 48]
+
+
+def test_callable_from_an_njit_run_loop(hbm2, cfg):
+    """The kernels compose inside another @njit function (how the core's run loop uses them)."""
+    from numba import njit
+    from plena_sim.hbm_timing import (dma_instruction, dma_payload_bytes, max_dma_blocks, new_dma_scratch,
+                                      new_stats, new_timing_state, ST_READ_REQUESTS, ST_WRITE_REQUESTS)
+
+    @njit
+    def loop(p, geoms, ops, offs, ch, bk, stats, blocks, hset, work, out):
+        t = np.int64(0)
+        payload = np.int64(0)
+        for k in range(ops.shape[0]):
+            g = geoms[ops[k], 0]
+            lat = dma_instruction(p, g, np.uint32(0), np.uint32(offs[k]), g[1], np.uint32(4096), t,
+                                  ch, bk, stats, blocks, hset, work)
+            out[k] = lat
+            payload += dma_payload_bytes(g)
+            t += lat
+        return t, payload
+
+    ops = np.array([DMA_PREFETCH_V, DMA_PREFETCH_V, DMA_STORE_V, DMA_PREFETCH_M], dtype=np.int64)
+    offs = np.array([0, 0, 0, 0], dtype=np.int64)
+    ch, bk = new_timing_state(hbm2)
+    stats = new_stats(hbm2)
+    blocks, hset, work = new_dma_scratch(hbm2, max_dma_blocks(cfg, hbm2))
+    out = np.zeros(4, dtype=np.int64)
+    total, payload = loop(hbm2.as_array(), dma_geometry_table(cfg), ops, offs, ch, bk, stats, blocks, hset,
+                          work, out)
+    # same sequence through the Python twin
+    st = PyTimingState(hbm2)
+    t, expect = 0, []
+    for op in ops:
+        g = dma_geometry(cfg, int(op), 0)
+        lat = schedule_py(hbm2, st, dma_blocks_py(hbm2, dma_row_ranges(g, 0, 0, g.elem_len, 4096)), g.is_write, t)
+        expect.append(lat)
+        t += lat
+    assert out.tolist() == expect and total == t
+    assert payload == 3 * 4 * (64 + 8) + 64 * (64 + 8)
+    assert stats[ST_READ_REQUESTS] == 5 + 5 + 72 and stats[ST_WRITE_REQUESTS] == 5
