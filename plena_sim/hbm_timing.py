@@ -22,8 +22,10 @@ Python side
 * :func:`dma_geometry` ``(cfg, op, prec) -> DmaGeometry`` and :func:`dma_geometry_table` ``(cfg) ->
   int64[3, 2, G_N]`` (memory.md §5.2 per opcode ``DMA_PREFETCH_M/DMA_PREFETCH_V/DMA_STORE_V`` and
   ``prec`` = f.funct1 in {0, 1}); :func:`dma_row_ranges` and :func:`dma_blocks_py` (pure Python).
-* :func:`schedule_py` -- the pure-Python twin of the scheduler (a clear, independent transcription of
-  §5.4 over a :class:`PyTimingState`), used as the test oracle and by the reference interpreter.
+* :func:`schedule_py` ``(params, state, blocks, is_write, t0_cycle, stats=None) -> int`` -- the
+  pure-Python twin of the scheduler (a clear, independent transcription of §5.3/§5.4 over a
+  :class:`PyTimingState`; ``stats`` from :func:`new_stats_py`), used as the test oracle and by the
+  reference interpreter; ``PyTimingState.to_arrays()`` gives the Numba layout for comparison.
 * :class:`HbmTimer` -- a small Python convenience wrapper owning params, state, stats and scratch.
 
 Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
@@ -44,6 +46,8 @@ Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
   latency_cycles``: schedules the requests ``blocks[:n_blocks]`` (reads if ``is_write == 0``) of one
   instruction starting at accelerator cycle ``t0_cycle`` (timing.md §5.4), updates ``ch_state``,
   ``bank_state`` and ``stats`` in place and returns ``max(1, ceil((end - t0) / 1000))``.
+  Preconditions: the blocks are distinct (as ``dma_requests`` produces them), ``t0_cycle >= 0``,
+  ``n_blocks <= work.shape[1]`` (``blocks``/``work`` from one :func:`new_dma_scratch` call).
 * ``dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats,
   blocks, hset, work) -> latency_cycles`` (-1 if ``blocks`` is too small): both of the above for one
   instruction, with ``geom = dma_geometry_table(cfg)[op, prec]`` (int64[G_N]); ``pitch`` is STRIDE if
