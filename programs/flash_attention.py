@@ -1,0 +1,1112 @@
+"""Flash attention (kernels.md §3) and its QKᵀ stage on its own, ``attention_scores`` (§2.11).
+
+``plan_flash_attention(config, **params) -> FlashPlan`` validates the problem, chooses the path, lays out
+VRAM scratch, FP SRAM state and MRAM tiles, computes every HBM address and the slack each input tensor
+needs, and fixes the loop schedule (which kv tiles each (batch, group, q tile, head batch) block visits,
+which of them need additive −inf mask rows).  ``emit_flash_attention(asm, plan, gp=..., fp=...)`` emits the
+program.  The plan is the single source of truth for readback (:meth:`FlashPlan.output_read`,
+:meth:`FlashPlan.state_words`, :meth:`FlashPlan.scores_tile_addr`).
+
+Loop order (§3.6, normative): b, g, q tile i, head batch (unrolled in Python) → kv tile t (unrolled,
+increasing, fully masked tiles cut off with a Python ``break``) → heads; every per-row or per-block body is
+a hardware loop.  The online-softmax state of a block is reset once before its first kv tile and carried
+across tiles; ``O *= 1/l`` runs once after the last tile.
+
+Paths (§3.3): *batched* (``M_BTMM``/``M_BTMV``, legal iff ``d == H``, ``ratio <= BA``, ``BA*H == M``; the
+default whenever legal) and *per-head* (``M_TMM``/``M_TMV``).  Head-dim chunks (``d > M``, ``d % M == 0``)
+are supported on the per-head path (:data:`SUPPORTS_HEAD_DIM_CHUNKS`).
+
+The plan dry-runs the emitter into a counting sink, so it knows the exact dynamic instruction count
+(:attr:`FlashPlan.dynamic_instructions`; the kernel has no data-dependent control flow) and the largest
+hardware-loop iteration, which it checks against ``MAX_LOOP_INSTRUCTIONS``.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from plena_sim.config import HardwareConfig, MxType
+
+from . import faults
+from .asm import Asm, add_imm, fp, gp, areg, load_imm
+from .common import check_disjoint, check_fp_range, take_regs
+from .hbm import HbmTensor, ceil_div, round_up, row_pad
+
+__all__ = ["SUPPORTS_HEAD_DIM_CHUNKS", "FlashPlan", "Block", "TileStep", "plan_flash_attention",
+           "emit_flash_attention", "plan_attention_scores", "emit_attention_scores", "hbm_requirements",
+           "GP_NEEDED", "FP_NEEDED"]
+
+#: §3.9 stretch goal: head dims d > MLEN (d % MLEN == 0) through head-dim chunks, per-head path only
+SUPPORTS_HEAD_DIM_CHUNKS = True
+
+GP_NEEDED = 8
+FP_NEEDED = 6
+_U32 = 1 << 32
+_LOOP_COUNT_MAX = (1 << 22) - 1
+
+
+def _fail(kernel: str, param: str, value, rule: str):
+    raise ValueError(f"{kernel}: {param}={value} {rule}")
+
+
+# =========================================================================== the plan
+
+@dataclass(frozen=True)
+class TileStep:
+    """One kv tile of a block: tile ``t`` covers positions ``c0 .. c0+bc-1``.
+
+    ``mask_n[r]`` (only when ``masked``) is the number of allowed leading columns of row ``r``:
+    MASK row r = ``V_SHFT_V(NEG, mask_n[r])``."""
+    t: int
+    c0: int
+    bc: int
+    masked: bool
+    mask_n: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Block:
+    """One (batch b, kv group g, q tile i, head batch) pass; ``heads`` are global q-head indices."""
+    b: int
+    g: int
+    i: int
+    q0: int
+    br: int
+    heads: tuple[int, ...]
+    tiles: tuple[TileStep, ...]
+
+
+@dataclass(frozen=True)
+class FlashPlan:
+    kernel: str                      # "flash_attention" or "attention_scores"
+    config: HardwareConfig = field(repr=False)
+    # problem
+    batch: int
+    hq: int
+    hkv: int
+    d: int
+    q_len: int
+    kv_len: int
+    causal: bool
+    kv_layout: str
+    kv_capacity: int
+    kv_row_elems: int                # Wp
+    path: str                        # "batched" | "per_head" (resolved)
+    decode: bool                     # q_len == 1: decode forms (§3.8)
+    ratio: int
+    nc: int                          # head-dim chunks
+    nh: int                          # heads per head batch
+    Tq: int
+    Tk: int
+    off: int                         # kv_len - q_len
+    R: int                           # K/V row pitch in elements (bshd: Wp; sbhd: batch*Wp)
+    # HBM
+    q: HbmTensor | None
+    k: HbmTensor | None
+    v: HbmTensor | None
+    eb_q: int
+    eb_kv: int
+    q_alloc_elems: int               # elements the Q tensor must allocate (slack included)
+    kv_alloc_elems: int              # elements each of K and V must allocate
+    # on-chip
+    o_base: int                      # element address of O (flash) / s_out (scores)
+    rows_o_p: int
+    o_blocks: int
+    scratch_base: int
+    rows: Mapping[str, int]          # scratch item -> first element address
+    vram_regions: Mapping[str, tuple[int, int, str]]
+    fp_state_base: int
+    fp_state_size: int
+    mram_tile0: int
+    qk_slot: int
+    neg_slot: int
+    blocks: tuple[Block, ...]
+    dynamic_instructions: int = 0
+    static_instructions: int = 0
+    max_loop_iteration: int = 0
+    gp_needed: int = GP_NEEDED
+    fp_needed: int = FP_NEEDED
+
+    # ---- derived numbers
+    @property
+    def M(self) -> int:
+        return self.config.MLEN
+
+    @property
+    def V(self) -> int:
+        return self.config.VLEN
+
+    @property
+    def batched(self) -> bool:
+        return self.path == "batched"
+
+    @property
+    def fp_range(self) -> tuple[int, int]:
+        return (self.fp_state_base, self.fp_state_size)
+
+    @property
+    def mram_tiles(self) -> tuple[int, int]:
+        """(first tile, count): K chunks at ``mram_tile0 + c``, V chunks at ``mram_tile0 + nc + c``."""
+        return (self.mram_tile0, 2 * self.nc if self.kernel == "flash_attention" else self.nc)
+
+    @property
+    def hbm_slack(self) -> dict[str, int]:
+        """Elements each input tensor must allocate (``alloc_elems``), slack included (§1.7, §3.4)."""
+        return {"q": self.q_alloc_elems, "k": self.kv_alloc_elems, "v": self.kv_alloc_elems}
+
+    @property
+    def o_rows(self) -> int:
+        return self.batch * self.q_len
+
+    @property
+    def o_cols(self) -> int:
+        """Logical width of the CBM output: ``round_up(hq*d, V)``."""
+        return self.o_blocks * self.V
+
+    @property
+    def lane_masked(self) -> bool:
+        return self.d < self.V
+
+    # ---- addresses (elements unless stated)
+    def kv_base_b(self, b: int) -> int:
+        if self.kv_layout == "bshd":
+            return b * self.kv_capacity * self.kv_row_elems
+        return b * self.kv_row_elems
+
+    def kv_src(self, b: int, t: int, h: int, c: int) -> int:
+        """§3.4: element offset of K/V tile t of batch b, kv head h, head-dim chunk c."""
+        return self.kv_base_b(b) + t * self.M * self.R + h * self.d + c * self.M
+
+    def kv_elem(self, b: int, s: int, h: int, k: int) -> int:
+        """Element offset of (batch b, position s, kv head h, dim k) in the K/V cache."""
+        if self.kv_layout == "bshd":
+            return (b * self.kv_capacity + s) * self.kv_row_elems + h * self.d + k
+        return (s * self.batch + b) * self.kv_row_elems + h * self.d + k
+
+    def kv_cache_rows(self) -> int:
+        """Rows of Wp elements the K/V tensor holds (alloc rounded up to whole rows)."""
+        return ceil_div(self.kv_alloc_elems, self.kv_row_elems)
+
+    def q_src(self, b: int, pos: int, h0: int, c: int) -> int:
+        """Element offset of the Q row of token (b, pos), starting at head h0, chunk c."""
+        return (b * self.q_len + pos) * self.hq * self.d + h0 * self.d + c * self.V
+
+    def o_addr(self, h: int, row: int, c: int = 0) -> int:
+        """VRAM element address of O row ``row`` (= b*q_len + s) for head h, chunk c (lane 0 of the row)."""
+        return self.o_base + (((h * self.d) // self.V + c) * self.rows_o_p + row) * self.V
+
+    def o_lane(self, h: int) -> int:
+        return (h * self.d) % self.V
+
+    def lane_mask_bits(self, h: int) -> int:
+        H = self.config.HLEN
+        lo = self.o_lane(h) // H
+        hi = (self.o_lane(h) + self.d) // H
+        return sum(1 << k for k in range(lo, hi))
+
+    def state_words(self, j: int, r: int) -> dict[str, int]:
+        """FP SRAM words of head slot j, row r: m, m_res, l (§3.5)."""
+        F, M = self.fp_state_base, self.M
+        return {"m": F + 3 * M * j + r, "m_res": F + 3 * M * j + M + r, "l": F + 3 * M * j + 2 * M + r}
+
+    def scores_tile_addr(self, b: int, h: int, i: int, t: int) -> int:
+        """attention_scores: element address of output tile (b, h, i, t) (M×M, row-major rows)."""
+        M = self.M
+        return self.o_base + (((b * self.hq + h) * self.Tq + i) * self.Tk + t) * M * M
+
+    @property
+    def last_block(self) -> Block:
+        return self.blocks[-1]
+
+    def expected_kv_prefetches(self) -> list[tuple[int, int, int, int]]:
+        """Every H_PREFETCH_M in program order as (gp[rs1] byte offset, STRIDE, SCALE, areg) (§6.4)."""
+        assert self.k is not None and self.v is not None
+        out = []
+        stride = self.R * self.eb_kv
+        for blk in self.blocks:
+            for ts in blk.tiles:
+                for c in range(self.nc):
+                    off = self.kv_src(blk.b, ts.t, blk.g, c) * self.eb_kv
+                    out.append((off, stride, self.k.scale_offset, self.k.areg))
+                    if self.kernel == "flash_attention":
+                        out.append((off, stride, self.v.scale_offset, self.v.areg))
+        return out
+
+    def output_read(self):
+        """(base element, rows, cols, pitch) of the CBM output and a post function giving
+        ``O[batch, q_len, hq, d]`` from the ``[batch*q_len, o_cols]`` matrix."""
+        B_, S_, hq, d = self.batch, self.q_len, self.hq, self.d
+
+        def post(x):
+            return x[:, :hq * d].reshape(B_, S_, hq, d)
+        return (self.o_base, self.o_rows, self.o_cols, self.rows_o_p), post
+
+    def describe(self) -> str:
+        return (f"batch={self.batch} hq={self.hq} hkv={self.hkv} d={self.d} q_len={self.q_len} "
+                f"kv_len={self.kv_len} causal={int(self.causal)} layout={self.kv_layout} "
+                f"Wp={self.kv_row_elems} S_cap={self.kv_capacity} path={self.path} nh={self.nh} nc={self.nc}")
+
+
+def _kv_type_info(cfg: HardwareConfig):
+    t = cfg.hbm_type("HBM_M_KV_TYPE")
+    eb = t.elem_bytes
+    blk = t.block * eb if isinstance(t, MxType) else 1
+    return eb, blk, isinstance(t, MxType)
+
+
+def _act_type_info(cfg: HardwareConfig):
+    t = cfg.hbm_type("HBM_V_ACT_TYPE")
+    eb = t.elem_bytes
+    blk = t.block * eb if isinstance(t, MxType) else 1
+    return eb, blk, isinstance(t, MxType)
+
+
+def _int(kernel: str, name: str, v, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        _fail(kernel, name, repr(v), "must be an integer")
+    if v < lo:
+        _fail(kernel, name, v, f"must be >= {lo}")
+    return v
+
+
+def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int, d: int, q_len: int,
+          kv_len: int, causal: bool = False, q: HbmTensor | None = None, k: HbmTensor | None = None,
+          v: HbmTensor | None = None, kv_layout: str = "bshd", kv_capacity: int | None = None,
+          kv_row_elems: int | None = None, o_base: int = 0, o_rows_p: int | None = None,
+          scratch_base: int = 0, fp_state_base: int = 16, mram_tile0: int = 0, path: str = "auto",
+          qk_slot: int = 5, neg_slot: int = 0, fp_reserved: Mapping[str, tuple[int, int]] | None = None,
+          dry_run: bool = True) -> FlashPlan:
+    cfg = config
+    K = kernel
+    M, V, B, H, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
+    Pv, Pm = cfg.P_V, cfg.P_M
+    for name, val in (("batch", batch), ("hq", hq), ("hkv", hkv), ("d", d), ("q_len", q_len),
+                      ("kv_len", kv_len)):
+        _int(K, name, val)
+    if not isinstance(causal, bool):
+        _fail(K, "causal", repr(causal), "must be a bool")
+    if kv_layout not in ("bshd", "sbhd"):
+        _fail(K, "kv_layout", repr(kv_layout), "must be 'bshd' or 'sbhd'")
+    if path not in ("auto", "batched", "per_head"):
+        _fail(K, "path", repr(path), "must be 'auto', 'batched' or 'per_head'")
+    if hq % hkv:
+        _fail(K, "hq", hq, f"must be a multiple of hkv={hkv}")
+    ratio = hq // hkv
+    # ---- machine shape (§3.10)
+    if V != M:
+        _fail(K, "VLEN", V, f"must equal MLEN={M}")
+    if Pm != M:
+        _fail(K, "HBM_M_Prefetch_Amount", Pm, f"(effective P_M) must equal MLEN={M}")
+    if M % Pv:
+        _fail(K, "HBM_V_Prefetch_Amount", Pv, f"must divide MLEN={M}")
+    # ---- head dim (§3.9)
+    if d % H:
+        _fail(K, "head_dim", d, f"must be a multiple of HLEN={H}")
+    if d <= M:
+        if V % d:
+            _fail(K, "head_dim", d, f"must divide VLEN={V} or be a multiple of it")
+        nc = 1
+    else:
+        if d % M:
+            _fail(K, "head_dim", d, f"must divide VLEN={V} or be a multiple of it")
+        if not SUPPORTS_HEAD_DIM_CHUNKS:
+            raise ValueError(f"head_dim={d} > MLEN={M} requires head-dim chunking (not implemented)")
+        nc = d // M
+    # ---- path (§3.3)
+    legal = d == H and ratio <= BA and BA * H == M
+    if path == "batched" and not legal:
+        why = []
+        if d != H:
+            why.append(f"head_dim={d} != HLEN={H}")
+        if ratio > BA:
+            why.append(f"ratio=hq/hkv={ratio} > BROADCAST_AMOUNT={BA}")
+        if BA * H != M:
+            why.append(f"BROADCAST_AMOUNT*HLEN={BA * H} != MLEN={M}")
+        _fail(K, "path", "'batched'", "is illegal here: " + ", ".join(why))
+    the_path = "batched" if (path == "batched" or (path == "auto" and legal)) else "per_head"
+    decode = q_len == 1
+    # ---- problem constraints
+    if causal and q_len > kv_len:
+        _fail(K, "q_len", q_len, f"must be <= kv_len={kv_len} when causal")
+    S_cap = kv_len if kv_capacity is None else kv_capacity
+    _int(K, "kv_capacity", S_cap)
+    if S_cap < kv_len:
+        _fail(K, "kv_capacity", S_cap, f"must be >= kv_len={kv_len}")
+    Wp = hkv * d if kv_row_elems is None else kv_row_elems
+    _int(K, "kv_row_elems", Wp)
+    if Wp < hkv * d:
+        _fail(K, "kv_row_elems", Wp, f"(Wp) must be >= hkv*d={hkv * d}")
+    eb_kv, blk_kv, mx_kv = _kv_type_info(cfg)
+    eb_q, blk_q, mx_q = _act_type_info(cfg)
+    for t_, name in ((q, "q"), (k, "k"), (v, "v")):
+        if t_ is not None and not isinstance(t_, HbmTensor):
+            _fail(K, name, repr(t_), "must be an HbmTensor")
+    if q is not None:
+        eb_q, blk_q = q.eb, q.blk
+        mx_q = q.block > 0
+    if k is not None:
+        eb_kv, blk_kv = k.eb, k.blk
+        mx_kv = k.block > 0
+    if mx_kv:
+        if (Wp * eb_kv) % blk_kv:
+            _fail(K, "kv_row_elems", Wp, f"(Wp*eb_kv={Wp * eb_kv}) must be a multiple of the MX block bytes {blk_kv}")
+        if (d * eb_kv) % blk_kv:
+            _fail(K, "head_dim", d, f"(d*eb_kv={d * eb_kv}) must be a multiple of the MX block bytes {blk_kv}")
+    if mx_q:
+        if (d * eb_q) % blk_q:
+            _fail(K, "head_dim", d, f"(d*eb_act={d * eb_q}) must be a multiple of the MX block bytes {blk_q}")
+        if (hq * d * eb_q) % blk_q:
+            _fail(K, "hq", hq, f"(hq*d*eb_act={hq * d * eb_q}) must be a multiple of the MX block bytes {blk_q}")
+    if k is not None or v is not None:
+        if k is None or v is None:
+            _fail(K, "v" if v is None else "k", None, "k and v must be given together")
+        if k.scale_offset != v.scale_offset:
+            _fail(K, "v.scale_offset", v.scale_offset, f"must equal k.scale_offset={k.scale_offset} (shared SCALE)")
+        if (k.eb, k.prec, k.row_pitch_elems, k.alloc_elems, k.block) != \
+                (v.eb, v.prec, v.row_pitch_elems, v.alloc_elems, v.block):
+            _fail(K, "v", v, f"must have the same layout as k={k}")
+        if k.row_pitch_elems != Wp:
+            _fail(K, "k.row_pitch_elems", k.row_pitch_elems, f"must equal kv_row_elems (Wp)={Wp}")
+        if k.areg == v.areg and k.areg is not None:
+            pass  # one tensor for both is legal only if identical; allowed
+    if q is not None and q.row_pitch_elems != hq * d:
+        _fail(K, "q.row_pitch_elems", q.row_pitch_elems, f"must equal hq*d={hq * d}")
+    for name, slot in (("qk_slot", qk_slot), ("neg_slot", neg_slot)):
+        _int(K, name, slot, 0)
+        if slot >= 16:
+            _fail(K, name, slot, "must be a constant slot < 16")
+
+    R = Wp if kv_layout == "bshd" else batch * Wp
+    off = kv_len - q_len
+    Tq = ceil_div(q_len, M)
+    Tk = ceil_div(kv_len, M)
+
+    # ---- FP state and head batches (§3.5)
+    FPN = cfg.FP_SRAM_SIZE
+    if kernel == "flash_attention":
+        F = fp_state_base
+        _int(K, "fp_state_base", F, 0)
+        if faults.active("fp_state_overlap"):
+            F = 3                                   # mutation: state over the constants, no range check
+            nh = ratio if the_path == "batched" else max(1, min(ratio, (FPN - F) // (3 * M)))
+        else:
+            if F < 16:
+                _fail(K, "fp_state_base", F, "must be >= 16 (slots 0-15 are constants)")
+            nh = ratio if the_path == "batched" else min(ratio, (FPN - F) // (3 * M))
+            if nh < 1:
+                _fail(K, "fp_state_base", F, f"leaves room for no head: (FP_SRAM_SIZE={FPN} - {F}) < 3*MLEN={3 * M}")
+            check_fp_range(K, F, 3 * M * nh, cfg, dict(fp_reserved or {}))
+        fp_size = 3 * M * nh
+    else:
+        F, fp_size = 0, 0
+        nh = ratio
+    # ---- MRAM
+    _int(K, "mram_tile0", mram_tile0, 0)
+    n_tiles = 2 * nc if kernel == "flash_attention" else nc
+    if mram_tile0 + n_tiles > cfg.mram_tiles:
+        _fail(K, "mram_tile0", mram_tile0, f"+ {n_tiles} tiles exceeds the {cfg.mram_tiles} MRAM tiles")
+
+    # ---- VRAM layout
+    _int(K, "o_base", o_base, 0)
+    _int(K, "scratch_base", scratch_base, 0)
+    if o_base % V:
+        _fail(K, "o_base" if kernel == "flash_attention" else "s_out", o_base, f"must be a multiple of VLEN={V}")
+    if scratch_base % V:
+        _fail(K, "scratch_base", scratch_base, f"must be a multiple of VLEN={V}")
+    RP = row_pad(cfg)
+    if kernel == "flash_attention":
+        rows_o_p = round_up(batch * q_len, RP) if o_rows_p is None else o_rows_p
+        _int(K, "o_rows_p", rows_o_p)
+        if rows_o_p < batch * q_len or rows_o_p % RP:
+            _fail(K, "o_rows_p", rows_o_p, f"must be >= batch*q_len={batch * q_len} and a multiple of {RP}")
+        o_blocks = ceil_div(hq * d, V)
+        o_rows = o_blocks * rows_o_p
+        o_role = "output"
+    else:
+        rows_o_p, o_blocks = 0, 0
+        o_rows = batch * hq * Tq * Tk * M
+        o_role = "output"
+    per_head_keep = the_path == "per_head" and d < V
+    items = [("neg", 1 if kernel == "flash_attention" else 0),
+             ("keep", 1 if per_head_keep else 0),
+             ("mask", M if kernel == "flash_attention" else 0),
+             ("q", M if the_path == "batched" else nh * nc * M),
+             ("s", (BA if decode else BA * M) if the_path == "batched" else M),
+             ("pv", nc * M if kernel == "flash_attention" else 0)]
+    rows_addr: dict[str, int] = {}
+    regions: dict[str, tuple[int, int, str]] = {}
+    o_name = "o" if kernel == "flash_attention" else "s_out"
+    regions[o_name] = (o_base // V, o_rows, o_role)
+    r = scratch_base // V
+    for name, n in items:
+        rows_addr[name] = r * V
+        if n:
+            regions[name] = (r, n, "scratch")
+        r += n
+    if r > cfg.VECTOR_SRAM_SIZE:
+        _fail(K, "scratch_base", scratch_base, f"scratch rows end at {r} > VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE}")
+    if o_base // V + o_rows > cfg.VECTOR_SRAM_SIZE:
+        _fail(K, "o_base", o_base, f"output rows end at {o_base // V + o_rows} > VECTOR_SRAM_SIZE")
+    check_disjoint(K, regions)
+    for name, a in rows_addr.items():
+        if a >= _U32:
+            _fail(K, "scratch_base", scratch_base, f"scratch item {name} at element {a} is not < 2^32")
+    if o_base + o_rows * V >= _U32:
+        _fail(K, "o_base", o_base, "output region must lie below element 2^32")
+
+    # ---- schedule (§3.6)
+    causal_eff = causal and not faults.active("causal_ignored")
+    off_eff = 0 if faults.active("causal_offset_zero") else off
+    Tk_eff = kv_len // M if faults.active("tail_tile_dropped") else Tk
+    tail_on = not faults.active("tail_mask_missing")
+    blocks: list[Block] = []
+    for b in range(batch):
+        for g in range(hkv):
+            for i in range(Tq):
+                q0 = i * M
+                br = min(M, q_len - q0)
+                q0m = 0 if faults.active("q_tile_index_ignored") else q0
+                heads_all = [g * ratio + j for j in range(ratio)]
+                hbs = [tuple(heads_all[s:s + nh]) for s in range(0, ratio, nh)]
+                for heads in hbs:
+                    tiles = []
+                    for t in range(Tk_eff):
+                        c0 = t * M
+                        bc = min(M, kv_len - c0)
+                        if kernel == "flash_attention":
+                            if causal_eff:
+                                if faults.active("causal_break_early"):
+                                    if c0 >= q0m + off_eff:
+                                        break
+                                elif c0 > q0m + br - 1 + off_eff:
+                                    break
+                            bcm = bc if tail_on else M
+                            masked = bcm < M or (causal_eff and q0m + off_eff - c0 + 1 < M)
+                            ns: tuple[int, ...] = ()
+                            if masked:
+                                if causal_eff:
+                                    ns = tuple(max(0, min(q0m + rr + off_eff - c0 + 1, bcm)) for rr in range(br))
+                                else:
+                                    ns = (bcm,) * br
+                            tiles.append(TileStep(t, c0, bc, masked, ns))
+                        else:
+                            tiles.append(TileStep(t, c0, bc, False, ()))
+                    blocks.append(Block(b, g, i, q0, br, heads, tuple(tiles)))
+
+    # ---- HBM slack (§1.7, §3.4)
+    # K/V: the last element any tile prefetch may read
+    kv_last = (R * 0)  # placeholder for clarity
+    base_last = (batch - 1) * S_cap * Wp if kv_layout == "bshd" else (batch - 1) * Wp
+    kv_last = base_last + (Tk - 1) * M * R + (hkv - 1) * d + (nc - 1) * M + (M - 1) * R + M - 1
+    kv_alloc = max(kv_last + 1, batch * S_cap * Wp)
+    kv_alloc = round_up(kv_alloc, Wp)
+    # Q: the last staging prefetch (Pv rows, V-wide read)
+    q_last = 0
+    q_pitch = hq * d
+    for blk in blocks:
+        h0s = [blk.heads[0]] if the_path == "batched" else list(blk.heads)
+        for h0 in h0s:
+            for c in range(nc):
+                npf = ceil_div(blk.br, Pv)
+                o = (blk.b * q_len + blk.q0 + (npf - 1) * Pv) * q_pitch + h0 * d + c * V
+                q_last = max(q_last, o + (Pv - 1) * q_pitch + V - 1)
+    q_alloc = round_up(max(q_last + 1, batch * q_len * q_pitch), q_pitch)
+    if kv_alloc * eb_kv >= _U32:
+        _fail(K, "kv_len", kv_len, f"K/V byte offsets reach {kv_alloc * eb_kv} >= 2^32")
+    if q_alloc * eb_q >= _U32:
+        _fail(K, "q_len", q_len, f"Q byte offsets reach {q_alloc * eb_q} >= 2^32")
+    if q is not None and q.alloc_elems < q_alloc:
+        _fail(K, "q.alloc_elems", q.alloc_elems, f"must be >= {q_alloc} (rows, plus the slack of the last Pv-row, V-wide prefetch)")
+    if k is not None and k.alloc_elems < kv_alloc:
+        _fail(K, "k.alloc_elems", k.alloc_elems, f"must be >= {kv_alloc} (cache plus the slack of the last tile prefetch)")
+
+    plan = FlashPlan(
+        kernel=kernel, config=cfg, batch=batch, hq=hq, hkv=hkv, d=d, q_len=q_len, kv_len=kv_len,
+        causal=causal, kv_layout=kv_layout, kv_capacity=S_cap, kv_row_elems=Wp, path=the_path,
+        decode=decode, ratio=ratio, nc=nc, nh=nh, Tq=Tq, Tk=Tk, off=off, R=R, q=q, k=k, v=v,
+        eb_q=eb_q, eb_kv=eb_kv, q_alloc_elems=q_alloc, kv_alloc_elems=kv_alloc, o_base=o_base,
+        rows_o_p=rows_o_p, o_blocks=o_blocks, scratch_base=scratch_base, rows=rows_addr,
+        vram_regions=regions, fp_state_base=F, fp_state_size=fp_size, mram_tile0=mram_tile0,
+        qk_slot=qk_slot, neg_slot=neg_slot, blocks=tuple(blocks))
+    if not dry_run:
+        return plan
+    # ---- dry run: exact dynamic instruction count and loop budgets
+    tr = _Tracker(_NullSink(), cfg.MAX_LOOP_INSTRUCTIONS, K)
+    _emit(tr, plan, list(range(1, GP_NEEDED + 1)), list(range(1, FP_NEEDED + 1)))
+    object.__setattr__(plan, "dynamic_instructions", tr.dynamic)
+    object.__setattr__(plan, "static_instructions", tr.static)
+    object.__setattr__(plan, "max_loop_iteration", tr.max_iter)
+    return plan
+
+
+def plan_flash_attention(config: HardwareConfig, **params: Any) -> FlashPlan:
+    """Plan flash attention (kernels.md §3).  Parameters (§3.2): ``batch, hq, hkv, d, q_len, kv_len,
+    causal, q, k, v, kv_layout, kv_capacity, kv_row_elems, o_base, o_rows_p, scratch_base, fp_state_base,
+    mram_tile0, path, qk_slot, neg_slot, fp_reserved``.  ``q``/``k``/``v`` may be omitted to size the
+    HBM tensors first (:attr:`FlashPlan.hbm_slack`); such a plan cannot be emitted.  ``head_dim`` is
+    accepted as an alias of ``d``."""
+    if "head_dim" in params:
+        params["d"] = params.pop("head_dim")
+    return _plan("flash_attention", config, **params)
+
+
+def plan_attention_scores(config: HardwareConfig, **params: Any) -> FlashPlan:
+    """Plan the QKᵀ stage alone (kernels.md §2.11): the same parameters as flash attention, with
+    ``s_out`` (element address of the score tiles) instead of ``o_base``; no FP state, no V."""
+    if "head_dim" in params:
+        params["d"] = params.pop("head_dim")
+    if "s_out" in params:
+        params["o_base"] = params.pop("s_out")
+    params.pop("v", None)
+    params.pop("fp_state_base", None)
+    k = params.get("k")
+    if k is not None:
+        params["v"] = k
+    return _plan("attention_scores", config, **params)
+
+
+def hbm_requirements(config: HardwareConfig, **params: Any) -> dict[str, int]:
+    """``alloc_elems`` each input tensor needs (q, k, v), without building the tensors."""
+    p = dict(params)
+    for name in ("q", "k", "v"):
+        p.pop(name, None)
+    kernel = p.pop("kernel", "flash_attention")
+    if "head_dim" in p:
+        p["d"] = p.pop("head_dim")
+    if "s_out" in p:
+        p["o_base"] = p.pop("s_out")
+    return _plan(kernel, config, dry_run=False, **p).hbm_slack
+
+
+# =========================================================================== emission machinery
+
+class _NullSink:
+    """Counting-only sink for the plan's dry run (no text, no validation)."""
+
+    def emit(self, mnemonic: str, *ops) -> None:
+        pass
+
+    def comment(self, text: str) -> None:
+        pass
+
+
+class _Tracker:
+    """Wraps an Asm-like sink: counts static/dynamic instructions, emits hardware loops and checks
+    each loop iteration's dynamic count against MAX_LOOP_INSTRUCTIONS (isa.md §6.6 runaway guard)."""
+
+    def __init__(self, sink, loopmax: int, kernel: str):
+        self.sink = sink
+        self.loopmax = loopmax
+        self.kernel = kernel
+        self.frames = [0]
+        self.static = 0
+        self.max_iter = 0
+
+    def emit(self, mnemonic: str, *ops) -> None:
+        self.sink.emit(mnemonic, *ops)
+        self.frames[-1] += 1
+        self.static += 1
+
+    def __getattr__(self, name: str):
+        if name.isupper():
+            return lambda *ops: self.emit(name, *ops)
+        raise AttributeError(name)
+
+    def comment(self, text: str) -> None:
+        self.sink.comment(text)
+
+    @property
+    def dynamic(self) -> int:
+        return self.frames[0]
+
+    @contextlib.contextmanager
+    def loop(self, reg: int, n: int, what: str):
+        """A hardware loop of ``n`` iterations on counter ``gp<reg>``; ``n == 1`` is emitted inline."""
+        if n < 1:
+            raise ValueError(f"{self.kernel}: loop {what} has count {n}")
+        if n > _LOOP_COUNT_MAX:
+            raise ValueError(f"{self.kernel}: loop {what} count {n} exceeds {_LOOP_COUNT_MAX}")
+        if n == 1:
+            yield
+            return
+        self.emit("C_LOOP_START", gp(reg), n)
+        self.frames.append(0)
+        yield
+        self.emit("C_LOOP_END", gp(reg))
+        per = self.frames.pop()
+        if per >= self.loopmax:
+            raise ValueError(f"{self.kernel}: loop {what} executes {per} instructions per iteration, "
+                             f"reaching MAX_LOOP_INSTRUCTIONS={self.loopmax}")
+        self.max_iter = max(self.max_iter, per)
+        self.frames[-1] += n * per
+
+
+def _emit(tr: _Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int]) -> None:
+    if plan.kernel == "flash_attention":
+        _FlashEmitter(tr, plan, gpr, fpr).run()
+    else:
+        _ScoresEmitter(tr, plan, gpr, fpr).run()
+
+
+def _dummy_tensors(plan: FlashPlan):
+    eb_kv, blk_kv, _ = _kv_type_info(plan.config)
+    eb_q, blk_q, _ = _act_type_info(plan.config)
+    q = plan.q or HbmTensor(0, plan.q_alloc_elems * eb_q, eb_q, 0, plan.hq * plan.d, plan.q_alloc_elems)
+    k = plan.k or HbmTensor(1, plan.kv_alloc_elems * eb_kv, eb_kv, 1, plan.kv_row_elems, plan.kv_alloc_elems)
+    v = plan.v or HbmTensor(2, plan.kv_alloc_elems * eb_kv, eb_kv, 1, plan.kv_row_elems, plan.kv_alloc_elems)
+    return q, k, v
+
+
+class _Base:
+    """Shared pieces of flash attention and attention_scores: Q staging, K/V addressing, scores."""
+
+    def __init__(self, tr: _Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int]):
+        self.a = tr
+        self.p = plan
+        cfg = plan.config
+        self.M, self.V, self.B, self.H, self.BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
+        self.Pv = cfg.P_V
+        (self.t0, self.t1, self.l1, self.l2, self.p1, self.p2, self.p3, self.p4) = list(gpr)[:GP_NEEDED]
+        (self.f_neg, self.f_qk, self.f_old, self.f_m, self.f_t, self.f_l) = list(fpr)[:FP_NEEDED]
+        self.q, self.k, self.v = _dummy_tensors(plan)
+
+    # ---- small helpers
+    def li(self, r: int, value: int) -> None:
+        load_imm(self.a, r, value)
+
+    def ktile(self, c: int) -> int:
+        return (self.p.mram_tile0 + c) * self.M * self.M
+
+    def vtile(self, c: int) -> int:
+        return (self.p.mram_tile0 + self.p.nc + c) * self.M * self.M
+
+    def set_scale_stride(self, scale: int | None, stride: int | None) -> None:
+        if scale is not None:
+            self.li(self.t0, scale)
+            self.a.C_SET_SCALE_REG(gp(self.t0))
+        if stride is not None:
+            self.li(self.t0, stride)
+            self.a.C_SET_STRIDE_REG(gp(self.t0))
+
+    def qslot(self, j: int, c: int) -> int:
+        """VRAM element address of the Q slot of head slot j, chunk c."""
+        M, V = self.M, self.V
+        if self.p.batched:
+            return self.p.rows["q"]
+        return self.p.rows["q"] + (j * self.p.nc + c) * M * V
+
+    # ---- Q staging (§3.4): SCALE/STRIDE <- Q, Pv-row prefetches, KEEP lane zeroing
+    def stage_q(self, blk: Block) -> None:
+        p, a = self.p, self.a
+        V, Pv = self.V, self.Pv
+        self.set_scale_stride(self.q.scale_offset, p.hq * p.d * p.eb_q)
+        q0 = 0 if faults.active("q_tile_index_ignored") else blk.q0
+        npf = ceil_div(blk.br, Pv)
+        staged = [(0, blk.heads[0])] if p.batched else list(enumerate(blk.heads))
+        for j, h in staged:
+            g_off = 0
+            if faults.active("q_group_offset_doubled"):
+                g_off = blk.g * p.ratio               # column 2*g*ratio*d instead of g*ratio*d (+j)
+            for c in range(p.nc):
+                self.li(self.t0, self.qslot(j, c))
+                self.li(self.t1, p.q_src(blk.b, q0, h + g_off, c) * p.eb_q)
+                for k in range(npf):
+                    a.H_PREFETCH_V(gp(self.t0), gp(self.t1), areg(self.q.areg), 1, self.q.prec)
+                    if k + 1 < npf:
+                        a.S_ADDI_INT(gp(self.t0), gp(self.t0), Pv * V)
+                        add_imm(a, self.t1, self.t1, Pv * p.hq * p.d * p.eb_q, self.p1)
+        if p.path == "per_head" and p.d < V and not faults.active("q_lanes_not_zeroed"):
+            self.li(self.p2, p.rows["keep"])
+            for j, _h in staged:
+                self.li(self.p1, self.qslot(j, 0))
+                with a.loop(self.l1, blk.br, "keep"):
+                    a.V_MUL_VV(gp(self.p1), gp(self.p1), gp(self.p2))
+                    a.S_ADDI_INT(gp(self.p1), gp(self.p1), V)
+
+    # ---- K/V prefetch of tile t (§3.4)
+    def kv_offset(self, blk: Block, t: int, c: int) -> int:
+        p = self.p
+        M = 64 if faults.active("hardcoded_tile_64") else self.M
+        base_b = 0 if faults.active("batch_base_missing") else p.kv_base_b(blk.b)
+        pitch = p.kv_row_elems if faults.active("tile_step_not_batch_aware") else p.R
+        step = 0 if faults.active("kv_tile_offset_ignored") else t * M * pitch
+        return (base_b + step + blk.g * p.d + c * self.M) * p.eb_kv
+
+    def kv_scale_stride(self) -> None:
+        p = self.p
+        scale = None if faults.active("stale_scale") else self.k.scale_offset
+        stride = None if faults.active("stale_stride") else p.R * p.eb_kv
+        self.set_scale_stride(scale, stride)
+
+    def prefetch_kv(self, blk: Block, t: int, with_v: bool) -> None:
+        a = self.a
+        rs = 0 if faults.active("contiguous_kv_prefetch") else 1
+        for c in range(self.p.nc):
+            self.li(self.t1, self.kv_offset(blk, t, c))
+            self.li(self.t0, self.ktile(c))
+            a.H_PREFETCH_M(gp(self.t0), gp(self.t1), areg(self.k.areg), rs, self.k.prec)
+            if with_v:
+                self.li(self.t0, self.vtile(c))
+                a.H_PREFETCH_M(gp(self.t0), gp(self.t1), areg(self.v.areg), rs, self.v.prec)
+
+    # ---- scores (§3.7, §3.8)
+    def s_row(self, j: int) -> int:
+        """Element address of head slot j's score tile (prefill) or row (decode)."""
+        p, M, V = self.p, self.M, self.V
+        S = p.rows["s"]
+        if not p.batched:
+            return S
+        if p.decode:
+            return S + j * (M * M if faults.active("decode_s_stride_tile") else V)
+        return S + j * M * M
+
+    def scores_batched(self) -> None:
+        a, p = self.a, self.p
+        self.li(self.p1, self.ktile(0))
+        self.li(self.p2, self.qslot(0, 0))
+        self.li(self.p3, p.rows["s"])
+        if p.decode:
+            a.M_BTMV(gp(0), gp(self.p1), gp(self.p2))
+            a.M_BMV_WO(gp(self.p3), 0)
+        else:
+            a.M_BTMM(0, gp(self.p1), gp(self.p2))
+            a.M_BMM_WO(gp(self.p3), 0)
+
+    def scores_per_head(self, j: int, br: int) -> None:
+        """Head slot j's scores into S (M×M prefill rows < ceil(br/B)*B, or one decode row)."""
+        a, p = self.a, self.p
+        M, V, B, nc = self.M, self.V, self.B, p.nc
+        S = p.rows["s"]
+        nkb = M // B
+        if p.decode:
+            self.li(self.p1, self.qslot(j, 0))
+            self.li(self.p2, self.ktile(0))
+            self.li(self.p3, S)
+            for jb in range(nkb):
+                for c in range(nc):
+                    kq, qq = self.p2, self.p1
+                    if c:
+                        a.S_ADDI_INT(gp(self.t0), gp(self.p2), c * M * M)
+                        a.S_ADDI_INT(gp(self.t1), gp(self.p1), c * M * V)
+                        kq, qq = self.t0, self.t1
+                    if faults.active("tmv_operands_swapped"):
+                        a.M_TMV(0, gp(qq), gp(kq))
+                    else:
+                        a.M_TMV(0, gp(kq), gp(qq))
+                a.M_MV_WO(gp(self.p3), jb * B)
+                if jb + 1 < nkb:
+                    a.S_ADDI_INT(gp(self.p2), gp(self.p2), B * M)
+            return
+        sum_blocks = faults.active("qkt_sum_key_blocks")
+        self.li(self.p1, self.qslot(j, 0))
+        self.li(self.p3, S)
+        with a.loop(self.l1, ceil_div(br, B), "scores row blocks"):
+            self.li(self.p2, self.ktile(0))
+            for jb in range(nkb):
+                for c in range(nc):
+                    kq, qq = self.p2, self.p1
+                    if c:
+                        a.S_ADDI_INT(gp(self.t0), gp(self.p2), c * M * M)
+                        a.S_ADDI_INT(gp(self.t1), gp(self.p1), c * M * V)
+                        kq, qq = self.t0, self.t1
+                    a.M_TMM(0, gp(qq), gp(kq))
+                if not sum_blocks:
+                    a.M_MM_WO(gp(self.p3), gp(0), jb * B)
+                if jb + 1 < nkb:
+                    a.S_ADDI_INT(gp(self.p2), gp(self.p2), B * M)
+            if sum_blocks:
+                a.M_MM_WO(gp(self.p3), gp(0), 0)
+            a.S_ADDI_INT(gp(self.p1), gp(self.p1), B * V)
+            a.S_ADDI_INT(gp(self.p3), gp(self.p3), B * V)
+
+
+class _FlashEmitter(_Base):
+
+    def run(self) -> None:
+        p, a = self.p, self.a
+        a.comment(f"flash_attention begin {p.describe()}")
+        self.prologue()
+        for blk in p.blocks:
+            self.block(blk)
+        a.comment("flash_attention end")
+
+    # ---- prologue (§3.6): NEG, KEEP, O zeroing, f_neg, f_qk
+    def prologue(self) -> None:
+        p, a = self.p, self.a
+        V = self.V
+        a.S_LD_FP(fp(self.f_neg), gp(0), p.neg_slot)
+        self.li(self.t0, V)
+        self.li(self.p1, p.rows["neg"])
+        a.V_SHFT_V(gp(self.p1), gp(self.p1), gp(self.t0))
+        a.V_ADD_VF(gp(self.p1), gp(self.p1), fp(self.f_neg), 0)
+        if p.path == "per_head" and p.d < V:
+            a.S_LD_FP(fp(self.f_t), gp(0), 3)               # fOne borrows f_t
+            self.li(self.p2, p.rows["keep"])
+            a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t0))
+            a.V_ADD_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0)
+            self.li(self.t1, p.d)
+            a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t1))
+            a.V_SUB_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0, 1)
+        if not faults.active("o_not_zeroed"):
+            total = p.o_blocks * p.rows_o_p
+            self.li(self.p1, p.o_base)
+            done = 0
+            while done < total:
+                n = min(total - done, _LOOP_COUNT_MAX)
+                with a.loop(self.l1, n, "zero O"):
+                    a.V_SHFT_V(gp(self.p1), gp(self.p1), gp(self.t0))
+                    a.S_ADDI_INT(gp(self.p1), gp(self.p1), V)
+                done += n
+        a.S_LD_FP(fp(self.f_qk), gp(0), p.qk_slot)
+        if p.batched and not faults.active("bmm_scale_uncorrected"):
+            a.S_LD_FP(fp(self.f_t), gp(0), 6)               # INV_BMM_SCALE borrows f_t
+            a.S_MUL_FP(fp(self.f_qk), fp(self.f_qk), fp(self.f_t))
+
+    # ---- one (b, g, i, head batch) block
+    def block(self, blk: Block) -> None:
+        p, a = self.p, self.a
+        a.comment(f"block b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))} "
+                  f"q0={blk.q0} br={blk.br} tiles={len(blk.tiles)}")
+        self.stage_q(blk)
+        per_tile_reset = faults.active("state_reset_per_tile")
+        if not per_tile_reset:
+            self.reset_state(blk)
+        self.kv_scale_stride()
+        for ts in blk.tiles:
+            a.comment(f"kv tile t={ts.t} c0={ts.c0} bc={ts.bc} masked={int(ts.masked)}")
+            if per_tile_reset:
+                self.reset_state(blk)
+            if ts.masked:
+                self.build_mask(ts)
+            self.prefetch_kv(blk, ts.t, with_v=True)
+            if p.batched:
+                self.scores_batched()
+            for j, h in enumerate(blk.heads):
+                if not p.batched:
+                    self.scores_per_head(j, blk.br)
+                self.softmax(j, blk.br, ts.masked)
+                self.pv(j, h, blk.br)
+                self.o_update(blk, j, h)
+                if faults.active("normalize_per_tile"):
+                    self.normalize(blk, j, h)
+        if not faults.active("normalize_per_tile"):
+            for j, h in enumerate(blk.heads):
+                self.normalize(blk, j, h)
+
+    def reset_state(self, blk: Block) -> None:
+        a, p, M = self.a, self.p, self.M
+        self.li(self.p1, p.fp_state_base)
+        with a.loop(self.l1, blk.br, "state reset"):
+            for j in range(len(blk.heads)):
+                a.S_ST_FP(fp(self.f_neg), gp(self.p1), 3 * M * j)
+                a.S_ST_FP(fp(0), gp(self.p1), 3 * M * j + 2 * M)
+            a.S_ADDI_INT(gp(self.p1), gp(self.p1), 1)
+
+    def build_mask(self, ts: TileStep) -> None:
+        """MASK row r = V_SHFT_V(NEG, n_r), unrolled (2 instructions per row, +1 when n_r changes)."""
+        a, p, V = self.a, self.p, self.V
+        self.li(self.p1, p.rows["neg"])
+        self.li(self.p2, p.rows["mask"])
+        ns = ts.mask_n
+        self.li(self.t0, ns[0])
+        for r, n in enumerate(ns):
+            if r and n != ns[r - 1]:
+                if n > ns[r - 1]:
+                    a.S_ADDI_INT(gp(self.t0), gp(self.t0), n - ns[r - 1])
+                else:
+                    self.li(self.t0, n)
+            a.V_SHFT_V(gp(self.p2), gp(self.p1), gp(self.t0))
+            if r + 1 < len(ns):
+                a.S_ADDI_INT(gp(self.p2), gp(self.p2), V)
+
+    # ---- online softmax (§3.7) over rows < br of head slot j
+    def softmax(self, j: int, br: int, masked: bool) -> None:
+        a, p, M, V = self.a, self.p, self.M, self.V
+        step = 64 if faults.active("hardcoded_tile_64") else V
+        mOff, mresOff, lOff = 3 * M * j, 3 * M * j + M, 3 * M * j + 2 * M
+        gS, gSt, gMask = self.p1, self.p2, self.p3
+        self.li(gS, self.s_row(j))
+        self.li(gSt, p.fp_state_base)
+        if masked:
+            self.li(gMask, p.rows["mask"])
+        with a.loop(self.l1, br, "softmax rows"):
+            if not faults.active("qk_scale_missing"):
+                a.V_MUL_VF(gp(gS), gp(gS), fp(self.f_qk), 0)
+            if masked:
+                a.V_ADD_VV(gp(gS), gp(gS), gp(gMask), 0)
+                a.S_ADDI_INT(gp(gMask), gp(gMask), V)
+            a.S_LD_FP(fp(self.f_old), gp(gSt), mOff)
+            a.S_ADD_FP(fp(self.f_m), fp(self.f_old), fp(0))
+            a.V_RED_MAX(fp(self.f_m), gp(gS), 0)
+            a.S_SUB_FP(fp(self.f_t), fp(self.f_old), fp(self.f_m))
+            a.S_EXP_FP(fp(self.f_t), fp(self.f_t))
+            a.S_ST_FP(fp(self.f_t), gp(gSt), mresOff)
+            a.S_ST_FP(fp(self.f_m), gp(gSt), mOff)
+            a.V_SUB_VF(gp(gS), gp(gS), fp(self.f_m), 0, 0)
+            a.V_EXP_V(gp(gS), gp(gS), 0)
+            a.S_LD_FP(fp(self.f_l), gp(gSt), lOff)
+            if not faults.active("mres_not_applied_l"):
+                a.S_MUL_FP(fp(self.f_l), fp(self.f_l), fp(self.f_t))
+            a.V_RED_SUM(fp(self.f_l), gp(gS), 0)
+            a.S_ST_FP(fp(self.f_l), gp(gSt), lOff)
+            if br > 1:
+                a.S_ADDI_INT(gp(gS), gp(gS), step)
+                a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
+
+    # ---- P@V (§3.7, §3.8) of head slot j (q head h) into PV at the head's lanes
+    def pv(self, j: int, h: int, br: int) -> None:
+        a, p = self.a, self.p
+        M, V, B, nc, d = self.M, self.V, self.B, p.nc, p.d
+        lane = p.o_lane(h)
+        if not p.batched:
+            P = p.rows["s"] + (j * M * M if faults.active("per_head_p_offset") else 0)
+        else:
+            P = self.s_row(j)
+        gP, gVt, gPV = self.p1, self.p2, self.p3
+        if p.decode:
+            step = B * M if faults.active("mv_v_step_row") else B
+            self.li(gP, P)
+            self.li(gPV, p.rows["pv"] + lane)
+            for c in range(nc):
+                self.li(gVt, self.vtile(c))
+                njb = min(d - c * M, M) // B
+                for jb in range(njb):
+                    a.M_MV(0, gp(gVt), gp(gP))
+                    a.M_MV_WO(gp(gPV), c * M * V + jb * B)
+                    if jb + 1 < njb:
+                        a.S_ADDI_INT(gp(gVt), gp(gVt), step)
+            return
+        step = B if faults.active("pv_v_step_blen") else B * M
+        self.li(gP, P)
+        self.li(gPV, p.rows["pv"] + lane)
+        with a.loop(self.l1, ceil_div(br, B), "pv row blocks"):
+            self.li(gVt, self.vtile(0))
+            for c in range(nc):
+                njb = min(d - c * M, M) // B
+                for jb in range(njb):
+                    a.M_MM(0, gp(gVt), gp(gP))
+                    a.M_MM_WO(gp(gPV), gp(0), c * M * V + jb * B)
+                    if not (c + 1 == nc and jb + 1 == njb):
+                        a.S_ADDI_INT(gp(gVt), gp(gVt), step)
+            a.S_ADDI_INT(gp(gP), gp(gP), B * V)
+            a.S_ADDI_INT(gp(gPV), gp(gPV), B * V)
+
+    def _o_head(self, blk: Block, h: int) -> int:
+        return h - blk.g * self.p.ratio if faults.active("o_group_offset_missing") else h
+
+    def set_head_mask(self, h: int) -> None:
+        self.li(self.t0, self.p.lane_mask_bits(h))
+        self.a.C_SET_V_MASK_REG(gp(self.t0))
+
+    # ---- O = diag(m_res)·O + PV (§3.7)
+    def o_update(self, blk: Block, j: int, h: int) -> None:
+        a, p, M, V = self.a, self.p, self.M, self.V
+        mk = 1 if p.lane_masked else 0
+        if mk:
+            self.set_head_mask(h)
+        ho = self._o_head(blk, h)
+        no_mres = faults.active("mres_not_applied_o")
+        row0 = blk.b * p.q_len + blk.q0
+        gO, gPV, gSt = self.p1, self.p2, self.p3
+        for c in range(p.nc):
+            self.li(gO, p.o_addr(ho, row0, c))
+            self.li(gPV, p.rows["pv"] + c * M * V)
+            if not no_mres:
+                self.li(gSt, p.fp_state_base)
+            with a.loop(self.l1, blk.br, "o update rows"):
+                if not no_mres:
+                    a.S_LD_FP(fp(self.f_t), gp(gSt), 3 * M * j + M)
+                    a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
+                a.V_ADD_VV(gp(gO), gp(gO), gp(gPV), mk)
+                if blk.br > 1:
+                    a.S_ADDI_INT(gp(gO), gp(gO), V)
+                    a.S_ADDI_INT(gp(gPV), gp(gPV), V)
+                    if not no_mres:
+                        a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
+
+    # ---- O *= 1/l once after the last kv tile (§3.7)
+    def normalize(self, blk: Block, j: int, h: int) -> None:
+        a, p, M, V = self.a, self.p, self.M, self.V
+        mk = 1 if p.lane_masked else 0
+        if mk and not faults.active("normalize_mask_stale"):
+            self.set_head_mask(h)
+        ho = self._o_head(blk, h)
+        row0 = blk.b * p.q_len + blk.q0
+        gO, gSt = self.p1, self.p3
+        for c in range(p.nc):
+            self.li(gO, p.o_addr(ho, row0, c))
+            self.li(gSt, p.fp_state_base)
+            with a.loop(self.l1, blk.br, "normalize rows"):
+                a.S_LD_FP(fp(self.f_l), gp(gSt), 3 * M * j + 2 * M)
+                a.S_RECI_FP(fp(self.f_t), fp(self.f_l))
+                a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
+                if blk.br > 1:
+                    a.S_ADDI_INT(gp(gO), gp(gO), V)
+                    a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
+
+
+class _ScoresEmitter(_Base):
+    """attention_scores (§2.11): stage Q, prefetch K, scores, copy rows < br of each head's tile."""
+
+    def run(self) -> None:
+        p, a = self.p, self.a
+        a.comment(f"attention_scores begin {p.describe()}")
+        if p.path == "per_head" and p.d < self.V:
+            a.S_LD_FP(fp(self.f_t), gp(0), 3)
+            self.li(self.t0, self.V)
+            self.li(self.p2, p.rows["keep"])
+            a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t0))
+            a.V_ADD_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0)
+            self.li(self.t1, p.d)
+            a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t1))
+            a.V_SUB_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0, 1)
+        fcorr = self.f_qk
+        a.S_LD_FP(fp(fcorr), gp(0), 6 if p.batched else 3)
+        for blk in p.blocks:
+            a.comment(f"block b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))}")
+            self.stage_q(blk)
+            self.kv_scale_stride()
+            for ts in blk.tiles:
+                self.prefetch_kv(blk, ts.t, with_v=False)
+                if p.batched:
+                    self.scores_batched()
+                for j, h in enumerate(blk.heads):
+                    if not p.batched:
+                        self.scores_per_head(j, blk.br)
+                    self.li(self.p1, self.s_row(j))
+                    self.li(self.p2, p.scores_tile_addr(blk.b, h, blk.i, ts.t))
+                    with a.loop(self.l1, blk.br, "copy rows"):
+                        a.V_MUL_VF(gp(self.p2), gp(self.p1), fp(fcorr), 0)
+                        if blk.br > 1:
+                            a.S_ADDI_INT(gp(self.p1), gp(self.p1), self.V)
+                            a.S_ADDI_INT(gp(self.p2), gp(self.p2), self.V)
+        a.comment("attention_scores end")
+
+
+# =========================================================================== public emitters
+
+def _check_bound(kernel: str, plan: FlashPlan) -> None:
+    if plan.q is None or plan.k is None or plan.v is None:
+        raise ValueError(f"{kernel}: the plan has no q/k tensors (planned for sizing only); "
+                         "plan again with q=, k=, v=")
+
+
+def emit_flash_attention(asm: Asm, plan: FlashPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    """Emit the flash-attention program of ``plan`` into ``asm`` using the registers ``gp``/``fp``."""
+    if plan.kernel != "flash_attention":
+        raise ValueError(f"flash_attention: plan is for {plan.kernel}")
+    _check_bound("flash_attention", plan)
+    gpr, fpr = take_regs("flash_attention", gp, fp, GP_NEEDED, FP_NEEDED)
+    tr = _Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "flash_attention")
+    _emit(tr, plan, gpr, fpr)
+
+
+def emit_attention_scores(asm: Asm, plan: FlashPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    """Emit attention_scores (§2.11) of ``plan`` into ``asm``."""
+    if plan.kernel != "attention_scores":
+        raise ValueError(f"attention_scores: plan is for {plan.kernel}")
+    _check_bound("attention_scores", plan)
+    gpr, fpr = take_regs("attention_scores", gp, fp, GP_NEEDED, FP_NEEDED)
+    tr = _Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "attention_scores")
+    _emit(tr, plan, gpr, fpr)

@@ -1,0 +1,177 @@
+"""Shared case construction of the flash-attention testbenches (kernels.md §3.1, §4.4, §4.5).
+
+Inputs are named ``q`` ``[batch, q_len, hq, d]``, ``k`` and ``v`` ``[batch, kv_len, hkv, d]`` (the logical
+views; HBM holds Q as ``[batch*q_len, hq*d]`` and K/V as caches of ``Wp``-element rows in the ``bshd`` or
+``sbhd`` layout).  Every unused cache byte -- capacity positions ``[kv_len, S_cap)``, pad columns
+``Wp > hkv*d`` -- holds finite random data (the kernel must mask it); plan slack is zero.  Goldens are
+float64 on the dequantized (MX round-tripped) values with ``qk_scale`` = the bf16 value of FP slot 5.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from programs import flash_attention as fa
+from programs.hbm import ceil_div, round_up, row_pad
+
+from .harness import GEN_FP, GEN_GP, CaseBuilder, FpWords, VramCbm, VramRows
+
+COORDS_O = ("batch", "row", "head", "col")
+
+
+def shape_params(p: dict) -> dict:
+    """The plan's problem parameters from a testbench parameter dict."""
+    wp = p.get("Wp")
+    hkv, d = p["hkv"], p["d"]
+    return dict(batch=p["batch"], hq=p["hq"], hkv=hkv, d=d, q_len=p["q_len"], kv_len=p["kv_len"],
+                causal=bool(p["causal"]), kv_layout=p.get("kv_layout", "bshd"),
+                kv_capacity=p.get("kv_capacity") or p["kv_len"],
+                kv_row_elems=hkv * d if wp in (None, "hkv*d") else int(wp), path=p.get("path", "auto"))
+
+
+def _cache_row(layout: str, batch: int, S_cap: int, b: int, s: int) -> int:
+    return b * S_cap + s if layout == "bshd" else s * batch + b
+
+
+def make_inputs(cb: CaseBuilder, sp: dict, req: dict, scale: float):
+    """Place Q, K, V in the image; returns (q_t, k_t, v_t, Q, K, V) with Q/K/V the dequantized logical
+    float64 tensors."""
+    B_, hq, hkv, d = sp["batch"], sp["hq"], sp["hkv"], sp["d"]
+    S, L = sp["q_len"], sp["kv_len"]
+    S_cap, Wp, layout = sp["kv_capacity"], sp["kv_row_elems"], sp["kv_layout"]
+    q_host = cb.randn((B_, S, hq, d), scale).reshape(B_ * S, hq * d)
+    q_t, q_deq = cb.tensor("q", q_host, "act", alloc_elems=req["q"])
+    Q = q_deq.reshape(B_, S, hq, d)
+    n_rows = ceil_div(req["k"], Wp)
+    cache_rows = B_ * S_cap
+    out = []
+    for name in ("k", "v"):
+        full = np.zeros((n_rows, Wp))
+        full[:cache_rows] = cb.randn((cache_rows, Wp), scale)     # data, capacity junk and pad columns
+        t, deq = cb.tensor(name, full, "kv", alloc_elems=n_rows * Wp)
+        X = np.empty((B_, L, hkv, d))
+        for b in range(B_):
+            for s in range(L):
+                row = _cache_row(layout, B_, S_cap, b, s)
+                X[b, s] = deq[row, :hkv * d].reshape(hkv, d)
+        out.append((t, X))
+    (k_t, K), (v_t, Vv) = out
+    return q_t, k_t, v_t, Q, K, Vv
+
+
+def allowed_mask(q_len: int, kv_len: int, causal: bool) -> np.ndarray:
+    s = np.arange(q_len)[:, None]
+    c = np.arange(kv_len)[None, :]
+    allowed = np.ones((q_len, kv_len), dtype=bool)
+    if causal:
+        allowed &= c <= s + (kv_len - q_len)
+    return allowed
+
+
+def attention_golden(Q, K, V, qk: float, causal: bool):
+    """float64 golden O [b,s,h,d], envelope A = p@|V|, smax_r [b,s,h], scores [b,h,s,c], allowed [s,c]."""
+    B_, S, hq, d = Q.shape
+    L, hkv = K.shape[1], K.shape[2]
+    ratio = hq // hkv
+    Kr = np.repeat(K, ratio, axis=2)
+    Vr = np.repeat(V, ratio, axis=2)
+    scores = qk * np.einsum("bshk,bchk->bhsc", Q, Kr)
+    allowed = allowed_mask(S, L, causal)
+    sm = np.where(allowed[None, None], scores, -np.inf)
+    m = sm.max(axis=-1, keepdims=True)
+    e = np.exp(sm - m)
+    p = e / e.sum(axis=-1, keepdims=True)
+    O = np.einsum("bhsc,bchk->bshk", p, Vr)
+    A = np.einsum("bhsc,bchk->bshk", p, np.abs(Vr))
+    smax = np.where(allowed[None, None], np.abs(scores), 0.0).max(axis=-1)     # [b,h,s]
+    return O, A, smax.transpose(0, 2, 1), scores, allowed
+
+
+def build_flash(name: str, p: dict, config):
+    """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
+    cfg = config
+    V = cfg.VLEN
+    M = cfg.MLEN
+    sp = shape_params(p)
+    cb = CaseBuilder(name, p, cfg)
+    cb.set_fp(QK_SCALE=1.0 / math.sqrt(sp["d"]))
+    qk = cb.fp_value("QK_SCALE")
+    base_row = int(p.get("vram_base_row", 0))
+    o_blocks = ceil_div(sp["hq"] * sp["d"], V)
+    rows_o_p = round_up(sp["batch"] * sp["q_len"], row_pad(cfg))
+    o_base = base_row * V
+    scratch_base = (base_row + o_blocks * rows_o_p + 1) * V
+    layout = dict(o_base=o_base, scratch_base=scratch_base, fp_state_base=int(p.get("fp_state_base", 16)),
+                  mram_tile0=int(p.get("mram_tile0", 0)))
+    req = fa.hbm_requirements(cfg, **sp, **layout)
+    q_t, k_t, v_t, Q, K, Vv = make_inputs(cb, sp, req, float(p.get("scale", 1.0)))
+    plan = fa.plan_flash_attention(cfg, **sp, **layout, q=q_t, k=k_t, v=v_t)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    fa.emit_flash_attention(asm, plan, gp=GEN_GP, fp=GEN_FP)
+
+    O, A, smax, scores, allowed = attention_golden(Q, K, Vv, qk, sp["causal"])
+    Tk = ceil_div(sp["kv_len"], M)
+    (ob, orows, ocols, opitch), post = plan.output_read()
+    cb.check("output", VramCbm(ob, orows, ocols, opitch, post=post), O, COORDS_O, "flash", A=A,
+             group_by=("batch", "head"), smax_r=smax[..., None], Tk=Tk)
+    # FP state of the last processed (b, g, i, head batch) block (§5.2 flash_m / flash_l)
+    blk = plan.last_block
+    nh_b, br = len(blk.heads), blk.br
+    sc = scores[blk.b][list(blk.heads)][:, blk.q0:blk.q0 + br, :]           # [j, r, c]
+    al = allowed[blk.q0:blk.q0 + br][None]
+    m_g = np.where(al, sc, -np.inf).max(axis=-1)
+    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
+    F, Mm = plan.fp_state_base, M
+
+    def take(kind_off):
+        def post_state(x):
+            return x.reshape(-1, 3, Mm)[:nh_b, kind_off, :br]
+        return post_state
+    cb.check("m", FpWords(F, 3 * Mm * nh_b, post=take(0)), m_g, ("head", "row"), "flash_m")
+    cb.check("l", FpWords(F, 3 * Mm * nh_b, post=take(2)), l_g, ("head", "row"), "flash_l", Tk=Tk)
+    case = cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}")
+    case.plan = plan
+    return case
+
+
+def build_scores(name: str, p: dict, config):
+    """Build one attention_scores (QKᵀ) case (§2.11, §4.4 flashattn_qkt)."""
+    cfg = config
+    M = cfg.MLEN
+    sp = shape_params(p)
+    sp["causal"] = False
+    cb = CaseBuilder(name, p, cfg)
+    B_, hq, S, L = sp["batch"], sp["hq"], sp["q_len"], sp["kv_len"]
+    Tq, Tk = ceil_div(S, M), ceil_div(L, M)
+    base_row = int(p.get("vram_base_row", 0))
+    n_out = B_ * hq * Tq * Tk * M
+    s_out = base_row * cfg.VLEN
+    scratch_base = (base_row + n_out + 1) * cfg.VLEN
+    layout = dict(s_out=s_out, scratch_base=scratch_base, mram_tile0=int(p.get("mram_tile0", 0)))
+    req = fa.hbm_requirements(cfg, kernel="attention_scores", **sp, **layout)
+    q_t, k_t, v_t, Q, K, _V = make_inputs(cb, sp, req, float(p.get("scale", 1.0)))
+    plan = fa.plan_attention_scores(cfg, **sp, **layout, q=q_t, k=k_t)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    fa.emit_attention_scores(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    ratio = hq // sp["hkv"]
+    Kr = np.repeat(K, ratio, axis=2)
+    golden = np.einsum("bshk,bchk->bhsc", Q, Kr)
+    A = np.einsum("bshk,bchk->bhsc", np.abs(Q), np.abs(Kr))
+
+    def post(x):
+        t = x.reshape(B_, hq, Tq, Tk, M, M)
+        out = np.empty((B_, hq, S, L), dtype=x.dtype)
+        for i in range(Tq):
+            br = min(M, S - i * M)
+            for tt in range(Tk):
+                bc = min(M, L - tt * M)
+                out[:, :, i * M:i * M + br, tt * M:tt * M + bc] = t[:, :, i, tt, :br, :bc]
+        return out
+    cb.check("scores", VramRows(s_out, n_out, post=post), golden, ("batch", "head", "row", "col"), "qkt",
+             A=A, group_by=("batch", "head"))
+    case = cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}")
+    case.plan = plan
+    return case

@@ -1,0 +1,44 @@
+"""flashattn_decode: flash attention with ``q_len == 1`` (kernels.md §3.8, §4.4, §4.5 cases D1-D7).
+
+Decode forms: M_BTMV (batched, head slot j's score row at ``S + j*V``) or M_TMV with row blocks
+(per-head), and element-granular M_MV for P@V.  Checks as ``flashattn_prefill`` (O, m, l).
+"""
+from __future__ import annotations
+
+from ._flashattn_common import build_flash
+
+NAME = "flashattn_decode"
+DESCRIPTION = "flash attention decode (q_len 1: M_BTMV/M_TMV scores, M_MV P@V, tail masks)"
+DEFAULTS = {"batch": 2, "hq": 4, "hkv": 1, "d": 16, "q_len": 1, "kv_len": 300, "causal": True,
+            "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
+            "scale": 1.0, "seed": 0}
+REQUIRED_CASES = [
+    ("D1", {}, "default"),
+    ("D2", {"hq": 4, "hkv": 1, "d": 64}, "default"),
+    ("D3", {"batch": 2, "hq": 8, "hkv": 2, "kv_layout": "sbhd"}, "default"),
+    ("D4", {"batch": 1, "kv_len": 4150, "Wp": 64}, "default"),
+    ("D5", {}, "emu025"),
+    ("D6", {"hq": 2, "hkv": 2, "d": 16, "path": "per_head"}, "default"),
+    ("D7", {"causal": False}, "default"),
+]
+STRETCH_CASES: list = []
+RANGES = {
+    "batch": [1, 2, 3, 4],
+    "hq": [1, 2, 4, 6, 8, 12, 16],
+    "hkv": [1, 2, 4, 8, 16],
+    "d": [16, 32, 64],
+    "q_len": [1],
+    "kv_len": [1, 2, 63, 64, 65, 300, 1024, 4150, 4160],
+    "causal": [True, False],
+    "kv_layout": ["bshd", "sbhd"],
+    "Wp": ["hkv*d", "M", 1024],
+    "path": ["auto", "batched", "per_head"],
+    "variant": ["default", "emu025", "small"],
+}
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    if p.get("Wp") == "M":
+        p["Wp"] = config.MLEN
+    return build_flash(NAME, p, config)

@@ -1,0 +1,58 @@
+"""flashattn_prefill: flash attention with ``q_len > 1`` (kernels.md §3, §4.4, §4.5 cases P1-P11).
+
+Checks: O ``[batch, q_len, hq, d]`` against the float64 golden of §3.1 (``flash``: A = p@|V|, score-aware
+eps_a with smax_r), and the FP state m and l of the last processed (b, g, i, head batch) block
+(``flash_m``, ``flash_l``).  Parameters: ``batch, hq, hkv, d, q_len, kv_len, causal, kv_layout``
+(``bshd``/``sbhd``), ``Wp`` (None = ``hkv*d``, the unpadded cache), ``kv_capacity`` (None = kv_len),
+``path`` (``auto``/``batched``/``per_head``), ``vram_base_row`` (first VRAM row of O; scratch follows),
+``scale`` (input N(0,1) scale), ``seed``.
+"""
+from __future__ import annotations
+
+from programs import flash_attention as _fa
+
+from ._flashattn_common import build_flash
+
+NAME = "flashattn_prefill"
+DESCRIPTION = "flash attention prefill (online softmax over kv tiles, causal/tail masks, GQA, bshd/sbhd)"
+DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": 16, "q_len": 128, "kv_len": 256, "causal": True,
+            "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
+            "scale": 1.0, "seed": 0}
+REQUIRED_CASES = [
+    ("P1", {}, "default"),
+    ("P2", {"q_len": 64, "kv_len": 200, "causal": False, "Wp": 64}, "default"),
+    ("P3", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 100, "kv_len": 300, "kv_layout": "sbhd"}, "default"),
+    ("P4", {"hq": 4, "hkv": 1, "d": 64, "q_len": 128, "kv_len": 192}, "default"),
+    ("P5", {"hq": 6, "hkv": 2, "d": 16}, "default"),
+    ("P6", {"hq": 4, "hkv": 2, "d": 32, "q_len": 64, "kv_len": 130, "path": "per_head"}, "default"),
+    ("P7", {}, "emu025"),
+    ("P8", {"q_len": 64, "kv_len": 320, "Wp": 1024}, "default"),
+    ("P9", {"hq": 2, "hkv": 1, "q_len": 70, "kv_len": 100}, "small"),
+    ("P10", {"vram_base_row": 4160}, "default"),        # O at element 266240, scratch past it: > 2^18
+]
+STRETCH_CASES = [
+    ("P11", {"hq": 2, "hkv": 2, "d": 128, "q_len": 70, "kv_len": 130, "Wp": 256}, "default"),
+]
+SUPPORTED = _fa.SUPPORTS_HEAD_DIM_CHUNKS
+SKIP_REASON = None if SUPPORTED else "head_dim=128 > MLEN=64 requires head-dim chunking (not implemented)"
+#: kernels.md §4.5 supported ranges (the sweep draws from these; Wp "hkv*d" = unpadded, "M" = MLEN)
+RANGES = {
+    "batch": [1, 2, 3, 4],
+    "hq": [1, 2, 4, 6, 8, 12, 16],
+    "hkv": [1, 2, 4, 8, 16],                  # must divide hq
+    "d": [16, 32, 64],                        # cfg small: 16, 32 (64 only with head-dim chunks)
+    "q_len": [2, 17, 64, 65, 100, 129, 256, 300],
+    "kv_len": [2, 64, 100, 130, 200, 300, 320, 1024, 4160],   # >= q_len when causal
+    "causal": [True, False],
+    "kv_layout": ["bshd", "sbhd"],
+    "Wp": ["hkv*d", "M", 1024],               # restricted to Wp >= hkv*d
+    "path": ["auto", "batched", "per_head"],  # batched only where legal
+    "variant": ["default", "emu025", "small"],
+}
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    if p.get("Wp") == "M":
+        p["Wp"] = config.MLEN
+    return build_flash(NAME, p, config)
