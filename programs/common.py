@@ -120,3 +120,57 @@ class Footprint:
     int_range: tuple[int, int] | None = None
     mram_tiles: tuple[int, int] | None = None              # (first tile, count)
     hbm_slack: dict = field(default_factory=dict)          # tensor -> alloc_elems it needs
+
+
+class LoopBudget:
+    """Emit hardware loops while counting each iteration's dynamic instructions (kernels.md §1.8).
+
+    ``with lb.loop(reg, count, "rows"):`` emits ``C_LOOP_START reg, count`` ... ``C_LOOP_END reg`` (a
+    count of 1 emits the body once without a loop).  One iteration's dynamic count (body, C_LOOP_END and
+    every nested loop fully) must stay below MAX_LOOP_INSTRUCTIONS, else ``ValueError``; a counter
+    register already active in an enclosing loop is refused too.  ``lb.dynamic`` is the dynamic count of
+    everything emitted through it at the outermost level (an instruction-count estimate of the kernel).
+    """
+
+    def __init__(self, asm, cfg: HardwareConfig, kernel: str):
+        self.asm = asm
+        self.cfg = cfg
+        self.kernel = kernel
+        self._stack: list[list] = []          # [start_n, extra, reg, name]
+        self._start = asm.n_instructions
+        self._extra = 0
+        self.max_iteration = 0
+
+    @property
+    def dynamic(self) -> int:
+        return self.asm.n_instructions - self._start + self._extra
+
+    def loop(self, reg: int, count: int, name: str):
+        import contextlib
+        from .asm import gp as _g
+
+        @contextlib.contextmanager
+        def _cm():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{self.kernel}: loop {name} count={count} must be >= 1")
+            if count == 1:
+                yield
+                return
+            if any(f[2] == reg for f in self._stack):
+                raise ValueError(f"{self.kernel}: loop {name} reuses counter gp{reg} of an enclosing loop")
+            self.asm.C_LOOP_START(_g(reg), count)
+            frame = [self.asm.n_instructions, 0, reg, name]
+            self._stack.append(frame)
+            try:
+                yield
+            finally:
+                self._stack.pop()
+            self.asm.C_LOOP_END(_g(reg))
+            body = self.asm.n_instructions - frame[0] + frame[1]
+            self.max_iteration = max(self.max_iteration, body)
+            check_loop(self.kernel, name, body, self.cfg)
+            if self._stack:
+                self._stack[-1][1] += (count - 1) * body
+            else:
+                self._extra += (count - 1) * body
+        return _cm()

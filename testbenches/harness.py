@@ -26,7 +26,9 @@ Building a case: :class:`CaseBuilder`
   (MX round trip, float64, unpadded shape) -- the only values a golden may be computed from;
 * ``cb.output_tensor(name, rows, cols, cls, alloc_rows=None)``: a zero-filled HBM tensor the program may
   write (its byte ranges are declared writable for the HBM footprint check);
-* ``cb.rows(n, name, role)``: allocate ``n`` VRAM rows (one zero guard row is left after each region);
+* ``cb.alloc(n)``: reserve ``n`` VRAM rows (one zero guard row is left after each) without declaring
+  them -- the plan's ``vram_regions`` declare them (``cb.add_regions``); ``cb.rows(n, name, role)``
+  reserves and declares;
   ``cb.region(name, first_row, n_rows, role)`` declares a region explicitly (e.g. from a plan's
   ``vram_regions``; roles ``input``, ``output``, ``scratch``, ``inout``); ``cb.add_regions(plan.vram_regions)``;
 * ``cb.fp`` -- the §1.6 constant slots (``cb.set_fp(EPS=1e-6, INV_HIDDEN=1/128, USER0=1.5, ...)``),
@@ -388,6 +390,12 @@ class CaseBuilder:
         first = self.next_row
         if n > 0:
             self.region(name, first, n, role)
+        return first
+
+    def alloc(self, n: int) -> int:
+        """Reserve ``n`` rows (plus one guard row) without declaring them; the plan declares them."""
+        first = self.next_row
+        self.next_row += int(n) + 1
         return first
 
     def skip_to(self, row: int) -> None:

@@ -1,0 +1,304 @@
+"""``linear`` (kernels.md §2.2) and ``batched_matmul`` (§2.3): ``Y = X @ W (+ bias)`` on the systolic array.
+
+X ``[rows, K]`` and Y ``[rows, N]`` are CBM activations in VRAM; W ``[K, N]`` (weight class, row pitch N) and
+the optional bias ``[N]`` live in HBM.  Per output column tile ``nt`` and K chunk (at most ``max_k_tiles``
+MRAM tiles), the W tiles are prefetched, then for every output column block ``j`` (row-granular ABI:
+``j*B*M``) and row block ``g`` the chunk's ``M_MM`` accumulate in f32 and one ``M_MM_WO`` rounds to bf16.
+Later chunks go through the ``split`` scratch and are added to Y (one more bf16 rounding each); the bias is
+added after the last chunk.  ``loops=True`` runs the ``j``/``g`` loops and the row loops as hardware loops,
+``loops=False`` unrolls them; both give bit-identical results.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from plena_sim.config import HardwareConfig
+
+from . import faults
+from .asm import Asm, add_imm, areg, gp as G, load_imm
+from .common import (LoopBudget, U32, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
+                     take_regs, vector_rows)
+from .hbm import HbmTensor, ceil_div, load_vector, row_pad
+
+__all__ = ["LinearPlan", "plan_linear", "emit_linear", "BmmPlan", "plan_batched_matmul",
+           "emit_batched_matmul", "emit_linear_core"]
+
+KERNEL = "linear"
+GP_NEEDED = 9
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    rows: int
+    K: int
+    N: int
+    x_base: int
+    x_pitch: int
+    y_base: int
+    y_pitch: int
+    w: HbmTensor
+    w_offset: int                    # elements: the first W row of this matmul (batched_matmul)
+    bias: HbmTensor | None
+    bias_base: int | None
+    mram_tile0: int
+    max_k_tiles: int
+    split_base: int | None
+    loops: bool
+    M: int
+    V: int
+    B: int
+    y_rows: int
+    chunks: tuple
+    vram_regions: dict
+    mram_tiles: tuple
+    hbm_slack: dict
+    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    kernel: str = KERNEL
+    gp_needed: int = GP_NEEDED
+    fp_needed: int = 0
+    fp_range: tuple | None = None
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def k_split(self) -> bool:
+        return len(self.chunks) > 1
+
+
+def _check_common(kernel: str, cfg: HardwareConfig):
+    M, V = cfg.MLEN, cfg.VLEN
+    if V != M:
+        fail(kernel, "VLEN", V, f"must equal MLEN={M}")
+    if cfg.P_M != M:
+        fail(kernel, "HBM_M_Prefetch_Amount", cfg.P_M, f"(effective Pm) must equal MLEN={M}")
+
+
+def plan_linear(config: HardwareConfig, *, rows: int, K: int, N: int, x_base: int, x_pitch: int, y_base: int,
+                y_pitch: int, w: HbmTensor, bias: HbmTensor | None = None, bias_base: int | None = None,
+                mram_tile0: int = 0, max_k_tiles: int | None = None, split_base: int | None = None,
+                loops: bool = False, w_offset: int = 0, kernel: str = KERNEL,
+                x_role: str = "input", y_role: str = "output") -> LinearPlan:
+    cfg = config
+    _check_common(kernel, cfg)
+    M, V, B = cfg.MLEN, cfg.VLEN, cfg.BLEN
+    RP = row_pad(cfg)
+    T = cfg.mram_tiles
+    need_int(kernel, "rows", rows, 1)
+    need_int(kernel, "K", K, 1)
+    need_int(kernel, "N", N, 1)
+    need_multiple(kernel, "K", K, M, "MLEN")
+    need_multiple(kernel, "N", N, M, "MLEN")
+    for name, v in (("x_pitch", x_pitch), ("y_pitch", y_pitch)):
+        need_int(kernel, name, v, 1)
+        need_multiple(kernel, name, v, RP, "RP (lcm(BLEN, Pv, Ps))")
+        if rows > v:
+            fail(kernel, name, v, f"must be >= rows={rows}")
+    for name, v in (("x_base", x_base), ("y_base", y_base)):
+        need_int(kernel, name, v, 0)
+        need_multiple(kernel, name, v, V, "VLEN")
+    need_int(kernel, "mram_tile0", mram_tile0, 0)
+    if mram_tile0 >= T:
+        fail(kernel, "mram_tile0", mram_tile0, f"must be < the MRAM tile count {T}")
+    if max_k_tiles is None:
+        max_k_tiles = T - mram_tile0
+    need_int(kernel, "max_k_tiles", max_k_tiles, 1)
+    if mram_tile0 + max_k_tiles > T:
+        fail(kernel, "max_k_tiles", max_k_tiles, f"with mram_tile0={mram_tile0} overflows the {T} MRAM tiles")
+    if not isinstance(loops, bool):
+        fail(kernel, "loops", loops, "must be a bool")
+    kt_total = K // M
+    chunks = tuple(tuple(range(s, min(s + max_k_tiles, kt_total))) for s in range(0, kt_total, max_k_tiles))
+    y_rows = rp(cfg, rows)
+    # W tensor: weight class, row pitch N, MX alignment, every byte read inside the element region
+    if w.row_pitch_elems != N:
+        fail(kernel, "w.row_pitch_elems", w.row_pitch_elems, f"must equal N={N}")
+    if (N * w.eb) % w.blk or (M * w.eb) % w.blk:
+        fail(kernel, "N", N, f"row bytes N*eb={N * w.eb} must be a multiple of the MX block bytes {w.blk}")
+    need_int(kernel, "w_offset", w_offset, 0)
+    w_need = w_offset + K * N
+    if w.alloc_elems < w_need:
+        fail(kernel, "w.alloc_elems", w.alloc_elems, f"must be >= {w_need} (the rows this matmul reads)")
+    if (w_offset * w.eb) % w.blk:
+        fail(kernel, "w_offset", w_offset, f"bytes must be a multiple of the MX block bytes {w.blk}")
+    check_addr(kernel, "W byte offset", (w_need - 1) * w.eb)
+    regions = {"x": (x_base // V, (K // V) * x_pitch, x_role), "y": (y_base // V, (N // V) * y_pitch, y_role)}
+    slack = {"w": w_need}
+    if bias is not None:
+        if bias_base is None:
+            fail(kernel, "bias_base", None, "is required with a bias")
+        need_int(kernel, "bias_base", bias_base, 0)
+        need_multiple(kernel, "bias_base", bias_base, V, "VLEN")
+        nb_rows = vector_rows(cfg, N)
+        if bias.alloc_elems < nb_rows * V:
+            fail(kernel, "bias.alloc_elems", bias.alloc_elems, f"must be >= {nb_rows * V} (Pv-row slack)")
+        regions["bias"] = (bias_base // V, nb_rows, "scratch")
+        slack["bias"] = nb_rows * V
+    if len(chunks) > 1:
+        if split_base is None:
+            fail(kernel, "split_base", None, f"is required: ceil(K/M)={kt_total} > max_k_tiles={max_k_tiles}")
+        need_int(kernel, "split_base", split_base, 0)
+        need_multiple(kernel, "split_base", split_base, V, "VLEN")
+        regions["split"] = (split_base // V, y_rows, "scratch")
+    for name, (r0, n, _role) in regions.items():
+        check_addr(kernel, f"{name} region end", (r0 + n) * V)
+    if x_role == "inout" and x_base == y_base:
+        regions.pop("y")
+    check_disjoint(kernel, regions)
+    mram = (mram_tile0, min(max_k_tiles, kt_total))
+    return LinearPlan(rows, K, N, x_base, x_pitch, y_base, y_pitch, w, w_offset, bias, bias_base, mram_tile0,
+                      max_k_tiles, split_base if len(chunks) > 1 else None, loops, M, V, B, y_rows, chunks,
+                      regions, mram, slack, cfg, kernel)
+
+
+def _set_scale_stride(asm: Asm, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
+    load_imm(asm, reg, t.scale_offset)
+    asm.C_SET_SCALE_REG(G(reg))
+    if pitch_bytes is not None:
+        load_imm(asm, reg, pitch_bytes)
+        asm.C_SET_STRIDE_REG(G(reg))
+
+
+def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget) -> None:
+    """The body of ``linear`` for one plan (used by linear, batched_matmul, ffn and router_topk)."""
+    gLj, gLg, gWj, gDj, gXg, gDg, gT1, gT2, gTmp = regs[:GP_NEEDED]
+    M, V, B, N = plan.M, plan.V, plan.B, plan.N
+    w = plan.w
+    eb = w.eb
+    tile0 = plan.mram_tile0 * M * M
+    col_step = B if faults.active("linear_col_step_element") else B * M
+    if plan.bias is not None:
+        asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
+        load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2])
+    asm.comment(f"{plan.kernel}: W SCALE/STRIDE")
+    _set_scale_stride(asm, w, N * eb, gT1)
+    for nt in range(N // M):
+        y_nt = plan.y_base + nt * plan.y_pitch * V
+        for ci, chunk in enumerate(plan.chunks):
+            asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} prefetch W tiles {chunk[0]}..{chunk[-1]}")
+            for kk, kt in enumerate(chunk):
+                row_term = 0 if faults.active("weight_tile_row_ignored") else kt * M * N
+                load_imm(asm, gT1, tile0 + kk * M * M)
+                load_imm(asm, gT2, (plan.w_offset + row_term + nt * M) * eb)
+                asm.H_PREFETCH_M(G(gT1), G(gT2), areg(w.areg), 1, 0)
+            dst = y_nt if ci == 0 else plan.split_base
+            x0 = plan.x_base + chunk[0] * plan.x_pitch * V
+            xk = plan.x_pitch * V
+            asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} matmul -> {'Y' if ci == 0 else 'split'}")
+            if plan.loops:
+                load_imm(asm, gWj, tile0)
+                load_imm(asm, gDj, dst)
+                with lb.loop(gLj, M // B, "column blocks j"):
+                    load_imm(asm, gXg, x0)
+                    asm.S_ADDI_INT(G(gDg), G(gDj), 0)
+                    with lb.loop(gLg, plan.y_rows // B, "row blocks g"):
+                        for kk in range(len(chunk)):
+                            wr, xr = gWj, gXg
+                            if kk:
+                                add_imm(asm, gT1, gWj, kk * M * M, gTmp)
+                                add_imm(asm, gT2, gXg, kk * xk, gTmp)
+                                wr, xr = gT1, gT2
+                            asm.M_MM(0, G(wr), G(xr))
+                        asm.M_MM_WO(G(gDg), G(0), 0)
+                        asm.S_ADDI_INT(G(gXg), G(gXg), B * V)
+                        asm.S_ADDI_INT(G(gDg), G(gDg), B * V)
+                    asm.S_ADDI_INT(G(gWj), G(gWj), col_step)
+                    asm.S_ADDI_INT(G(gDj), G(gDj), B)
+            else:
+                for j in range(M // B):
+                    for g in range(plan.y_rows // B):
+                        for kk in range(len(chunk)):
+                            load_imm(asm, gT1, tile0 + kk * M * M + j * col_step)
+                            load_imm(asm, gT2, x0 + kk * xk + g * B * V)
+                            asm.M_MM(0, G(gT1), G(gT2))
+                        load_imm(asm, gT1, dst + g * B * V + j * B)
+                        asm.M_MM_WO(G(gT1), G(0), 0)
+            if ci > 0 and not faults.active("ksplit_partial_dropped"):
+                asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} Y += split")
+                _add_rows(asm, lb, plan, y_nt, plan.split_base, V, plan.y_rows, gLg, gT1, gT2)
+        if plan.bias is not None:
+            asm.comment(f"{plan.kernel}: nt={nt} Y += bias row {nt}")
+            _add_rows(asm, lb, plan, y_nt, plan.bias_base + nt * V, 0, plan.rows, gLg, gT1, gT2)
+
+
+def _add_rows(asm: Asm, lb: LoopBudget, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int,
+              gL: int, gY: int, gS: int) -> None:
+    """``Y[r] += S[r*step]`` for r < n (hw loop if ``plan.loops`` else unrolled)."""
+    V = plan.V
+    if plan.loops:
+        load_imm(asm, gY, y0)
+        load_imm(asm, gS, s0)
+        with lb.loop(gL, n, "row add"):
+            asm.V_ADD_VV(G(gY), G(gY), G(gS), 0)
+            asm.S_ADDI_INT(G(gY), G(gY), V)
+            if s_step:
+                asm.S_ADDI_INT(G(gS), G(gS), s_step)
+    else:
+        for r in range(n):
+            load_imm(asm, gY, y0 + r * V)
+            load_imm(asm, gS, s0 + r * s_step)
+            asm.V_ADD_VV(G(gY), G(gY), G(gS), 0)
+
+
+def emit_linear(asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
+    regs, _ = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
+    lb = LoopBudget(asm, plan.cfg, plan.kernel)
+    asm.begin(plan.kernel, rows=plan.rows, K=plan.K, N=plan.N, x=plan.x_base, y=plan.y_base,
+              bias=int(plan.bias is not None), chunks=plan.n_chunks, loops=int(plan.loops))
+    emit_linear_core(asm, plan, regs, lb)
+    asm.end(plan.kernel)
+
+
+# --------------------------------------------------------------------------- batched_matmul
+
+@dataclass(frozen=True)
+class BmmPlan:
+    nb: int
+    Mr: int
+    K: int
+    N: int
+    a_base: int
+    y_base: int
+    parts: tuple
+    vram_regions: dict
+    mram_tiles: tuple
+    hbm_slack: dict
+    loops: bool
+    gp_needed: int = GP_NEEDED
+    fp_needed: int = 0
+    fp_range: tuple | None = None
+
+
+def plan_batched_matmul(config: HardwareConfig, *, nb: int, Mr: int, K: int, N: int, a_base: int, y_base: int,
+                        w: HbmTensor, mram_tile0: int = 0, max_k_tiles: int | None = None,
+                        split_base: int | None = None, loops: bool = False) -> BmmPlan:
+    k = "batched_matmul"
+    need_int(k, "nb", nb, 1)
+    need_int(k, "Mr", Mr, 1)
+    V = config.VLEN
+    mp = rp(config, Mr)
+    pitch = nb * mp
+    parts = []
+    for bt in range(nb):
+        parts.append(plan_linear(config, rows=Mr, K=K, N=N, x_base=a_base + bt * mp * V, x_pitch=pitch,
+                                 y_base=y_base + bt * mp * V, y_pitch=pitch, w=w, mram_tile0=mram_tile0,
+                                 max_k_tiles=max_k_tiles, split_base=split_base, loops=loops,
+                                 w_offset=bt * K * N, kernel=k))
+    regions = {"a": (a_base // V, (K // V) * pitch, "input"), "y": (y_base // V, (N // V) * pitch, "output")}
+    if parts[0].split_base is not None:
+        regions["split"] = parts[0].vram_regions["split"]
+    check_disjoint(k, regions)
+    return BmmPlan(nb, Mr, K, N, a_base, y_base, tuple(parts), regions, parts[0].mram_tiles,
+                   {"w": nb * K * N}, loops)
+
+
+def emit_batched_matmul(asm: Asm, plan: BmmPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
+    regs, _ = take_regs("batched_matmul", gp, fp, plan.gp_needed, plan.fp_needed)
+    asm.begin("batched_matmul", nb=plan.nb, Mr=plan.Mr, K=plan.K, N=plan.N, a=plan.a_base, y=plan.y_base)
+    for bt, part in enumerate(plan.parts):
+        asm.comment(f"batched_matmul: batch {bt}")
+        lb = LoopBudget(asm, part.cfg, "batched_matmul")
+        emit_linear_core(asm, part, regs, lb)
+    asm.end("batched_matmul")

@@ -1,0 +1,55 @@
+"""bmm: ``Y[b] = A[b] @ W[b]`` (kernels.md §2.3) through ``batched_matmul`` (linear tolerance)."""
+from __future__ import annotations
+
+import numpy as np
+
+from programs.common import rp
+from programs.hbm import preload_act
+from programs.linear import emit_batched_matmul, plan_batched_matmul
+
+from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+
+NAME = "bmm"
+DESCRIPTION = "batched matmul Y[b] = A[b] @ W[b], batches stacked in CBM rows (linear tolerance)"
+DEFAULTS = {"nb": 4, "Mr": 64, "K": 128, "N": 128, "loops": False, "scale": 1.0, "seed": 0}
+REQUIRED_CASES = [
+    ("default", {}, "default"),
+    ("nb1_Mr1", {"nb": 1, "Mr": 1, "K": 64, "N": 64}, "default"),
+    ("nb3_Mr7", {"nb": 3, "Mr": 7, "K": 128, "N": 64}, "default"),
+    ("nb3_Mr7_loops", {"nb": 3, "Mr": 7, "K": 64, "N": 128, "loops": True}, "default"),
+    ("small", {"nb": 3, "Mr": 7, "K": 64, "N": 64}, "small"),
+]
+STRETCH_CASES: list = []
+RANGES = {"nb": [1, 3, 4], "Mr": [1, 7, 64], "K": [64, 128], "N": [64, 128]}
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    nb, Mr, K, N = p["nb"], p["Mr"], p["K"], p["N"]
+    V = config.VLEN
+    mp = rp(config, Mr)
+    pitch = nb * mp
+    cb = CaseBuilder(NAME, p, config)
+    A = cb.randn((nb, Mr, K), p["scale"])
+    Ahost = np.zeros((nb, mp, K))
+    Ahost[:, :Mr] = A
+    ta, Aq = cb.tensor("a", Ahost.reshape(nb * mp, K), "act")
+    Aq = Aq.reshape(nb, mp, K)[:, :Mr]
+    tw, Wq = cb.tensor("w", cb.randn((nb * K, N), 1.0 / np.sqrt(K)), "weight")
+    Wq = Wq.reshape(nb, K, N)
+    ra = cb.alloc((K // V) * pitch)
+    ry = cb.alloc((N // V) * pitch)
+    plan = plan_batched_matmul(config, nb=nb, Mr=Mr, K=K, N=N, a_base=ra * V, y_base=ry * V, w=tw,
+                               loops=p["loops"])
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    preload_act(asm, config, ta, nb * mp, K, ra * V, pitch, GEN_GP)
+    emit_batched_matmul(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    golden = np.einsum("bmk,bkn->bmn", Aq, Wq)
+    env = np.einsum("bmk,bkn->bmn", np.abs(Aq), np.abs(Wq))
+
+    def post(y, nb=nb, mp=mp, Mr=Mr):
+        return y.reshape(nb, mp, -1)[:, :Mr]
+    cb.check("output", VramCbm(ry * V, pitch, N, pitch, post), golden, ("batch", "row", "col"), "linear",
+             A=env, n_chunks=1, bias=False, group_by=("batch",))
+    return cb.case(asm)
