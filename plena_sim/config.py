@@ -20,7 +20,7 @@ from typing import Any, Mapping
 __all__ = [
     "ConfigError", "FpType", "IntType", "PlainType", "MxType", "HardwareConfig",
     "load_config", "default_config", "parse_override", "LATENCY_KEYS",
-    "PRECISION_KEYS", "HBM_TIMING_PRESETS",
+    "PRECISION_KEYS",
 ]
 
 
@@ -158,8 +158,6 @@ LATENCY_KEYS: tuple[str, ...] = (
 )
 _OPTIONAL_LATENCY_KEYS = ("VECTOR_LONGEST_OPERATE_CYCLES", "VECTOR_BASIC_CYCLES")
 
-# HBM timing presets are data (timing.md §5.1); the timing issue fills in their parameters.
-HBM_TIMING_PRESETS: tuple[str, ...] = ("HBM2", "HBM3")
 
 _POW2_KEYS = ("MLEN", "VLEN", "BLEN", "HLEN")
 _MAX_HBM_SIZE = 1 << 50  # 1 PiB of sparse address space; larger is certainly a typo

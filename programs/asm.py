@@ -142,3 +142,7 @@ def add_imm(asm: Asm, dst: int, src: int, v: int, tmp: int | None = None) -> Non
         raise ValueError("add_imm: the scratch register must differ from the source")
     load_imm(asm, tmp, v)
     asm.S_ADD_INT(gp(dst), gp(src), gp(tmp))
+
+
+#: the largest C_LOOP_START count (the imm22 field), for loop-budget checks in plans
+LOOP_COUNT_MAX = FIELDS["imm22"].max
