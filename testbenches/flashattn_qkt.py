@@ -1,0 +1,53 @@
+"""flashattn_qkt: the QKᵀ stage of flash attention on its own (``attention_scores``, kernels.md §2.11).
+
+Output tile (b, h, i, t) (M×M) at ``s_out + (((b*hq + h)*Tq + i)*Tk + t)*M*M``; rows < br, columns < bc
+are compared against ``Q·Kᵀ`` in float64 for every (b, h) (``qkt``: A = |Q|@|K|ᵀ).  The batched path
+copies with FP[6] = 1/BMM_SCALE, the per-head path with FP[3] = 1.0.  Same Q staging and K addressing
+as flash attention; no scaling, no masking.
+"""
+from __future__ import annotations
+
+from ._flashattn_common import build_scores
+
+NAME = "flashattn_qkt"
+DESCRIPTION = "attention scores Q·Kᵀ per (b, h, q tile, kv tile) (batched M_BTMM/M_BTMV or per-head M_TMM/M_TMV)"
+DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": 16, "q_len": 64, "kv_len": 192, "causal": False,
+            "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
+            "scale": 1.0, "seed": 0}
+REQUIRED_CASES = [
+    ("prefill_batched", {}, "default"),
+    ("prefill_per_head", {"path": "per_head"}, "default"),
+    ("decode_batched", {"q_len": 1}, "default"),
+    ("decode_per_head", {"q_len": 1, "path": "per_head"}, "default"),
+    ("gqa_sbhd_batched", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 100, "kv_len": 130, "kv_layout": "sbhd"},
+     "default"),
+    ("gqa_sbhd_per_head", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 70, "kv_layout": "sbhd",
+                           "path": "per_head"}, "default"),
+    ("gqa_decode_sbhd", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 1, "kv_len": 130, "kv_layout": "sbhd"},
+     "default"),
+    ("wp1024_kv320", {"kv_len": 320, "Wp": 1024}, "default"),
+    ("wp1024_kv320_decode_per_head", {"q_len": 1, "kv_len": 320, "Wp": 1024, "path": "per_head"}, "default"),
+    ("d64_per_head", {"d": 64}, "default"),
+    ("emu025", {}, "emu025"),
+    ("small", {"hq": 2, "q_len": 40, "kv_len": 70}, "small"),
+]
+STRETCH_CASES: list = []
+RANGES = {
+    "batch": [1, 2, 3],
+    "hq": [1, 2, 4, 8],
+    "hkv": [1, 2, 4],
+    "d": [16, 32, 64],
+    "q_len": [1, 40, 64, 100],
+    "kv_len": [1, 64, 130, 192, 320],
+    "kv_layout": ["bshd", "sbhd"],
+    "Wp": ["hkv*d", "M", 1024],
+    "path": ["auto", "batched", "per_head"],
+    "variant": ["default", "emu025", "small"],
+}
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    if p.get("Wp") == "M":
+        p["Wp"] = config.MLEN
+    return build_scores(NAME, p, config)
