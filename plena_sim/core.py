@@ -33,7 +33,10 @@ Numerics: dot products in float64, sequential in ascending k from +0.0 (written 
 the core is compiled without ``fastmath``, so LLVM neither contracts nor reassociates), ``p_s =
 f32(p*s)``, ``acc = f32(acc + p_s)``; vector and scalar FP arithmetic in float32; exp in float64 of
 the clamped argument; bf16 RNE on every VRAM / FP write. ``error_model="numpy"`` gives IEEE results
-for float division by zero instead of a Python exception.
+for float division by zero instead of a Python exception. When both operands of an arithmetic
+operation are NaN, the result is the first operand's NaN, quieted (explicit, see ``_nan32``): IEEE
+leaves the choice open and LLVM may commute operands, but the sign of a NaN is architectural state
+(bf16 keeps it).
 """
 from __future__ import annotations
 
@@ -171,6 +174,66 @@ def _exp_clamped(a):
     return np.float32(math.exp(x))
 
 
+# ---- NaN propagation. IEEE 754 leaves open which NaN a binary operation returns when both operands
+# are NaN; x86 returns the first operand, but LLVM may commute fadd/fmul operands, so the core makes
+# the rule explicit: a NaN result is the first NaN operand, quieted (an invalid operation on non-NaN
+# operands keeps the hardware default NaN). This is also what numpy's element-wise loops in the
+# reference produce for ``in1 op in2``. Only the NaN path is slow.
+
+@njit(cache=True)
+def _q32(x):
+    return np.uint32(np.float32(x).view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+
+
+@njit(cache=True)
+def _q64(x):
+    return np.uint64(np.float64(x).view(np.uint64) | np.uint64(0x0008000000000000)).view(np.float64)
+
+
+@njit(cache=True)
+def _nan32(a, b, r):
+    """float32 result ``r`` of ``a op b`` with the first-NaN-operand rule."""
+    if r != r:
+        if a != a:
+            return _q32(a)
+        if b != b:
+            return _q32(b)
+    return r
+
+
+@njit(cache=True)
+def _nan64(a, b, r):
+    """float64 result ``r`` of ``a op b`` with the first-NaN-operand rule."""
+    if r != r:
+        if a != a:
+            return _q64(a)
+        if b != b:
+            return _q64(b)
+    return r
+
+
+@njit(cache=True)
+def _acc32(acc, ps):
+    """``f32(acc + ps)`` (accumulator first)."""
+    return _nan32(acc, ps, np.float32(acc + ps))
+
+
+@njit(cache=True)
+def _dot(x, xo, w, n):
+    """``sum_k x[xo+k] * w[k]`` for k < n: float64, sequential ascending from +0.0, no FMA."""
+    p = 0.0
+    for k in range(n):
+        p = p + x[xo + k] * w[k]
+    if p != p:   # some NaN: redo with the explicit propagation rule (x before w, p before product)
+        p = 0.0
+        for k in range(n):
+            a = x[xo + k]
+            b = w[k]
+            t = _nan64(a, b, a * b)
+            p = _nan64(p, t, p + t)
+    return p
+
+
 @njit(cache=True)
 def _sat_add(u, k):
     """min(u + k, INT64_MAX) for a uint64 ``u`` and an int64 ``k >= 0`` (fault-record values)."""
@@ -228,20 +291,23 @@ def _vector(o, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, rowf):
     for j in range(V):
         x = bf16_bits_to_f32(vram[ra, j])
         if o == OP_V_ADD_VV:
-            r = x + bf16_bits_to_f32(vram[rb, j])
+            y = bf16_bits_to_f32(vram[rb, j])
+            r = _nan32(x, y, x + y)
         elif o == OP_V_ADD_VF:
-            r = x + f
+            r = _nan32(x, f, x + f)
         elif o == OP_V_SUB_VV:
-            r = x - bf16_bits_to_f32(vram[rb, j])
+            y = bf16_bits_to_f32(vram[rb, j])
+            r = _nan32(x, y, x - y)
         elif o == OP_V_SUB_VF:
             if f1 == 0:
-                r = x - f
+                r = _nan32(x, f, x - f)
             else:
-                r = f - x
+                r = _nan32(f, x, f - x)
         elif o == OP_V_MUL_VV:
-            r = x * bf16_bits_to_f32(vram[rb, j])
+            y = bf16_bits_to_f32(vram[rb, j])
+            r = _nan32(x, y, x * y)
         elif o == OP_V_MUL_VF:
-            r = x * f
+            r = _nan32(x, f, x * f)
         elif o == OP_V_MAX_VF:
             if x != x:
                 r = x
@@ -297,9 +363,11 @@ def _reduce(o, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec):
         for j in range(V):
             if masked and not _lane_on(vmask, j, H):
                 continue
-            s = s + np.float64(bf16_bits_to_f32(vram[ra, j]))
+            y = np.float64(bf16_bits_to_f32(vram[ra, j]))
+            s = _nan64(s, y, s + y)
         S = np.float32(s)
-        fp[rd] = f32_to_bf16_bits(bf16_bits_to_f32(fp[rd]) + S)
+        fd = bf16_bits_to_f32(fp[rd])
+        fp[rd] = f32_to_bf16_bits(_nan32(fd, S, fd + S))
     else:
         best_bits = fp[rd]
         best = bf16_bits_to_f32(best_bits)
@@ -386,11 +454,14 @@ def _scalar_fp(o, pc, rd, rs1, rs2, fp):
         return _OK, 0, 0
     a = bf16_bits_to_f32(fp[rs1])
     if o == OP_S_ADD_FP:
-        r = a + bf16_bits_to_f32(fp[rs2])
+        b = bf16_bits_to_f32(fp[rs2])
+        r = _nan32(a, b, a + b)
     elif o == OP_S_SUB_FP:
-        r = a - bf16_bits_to_f32(fp[rs2])
+        b = bf16_bits_to_f32(fp[rs2])
+        r = _nan32(a, b, a - b)
     elif o == OP_S_MUL_FP:
-        r = a * bf16_bits_to_f32(fp[rs2])
+        b = bf16_bits_to_f32(fp[rs2])
+        r = _nan32(a, b, a * b)
     elif o == OP_S_MAX_FP:
         b = bf16_bits_to_f32(fp[rs2])
         r = b if b > a else a
@@ -484,32 +555,27 @@ def _matrix(o, pc, rd, rs1, rs2, gp, vram, mram, m_accum, v_accum, hm_accum, hv_
     for i in range(nv):
         for k in range(V):
             xbuf[i, k] = np.float64(bf16_bits_to_f32(vram[r0 + i, k]))
-    if o == OP_M_MM or o == OP_M_TMM:
-        c = off // M
+    if o == OP_M_MM or o == OP_M_TMM or o == OP_M_MV or o == OP_M_TMV:
+        if o == OP_M_MV:
+            c = off
+        else:
+            c = off // M
         # wbuf[j, k] = weight of output column j at depth k
         for j in range(B):
             for k in range(M):
-                if o == OP_M_MM:
+                if o == OP_M_MM or o == OP_M_MV:
                     wbuf[j, k] = np.float64(T[k, c + j])
                 else:
                     wbuf[j, k] = np.float64(T[c + j, k])
-        for i in range(B):
+        if o == OP_M_MM or o == OP_M_TMM:
+            for i in range(B):
+                for j in range(B):
+                    p = _dot(xbuf[i], 0, wbuf[j], M)
+                    m_accum[i, j] = _acc32(m_accum[i, j], np.float32(p))
+        else:
             for j in range(B):
-                p = 0.0
-                for k in range(M):
-                    p = p + xbuf[i, k] * wbuf[j, k]
-                m_accum[i, j] = np.float32(m_accum[i, j] + np.float32(p))
-    elif o == OP_M_MV or o == OP_M_TMV:
-        c = off if o == OP_M_MV else off // M
-        for j in range(B):
-            p = 0.0
-            for k in range(M):
-                if o == OP_M_MV:
-                    w = np.float64(T[k, c + j])
-                else:
-                    w = np.float64(T[c + j, k])
-                p = p + xbuf[0, k] * w
-            v_accum[j] = np.float32(v_accum[j] + np.float32(p))
+                p = _dot(xbuf[0], 0, wbuf[j], M)
+                v_accum[j] = _acc32(v_accum[j], np.float32(p))
     else:
         h = off
         s = np.float64(np.float32(bmm_scale))
@@ -523,18 +589,15 @@ def _matrix(o, pc, rd, rs1, rs2, gp, vram, mram, m_accum, v_accum, hm_accum, hv_
         if o == OP_M_BMM or o == OP_M_BTMM:
             for b in range(BA):
                 for srow in range(M):
+                    xr = xbuf[srow]
                     for j in range(M):
-                        p = 0.0
-                        for k in range(H):
-                            p = p + xbuf[srow, b * H + k] * wbuf[j, k]
-                        hm_accum[b, srow, j] = np.float32(hm_accum[b, srow, j] + np.float32(p * s))
+                        p = _dot(xr, b * H, wbuf[j], H)
+                        hm_accum[b, srow, j] = _acc32(hm_accum[b, srow, j], np.float32(p * s))
         else:
             for b in range(BA):
                 for j in range(M):
-                    p = 0.0
-                    for k in range(H):
-                        p = p + xbuf[0, b * H + k] * wbuf[j, k]
-                    hv_accum[b, j] = np.float32(hv_accum[b, j] + np.float32(p * s))
+                    p = _dot(xbuf[0], b * H, wbuf[j], H)
+                    hv_accum[b, j] = _acc32(hv_accum[b, j], np.float32(p * s))
     return _OK
 
 
@@ -824,6 +887,9 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
                         lstart[k] = lstart[k + 1]
                         lreg[k] = lreg[k + 1]
                         lcount[k] = lcount[k + 1]
+                    lstart[depth - 1] = 0      # freed slots read 0 (as the reference leaves them)
+                    lreg[depth - 1] = 0
+                    lcount[depth - 1] = 0
                     ctrl[CTRL_LOOP_DEPTH] = depth - 1
         elif o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT:
             a = np.int64(gp[rs1])
@@ -935,6 +1001,9 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
                     st = _fault(frec, R_LP_BREAK, pc, O_NONE, rg, -1, -1, sp, depth)
                 else:
                     gp[rg] = 0
+                    lstart[depth - 1] = 0
+                    lreg[depth - 1] = 0
+                    lcount[depth - 1] = 0
                     ctrl[CTRL_LOOP_DEPTH] = depth - 1
                     npc = tgt + 1
         elif o == OP_C_SET_ADDR_REG:
