@@ -24,6 +24,12 @@ Each handler makes **all** of its checks first (via the ``_check_*`` / ``_fault`
 
 Decisions where the spec leaves a bit pattern open (documented for the Numba core to mirror):
 
+* NaN propagation of binary f32 arithmetic (``a + b``, ``a - b``, ``a * b``, V_RED_SUM's final
+  ``fp[rd] + S``): the result is the *first* operand's NaN if it is a NaN, else the second operand's
+  NaN if that is a NaN (the x86 SSE rule, which the Numba core gets from the hardware); the operand
+  order is the one written in isa.md (``f - a`` for V_SUB_VF with rorder != 0). numpy *scalar*
+  arithmetic does not follow this rule, so :func:`_nan_first` applies it explicitly. NaNs created from
+  non-NaN operands (``inf - inf``, ``0 * inf``, ``sqrt(-1)``) are the platform's default NaN.
 * V_MAX_VF / V_MIN_VF with a NaN input return ``a``'s NaN if ``a`` is NaN, else ``f``'s NaN (then bf16
   canonicalises it to ``sign | 0x7FC0``).
 * V_EXP_V / S_EXP_FP of a NaN return that NaN (sign kept).
@@ -77,6 +83,15 @@ def _f32_of_bits(b: int) -> np.float32:
 
 def _bits_of_f32(v) -> int:
     return int(bf16_bits(np.array([v], dtype=np.float32))[0])
+
+
+def _nan_first(a, b, result):
+    """``result`` of a binary f32 op, except that a NaN operand propagates: a's NaN first, then b's
+    (element-wise for arrays; ``b`` may be a scalar)."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    out = np.where(np.isnan(a), a, np.where(np.isnan(b), b, result)).astype(np.float32)
+    return out if out.ndim else np.float32(out)
 
 
 def _exp_f32(v: float) -> np.float32:
@@ -518,30 +533,30 @@ def _vun(r: _Run, f: Fields, fn) -> None:
 
 
 def op_V_ADD_VV(r, f):
-    _vv(r, f, lambda a, b: a + b)
+    _vv(r, f, lambda a, b: _nan_first(a, b, a + b))
 
 
 def op_V_SUB_VV(r, f):
-    _vv(r, f, lambda a, b: a - b)
+    _vv(r, f, lambda a, b: _nan_first(a, b, a - b))
 
 
 def op_V_MUL_VV(r, f):
-    _vv(r, f, lambda a, b: a * b)
+    _vv(r, f, lambda a, b: _nan_first(a, b, a * b))
 
 
 def op_V_ADD_VF(r, f):
-    _vf(r, f, lambda a, s: a + s)
+    _vf(r, f, lambda a, s: _nan_first(a, s, a + s))
 
 
 def op_V_SUB_VF(r, f):
     if f.funct1 == 0:
-        _vf(r, f, lambda a, s: a - s)
+        _vf(r, f, lambda a, s: _nan_first(a, s, a - s))
     else:
-        _vf(r, f, lambda a, s: s - a)
+        _vf(r, f, lambda a, s: _nan_first(np.full_like(a, s), a, s - a))
 
 
 def op_V_MUL_VF(r, f):
-    _vf(r, f, lambda a, s: a * s)
+    _vf(r, f, lambda a, s: _nan_first(a, s, a * s))
 
 
 def _vmax(a: np.ndarray, s: np.float32) -> np.ndarray:
@@ -608,7 +623,8 @@ def op_V_RED_SUM(r: _Run, f: Fields) -> None:
         if en[j]:
             s = s + float(a[j])
     S = np.float32(s)
-    r.set_fp_bits(f.rd, _bits_of_f32(r.fp(f.rd) + S))
+    acc = r.fp(f.rd)
+    r.set_fp_bits(f.rd, _bits_of_f32(_nan_first(acc, S, acc + S)))
 
 
 def op_V_RED_MAX(r: _Run, f: Fields) -> None:
@@ -677,15 +693,15 @@ def _sfp(r: _Run, f: Fields, fn, binary: bool) -> None:
 
 
 def op_S_ADD_FP(r, f):
-    _sfp(r, f, lambda a, b: a + b, True)
+    _sfp(r, f, lambda a, b: _nan_first(a, b, a + b), True)
 
 
 def op_S_SUB_FP(r, f):
-    _sfp(r, f, lambda a, b: a - b, True)
+    _sfp(r, f, lambda a, b: _nan_first(a, b, a - b), True)
 
 
 def op_S_MUL_FP(r, f):
-    _sfp(r, f, lambda a, b: a * b, True)
+    _sfp(r, f, lambda a, b: _nan_first(a, b, a * b), True)
 
 
 def op_S_MAX_FP(r, f):

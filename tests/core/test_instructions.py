@@ -834,3 +834,22 @@ def test_every_instruction_has_a_test_here():
     missing = [i.mnemonic for i in INSTRUCTIONS
                if not any(i.mnemonic + end in text for end in (" ", "\n", '"'))]
     assert not missing, missing
+
+
+def test_nan_operand_propagation_first_operand_wins(backend):
+    """Binary f32 ops with NaN operands return the first operand's NaN (sign kept by bf16), else the
+    second's -- the project rule that keeps both backends bit-identical (see plena_sim/reference.py)."""
+    m = machine(backend)
+    m.state.fp[1], m.state.fp[2] = 0x7FC0, 0xFFC0          # +NaN, -NaN
+    m.state.vram[0, :] = 0x7FC0
+    m.state.vram[1, :] = 0xFFC0
+    m.set_reg("gp2", 16)
+    m.set_reg("gp3", 32)
+    m.set_reg("gp4", 48)
+    m.run("S_ADD_FP f3, f1, f2\nS_MUL_FP f4, f2, f1\nS_SUB_FP f5, f7, f2\n"
+          "V_ADD_VV gp3, gp0, gp2\nV_SUB_VF gp4, gp0, f2, 0, 1")
+    assert [fp_bits(m, i) for i in (3, 4, 5)] == [0x7FC0, 0xFFC0, 0xFFC0]
+    assert m.vram.bits[2, 0] == 0x7FC0 and m.vram.bits[3, 0] == 0xFFC0   # f - a: f (-NaN) first
+    m.state.fp[6] = 0x7FC0
+    m.run("V_RED_SUM f6, gp2")                              # fp[rd] + S: fp[rd]'s NaN
+    assert fp_bits(m, 6) == 0x7FC0
