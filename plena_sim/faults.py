@@ -485,7 +485,9 @@ def _specific(rid: str, rec: tuple[int, ...], word: int | None) -> str | None:
         return f"{mem} words [{val}, {val + x6}){base} exceed {key}={lim}"
     if rid == "BD-HBM":
         kind = "element" if x6 == 0 else "scale"
-        sat = " (saturated)" if val == INT64_MAX else ""
-        return (f"row {idx}: {kind} byte range [{val}{sat}, {val + x7}) of {x7} bytes{src} exceeds "
+        if val == INT64_MAX:
+            return (f"row {idx}: {kind} byte range of {x7} bytes{src} starts at or beyond 2^63-1 "
+                    f"(saturated in the record) and exceeds HBM_SIZE={lim}")
+        return (f"row {idx}: {kind} byte range [{val}, {val + x7}) of {x7} bytes{src} exceeds "
                 f"HBM_SIZE={lim}")
     return None

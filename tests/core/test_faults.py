@@ -118,7 +118,7 @@ CASES = [
      rec("BD-HBM", 1, "rs2", 65572, index=0, limit=65536, x6=1, x7=2), ["scale byte range"]),
     ("BD-HBM-sat", small_cfg, {"gp1": 0xFFFFFFFF},
      "C_SET_ADDR_REG a3, gp1, gp1\nH_PREFETCH_V gp0, gp0, a3, 0, 0", {}, BoundsFault,
-     rec("BD-HBM", 1, "rs2", F.INT64_MAX, index=0, limit=65536, x6=0, x7=16), ["(saturated)"]),
+     rec("BD-HBM", 1, "rs2", F.INT64_MAX, index=0, limit=65536, x6=0, x7=16), ["(saturated in the record)", "a3=18446744073709551615"]),
 ]
 
 
