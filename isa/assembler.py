@@ -35,7 +35,7 @@ class AsmDiagnostic:
     line_text: str
 
     def __str__(self) -> str:
-        tok = f" '{self.token}'" if self.token else ""
+        tok = f" '{_shown(self.token)}'" if self.token else ""
         return f"{self.file}:{self.line}:{self.column}:{tok} {self.reason}"
 
 
@@ -72,19 +72,32 @@ def strip_comment(line: str) -> str:
     return line
 
 
+#: longest digit string converted to an int; anything longer is out of range for every field anyway
+#: (and Python refuses str<->int conversions beyond 4300 digits)
+_MAX_DIGITS = 40
+
+
+def _shown(tok: str, limit: int = 40) -> str:
+    """``tok`` for a message, shortened to ``limit`` characters."""
+    return tok if len(tok) <= limit else tok[:limit - 3] + "..."
+
+
 def _parse_number(tok: str) -> int | None:
+    """Value of a decimal / hex immediate; None if malformed; -1 if it has too many digits to be valid."""
     if _DEC_RE.match(tok):
-        return int(tok.replace("_", ""), 10)
+        digits = tok.replace("_", "").lstrip("0")
+        return int(digits or "0", 10) if len(digits) <= _MAX_DIGITS else -1
     if _HEX_RE.match(tok):
-        return int(tok[2:].replace("_", ""), 16)
+        digits = tok[2:].replace("_", "").lstrip("0")
+        return int(digits or "0", 16) if len(digits) <= _MAX_DIGITS else -1
     return None
 
 
 def _describe(tok: str) -> str:
     m = _REG_RE.match(tok)
     if m:
-        return f"{_KIND_NAME[m.group(1).lower()]} '{tok}'"
-    return f"'{tok}'"
+        return f"{_KIND_NAME[m.group(1).lower()]} '{_shown(tok)}'"
+    return f"'{_shown(tok)}'"
 
 
 def _expected(op: Operand) -> str:
@@ -105,9 +118,9 @@ def _parse_operand(op: Operand, tok: str, col: int, index: int, instr: Instr) ->
             raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")
         if len(digits) > 1 and digits[0] == "0":
             raise _LineError(col, tok, f"{pos}: register index must not have leading zeros")
+        if len(digits) > 2 or int(digits) >= REGISTER_COUNT[kind]:
+            raise _LineError(col, tok, f"{pos}: register {_shown(tok)} out of range; expected {_expected(op)}")
         n = int(digits)
-        if n >= REGISTER_COUNT[kind]:
-            raise _LineError(col, tok, f"{pos}: register {tok} out of range; expected {_expected(op)}")
         value = n
     elif op.kind == "zero":
         if m and m.group(1).lower() == "gp" and m.group(2) == "0":
@@ -121,11 +134,12 @@ def _parse_operand(op: Operand, tok: str, col: int, index: int, instr: Instr) ->
             raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")
         v = _parse_number(tok)
         if v is None:
-            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got malformed number '{tok}'")
+            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got malformed number '{_shown(tok)}'")
         f = FIELDS[op.field] if op.field else None
         hi = op.max_value if op.max_value is not None else (f.max if f else 0)
-        if v > hi:
-            raise _LineError(col, tok, f"{pos}: value {v} out of range; expected {op.name} 0..{hi}")
+        if v < 0 or v > hi:
+            shown = v if 0 <= v and len(tok) <= 40 else _shown(tok)
+            raise _LineError(col, tok, f"{pos}: value {shown} out of range; expected {op.name} 0..{hi}")
         value = v
     for bad, why in op.forbid:
         if value == bad:
