@@ -1,0 +1,80 @@
+"""rms_norm: ``x / sqrt(mean(x²) + eps) · γ`` (kernels.md §2.6; rms tolerance)."""
+from __future__ import annotations
+
+import numpy as np
+
+from programs.common import rp, vector_rows
+from programs.hbm import preload_act
+from programs.norms import emit_layer_norm, emit_rms_norm, plan_layer_norm, plan_rms_norm
+
+from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+
+NAME = "rms_norm"
+DESCRIPTION = "RMSNorm x/sqrt(mean(x^2)+eps)*gamma over CBM rows (rms tolerance)"
+DEFAULTS = {"rows": 4, "hidden": 128, "eps": 1e-6, "gamma": True, "inplace": False, "scale": 1.0,
+            "offset": 0.0, "seed": 0}
+REQUIRED_CASES = [
+    ("default", {}, "default"),
+    ("rows1_h64", {"rows": 1, "hidden": 64}, "default"),
+    ("rows9_h1024_inplace", {"rows": 9, "hidden": 1024, "inplace": True}, "default"),
+    ("rows4_h4096_nogamma", {"rows": 4, "hidden": 4096, "gamma": False}, "default"),
+    ("rows9_h128_nogamma_inplace", {"rows": 9, "gamma": False, "inplace": True}, "default"),
+    ("small", {"rows": 9, "hidden": 64}, "small"),
+]
+STRETCH_CASES: list = []
+RANGES = {"hidden": [64, 128, 1024, 4096], "rows": [1, 4, 9], "gamma": [False, True],
+          "inplace": [False, True]}
+
+
+def build_norm(kind: str, name: str, defaults, params, config):
+    p = dict(defaults, **params)
+    rows, hidden = p["rows"], p["hidden"]
+    V = config.VLEN
+    pitch = rp(config, rows)
+    ln = kind == "layer_norm"
+    cb = CaseBuilder(name, p, config)
+    tx, X = cb.tensor("x", p["offset"] + cb.randn((rows, hidden), p["scale"]), "act", alloc_rows=pitch)
+    vr = vector_rows(config, hidden)
+    tg = tb = None
+    gam = np.ones(hidden)
+    bet = np.zeros(hidden)
+    if p["gamma"]:
+        tg, gq = cb.tensor("gamma", cb.randn((hidden // V, V)), "act", alloc_rows=vr)
+        gam = gq.reshape(-1)
+    if ln and p["beta"]:
+        tb, bq = cb.tensor("beta", cb.randn((hidden // V, V)), "act", alloc_rows=vr)
+        bet = bq.reshape(-1)
+    n = (hidden // V) * pitch
+    rx = cb.alloc(n)
+    ry = rx if p["inplace"] else cb.alloc(n)
+    rt = cb.alloc(1)
+    rg = cb.alloc(vr) if tg is not None else None
+    rb = cb.alloc(vr) if tb is not None else None
+    cb.set_fp(EPS=p["eps"], INV_HIDDEN=1.0 / hidden)
+    eps, invh = cb.fp_value("EPS"), cb.fp_value("INV_HIDDEN")
+    kw = dict(rows=rows, hidden=hidden, x_base=rx * V, pitch=pitch, y_base=ry * V, t_base=rt * V, gamma=tg,
+              gamma_base=None if rg is None else rg * V)
+    if ln:
+        plan = plan_layer_norm(config, beta=tb, beta_base=None if rb is None else rb * V, **kw)
+    else:
+        plan = plan_rms_norm(config, **kw)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    preload_act(asm, config, tx, rows, hidden, rx * V, pitch, GEN_GP)
+    (emit_layer_norm if ln else emit_rms_norm)(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    nb = hidden // V
+    if ln:
+        mu = X.sum(axis=1, keepdims=True) * invh
+        xc = X - mu
+        sigma = np.sqrt((xc * xc).sum(axis=1, keepdims=True) * invh + eps)
+        golden = xc / sigma * gam + bet
+        A = np.abs(gam) * (np.abs(xc) + np.abs(mu)) / sigma + np.abs(bet)
+        cb.check("output", VramCbm(ry * V, rows, hidden, pitch), golden, ("row", "col"), "ln", A=A, nb=nb)
+    else:
+        golden = X / np.sqrt((X * X).sum(axis=1, keepdims=True) * invh + eps) * gam
+        cb.check("output", VramCbm(ry * V, rows, hidden, pitch), golden, ("row", "col"), "rms", nb=nb)
+    return cb.case(asm)
+
+
+def build(params, config):
+    return build_norm("rms_norm", NAME, DEFAULTS, params, config)
