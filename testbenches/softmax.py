@@ -1,0 +1,62 @@
+"""softmax: row softmax over the first ``L`` columns, optional scale slot (kernels.md §2.7; softmax tol)."""
+from __future__ import annotations
+
+import numpy as np
+
+from programs.common import rp
+from programs.hbm import preload_act, round_up
+from programs.softmax import emit_softmax, plan_softmax, softmax_scratch_rows
+
+from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+
+NAME = "softmax"
+DESCRIPTION = "row softmax over L columns with tail mask and optional scale slot (softmax tolerance)"
+DEFAULTS = {"rows": 8, "L": 128, "scaled": False, "scale_value": 0.35, "inplace": False, "scale": 2.0,
+            "seed": 0}
+REQUIRED_CASES = [
+    ("default", {}, "default"),
+    ("L1", {"L": 1}, "default"),
+    ("L64_scaled", {"L": 64, "scaled": True}, "default"),
+    ("L100", {"L": 100}, "default"),
+    ("L100_scaled_inplace", {"L": 100, "scaled": True, "inplace": True, "rows": 5}, "default"),
+    ("L1024_scaled", {"L": 1024, "scaled": True, "rows": 4}, "default"),
+    ("small_L100", {"L": 100, "scaled": True}, "small"),
+]
+STRETCH_CASES: list = []
+RANGES = {"L": [1, 64, 100, 1024], "scaled": [False, True], "rows": [1, 8], "inplace": [False, True]}
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    rows, L = p["rows"], p["L"]
+    V = config.VLEN
+    cols = round_up(L, V)
+    pitch = rp(config, rows)
+    cb = CaseBuilder(NAME, p, config)
+    x = np.zeros((rows, cols))
+    x[:, :L] = cb.randn((rows, L), p["scale"])
+    tx, X = cb.tensor("x", x, "act", alloc_rows=pitch)
+    n = (cols // V) * pitch
+    rx = cb.alloc(n)
+    ry = rx if p["inplace"] else cb.alloc(n)
+    ns = softmax_scratch_rows(config, L)
+    rs = cb.alloc(ns) if ns else None
+    slot = None
+    s = 1.0
+    if p["scaled"]:
+        cb.set_fp(USER0=p["scale_value"])
+        slot, s = 8, cb.fp_value("USER0")
+    plan = plan_softmax(config, rows=rows, L=L, x_base=rx * V, pitch=pitch, y_base=ry * V,
+                        scratch_base=None if rs is None else rs * V, scale_slot=slot)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    preload_act(asm, config, tx, rows, cols, rx * V, pitch, GEN_GP)
+    emit_softmax(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    z = s * X[:, :L]
+    zmax = z.max(axis=1, keepdims=True)
+    e = np.exp(z - zmax)
+    golden = e / e.sum(axis=1, keepdims=True)
+    A = golden * (1.0 + np.abs(z - zmax))
+    cb.check("output", VramCbm(ry * V, rows, cols, pitch, post=lambda y, L=L: y[:, :L]), golden, ("row", "col"),
+             "softmax", A=A, nb=plan.nb)
+    return cb.case(asm)
