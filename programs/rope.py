@@ -1,0 +1,207 @@
+"""``rope`` (kernels.md §2.8), HF ``rotate_half`` convention: ``y = x·cos + rotate_half(x)·sin`` per head.
+
+X is CBM ``[rows, nh*d]``; cos and sin are pre-broadcast HBM tables ``[rows, nh*d]`` loaded with
+``preload_act``; Y may equal X.  ``rotate_half([x1, x2]) = [−x2, x1]`` is computed on the device into the
+scratch XR (same size as X):
+
+* ``d <= M`` (``M % d == 0``): one MRAM tile ``R`` (block-diagonal ``M/d`` copies of ``Rd``, every entry 0
+  or ±1, so MX-exact; built by :func:`rope_rotation_tile`) is prefetched and ``XR = X @ R`` with
+  ``M_MM``/``M_MM_WO`` (the single nonzero product per output is exact);
+* ``d > M`` (``d % 2M == 0``): a block permutation, ``XR[q] = −X[q+half]`` (``V_SUB_VF xr, x, f0, 0, 1``)
+  for ``q < half`` and ``XR[q] = X[q−half]`` (row copy ``V_MUL_VF xr, x, fOne, 0``) for ``q >= half``.
+
+Then per row of every block: ``V_MUL_VV Y, X, COS ; V_MUL_VV t, XR, SIN ; V_ADD_VV Y, Y, t``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from plena_sim.config import HardwareConfig
+
+from . import faults
+from .asm import Asm, areg, fp as F, gp as G, load_imm
+from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs)
+from .hbm import HbmTensor, preload_act, row_pad
+
+__all__ = ["RopePlan", "plan_rope", "emit_rope", "rope_rotation_tile", "SUPPORTS_BLOCK_PATH"]
+
+KERNEL = "rope"
+SUPPORTS_BLOCK_PATH = True      # d > M via block permutation (the stretch case d = 128)
+
+
+def rope_rotation_tile(d: int, M: int) -> np.ndarray:
+    """The ``M x M`` tile R with ``x_row @ R = rotate_half(x_row)`` per d-wide head (``M % d == 0``)."""
+    if d % 2 or M % d:
+        raise ValueError(f"rope_rotation_tile: d={d} must be even and divide M={M}")
+    R = np.zeros((M, M))
+    h = d // 2
+    for base in range(0, M, d):
+        for j in range(d):
+            if j < h:
+                R[base + j + h, base + j] = -1.0
+            else:
+                R[base + j - h, base + j] = 1.0
+    return R
+
+
+@dataclass(frozen=True)
+class RopePlan:
+    rows: int
+    nh: int
+    d: int
+    x_base: int
+    pitch: int
+    y_base: int
+    cos: HbmTensor
+    sin: HbmTensor
+    cos_base: int
+    sin_base: int
+    xr_base: int
+    t_base: int
+    rot: HbmTensor | None
+    mram_tile0: int
+    V: int
+    M: int
+    B: int
+    nblk: int
+    block_path: bool
+    vram_regions: dict
+    mram_tiles: tuple | None
+    hbm_slack: dict
+    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    gp_needed: int = 8
+    fp_needed: int = 1
+    fp_range: tuple | None = None
+
+
+def plan_rope(config: HardwareConfig, *, rows: int, nh: int, d: int, x_base: int, pitch: int, y_base: int,
+              cos: HbmTensor, sin: HbmTensor, cos_base: int, sin_base: int, xr_base: int, t_base: int,
+              rot: HbmTensor | None = None, mram_tile0: int = 0) -> RopePlan:
+    V, M, B = config.VLEN, config.MLEN, config.BLEN
+    need_int(KERNEL, "rows", rows, 1)
+    need_int(KERNEL, "nh", nh, 1)
+    need_int(KERNEL, "d", d, 2)
+    if d % 2:
+        fail(KERNEL, "d", d, "must be even")
+    if (nh * d) % V:
+        fail(KERNEL, "nh*d", nh * d, f"must be a multiple of VLEN={V}")
+    block_path = d > M
+    if block_path:
+        if d % (2 * M):
+            fail(KERNEL, "d", d, f"> MLEN={M} must be a multiple of 2*MLEN={2 * M}")
+    else:
+        if M % d:
+            fail(KERNEL, "d", d, f"<= MLEN={M} must divide MLEN")
+        if V != M:
+            fail(KERNEL, "VLEN", V, f"must equal MLEN={M} (the rotation is a matmul)")
+        if rot is None:
+            fail(KERNEL, "rot", None, f"(the rotation tile tensor) is required for d={d} <= MLEN={M}")
+        need_int(KERNEL, "mram_tile0", mram_tile0, 0)
+        if mram_tile0 + 1 > config.mram_tiles:
+            fail(KERNEL, "mram_tile0", mram_tile0, f"must be < the MRAM tile count {config.mram_tiles}")
+        if config.P_M != M:
+            fail(KERNEL, "HBM_M_Prefetch_Amount", config.P_M, f"(effective Pm) must equal MLEN={M}")
+        if rot.alloc_elems < M * M:
+            fail(KERNEL, "rot.alloc_elems", rot.alloc_elems, f"must be >= MLEN*MLEN={M * M}")
+    need_int(KERNEL, "pitch", pitch, 1)
+    need_multiple(KERNEL, "pitch", pitch, row_pad(config), "RP")
+    if rows > pitch:
+        fail(KERNEL, "pitch", pitch, f"must be >= rows={rows}")
+    nblk = nh * d // V
+    n = nblk * pitch
+    for name, v in (("x_base", x_base), ("y_base", y_base), ("cos_base", cos_base), ("sin_base", sin_base),
+                    ("xr_base", xr_base), ("t_base", t_base)):
+        need_int(KERNEL, name, v, 0)
+        need_multiple(KERNEL, name, v, V, "VLEN")
+        check_addr(KERNEL, name, v + n * V)
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.row_pitch_elems != nh * d:
+            fail(KERNEL, f"{name}.row_pitch_elems", t.row_pitch_elems, f"must equal nh*d={nh * d}")
+        if t.alloc_elems < pitch * nh * d:
+            fail(KERNEL, f"{name}.alloc_elems", t.alloc_elems, f"must be >= pitch*nh*d={pitch * nh * d}")
+    regions = {"x": (x_base // V, n, "inout" if x_base == y_base else "input"),
+               "cos": (cos_base // V, n, "scratch"), "sin": (sin_base // V, n, "scratch"),
+               "xr": (xr_base // V, n, "scratch"), "t": (t_base // V, 1, "scratch")}
+    if y_base != x_base:
+        regions["y"] = (y_base // V, n, "output")
+    check_disjoint(KERNEL, regions)
+    slack = {"cos": pitch * nh * d, "sin": pitch * nh * d}
+    if not block_path:
+        slack["rot"] = M * M
+    return RopePlan(rows, nh, d, x_base, pitch, y_base, cos, sin, cos_base, sin_base, xr_base, t_base,
+                    None if block_path else rot, mram_tile0, V, M, B, nblk, block_path, regions,
+                    None if block_path else (mram_tile0, 1), slack, config)
+
+
+def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    regs, (fOne,) = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
+    gX, gY, gA, gB, gT, gL, gL2, gW = regs
+    V, M, B, cfg = plan.V, plan.M, plan.B, plan.cfg
+    lb = LoopBudget(asm, cfg, KERNEL)
+    nh, d, pitch = plan.nh, plan.d, plan.pitch
+    cols = nh * d
+    asm.begin(KERNEL, rows=plan.rows, nh=nh, d=d, x=plan.x_base, y=plan.y_base,
+              path="block" if plan.block_path else "matrix")
+    asm.comment(f"{KERNEL}: load cos and sin tables")
+    preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB])
+    preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB])
+    if not plan.block_path:
+        asm.comment(f"{KERNEL}: rotation tile -> MRAM tile {plan.mram_tile0}; XR = X @ R")
+        rt = plan.mram_tile0 * M * M
+        load_imm(asm, gA, plan.rot.scale_offset)
+        asm.C_SET_SCALE_REG(G(gA))
+        load_imm(asm, gA, rt)
+        asm.H_PREFETCH_M(G(gA), G(0), areg(plan.rot.areg), 0, plan.rot.prec)
+        for blk in range(plan.nblk):
+            load_imm(asm, gW, rt)
+            load_imm(asm, gT, plan.xr_base + blk * pitch * V)
+            with lb.loop(gL, M // B, "column blocks j"):
+                load_imm(asm, gX, plan.x_base + blk * pitch * V)
+                asm.S_ADDI_INT(G(gY), G(gT), 0)
+                with lb.loop(gL2, pitch // B, "row blocks g"):
+                    asm.M_MM(0, G(gW), G(gX))
+                    asm.M_MM_WO(G(gY), G(0), 0)
+                    asm.S_ADDI_INT(G(gX), G(gX), B * V)
+                    asm.S_ADDI_INT(G(gY), G(gY), B * V)
+                asm.S_ADDI_INT(G(gW), G(gW), B * M)
+                asm.S_ADDI_INT(G(gT), G(gT), B)
+    else:
+        asm.comment(f"{KERNEL}: XR = rotate_half(X) by block permutation")
+        asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+        half = d // (2 * V)
+        for h in range(nh):
+            hb = h * d // V
+            for q in range(d // V):
+                src = hb + q + half if q < half else hb + q - half
+                load_imm(asm, gX, plan.x_base + src * pitch * V)
+                load_imm(asm, gY, plan.xr_base + (hb + q) * pitch * V)
+                with lb.loop(gL, pitch, "rows"):
+                    if q < half:
+                        asm.V_SUB_VF(G(gY), G(gX), F(0), 0, 1)
+                    else:
+                        asm.V_MUL_VF(G(gY), G(gX), F(fOne), 0)
+                    asm.S_ADDI_INT(G(gX), G(gX), V)
+                    asm.S_ADDI_INT(G(gY), G(gY), V)
+    asm.comment(f"{KERNEL}: Y = X*cos + XR*sin")
+    load_imm(asm, gX, plan.x_base)
+    load_imm(asm, gA, plan.cos_base)
+    load_imm(asm, gB, plan.sin_base)
+    load_imm(asm, gW, plan.xr_base)
+    load_imm(asm, gT, plan.t_base)
+    inplace = plan.y_base == plan.x_base
+    if not inplace:
+        load_imm(asm, gY, plan.y_base)
+    yr = gX if inplace else gY
+    with lb.loop(gL, plan.nblk * pitch, "rows"):
+        asm.V_MUL_VV(G(yr), G(gX), G(gA), 0)
+        asm.V_MUL_VV(G(gT), G(gW), G(gB), 0)
+        if faults.active("rope_sign_flipped"):
+            asm.V_SUB_VV(G(yr), G(yr), G(gT), 0)
+        else:
+            asm.V_ADD_VV(G(yr), G(yr), G(gT), 0)
+        for r in (gX, gA, gB, gW) + (() if inplace else (gY,)):
+            asm.S_ADDI_INT(G(r), G(r), V)
+    asm.end(KERNEL)

@@ -1,0 +1,72 @@
+"""rope: HF ``x·cos + rotate_half(x)·sin`` with on-device rotate_half (kernels.md §2.8; rope tolerance)."""
+from __future__ import annotations
+
+import numpy as np
+
+from programs.common import rp
+from programs.hbm import preload_act
+from programs.rope import emit_rope, plan_rope, rope_rotation_tile
+
+from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+
+NAME = "rope"
+DESCRIPTION = "RoPE (HF rotate_half) with an MX-exact rotation tile or block permutation (rope tolerance)"
+DEFAULTS = {"seq": 32, "nh": 4, "d": 64, "inplace": False, "theta": 10000.0, "pos0": 0, "scale": 1.0,
+            "seed": 0}
+REQUIRED_CASES = [
+    ("default", {}, "default"),
+    ("d16", {"d": 16}, "default"),
+    ("d32_seq5", {"d": 32, "seq": 5}, "default"),
+    ("d64_seq1_inplace", {"seq": 1, "inplace": True}, "default"),
+    ("d16_seq5_inplace", {"d": 16, "seq": 5, "inplace": True, "nh": 8}, "default"),
+    ("small_d16", {"d": 16, "seq": 5}, "small"),
+]
+STRETCH_CASES = [
+    ("d128_block", {"d": 128, "nh": 2, "pos0": 100}, "default"),
+]
+RANGES = {"d": [16, 32, 64], "seq": [1, 5, 32], "inplace": [False, True], "nh": [2, 4, 8]}
+
+
+def rotate_half(x, d):
+    shp = x.shape
+    x = x.reshape(shp[0], -1, d)
+    h = d // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1).reshape(shp)
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    seq, nh, d = p["seq"], p["nh"], p["d"]
+    V, M = config.VLEN, config.MLEN
+    cols = nh * d
+    pitch = rp(config, seq)
+    cb = CaseBuilder(NAME, p, config)
+    tx, X = cb.tensor("x", cb.randn((seq, cols), p["scale"]), "act", alloc_rows=pitch)
+    pos = p["pos0"] + np.arange(seq)[:, None]
+    inv = p["theta"] ** (-np.arange(0, d, 2) / d)
+    ang = np.concatenate([pos * inv, pos * inv], axis=1)            # [seq, d]
+    tc, COS = cb.tensor("cos", np.tile(np.cos(ang), (1, nh)), "act", alloc_rows=pitch)
+    ts, SIN = cb.tensor("sin", np.tile(np.sin(ang), (1, nh)), "act", alloc_rows=pitch)
+    trot = None
+    if d <= M:
+        trot, R = cb.tensor("rot", rope_rotation_tile(d, M), "weight")
+        assert np.array_equal(R, rope_rotation_tile(d, M)), "rotation tile must be MX-exact"
+    n = (cols // V) * pitch
+    rx = cb.alloc(n)
+    ry = rx if p["inplace"] else cb.alloc(n)
+    rc, rs, rxr, rt = cb.alloc(n), cb.alloc(n), cb.alloc(n), cb.alloc(1)
+    plan = plan_rope(config, rows=seq, nh=nh, d=d, x_base=rx * V, pitch=pitch, y_base=ry * V, cos=tc, sin=ts,
+                     cos_base=rc * V, sin_base=rs * V, xr_base=rxr * V, t_base=rt * V, rot=trot)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    preload_act(asm, config, tx, seq, cols, rx * V, pitch, GEN_GP)
+    emit_rope(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    xr = rotate_half(X, d)
+    golden = X * COS + xr * SIN
+    A = np.abs(X) * np.abs(COS) + np.abs(xr) * np.abs(SIN)
+
+    def post(y, seq=seq, nh=nh, d=d):
+        return y.reshape(seq, nh, d)
+    cb.check("output", VramCbm(ry * V, seq, cols, pitch, post), golden.reshape(seq, nh, d),
+             ("pos", "head", "col"), "rope", A=A.reshape(seq, nh, d), group_by=("head",))
+    return cb.case(asm)
