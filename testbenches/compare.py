@@ -246,6 +246,8 @@ class CheckResult:
                              f"err={w['err']:.4g} tol={w['tol']:.4g}")
             if self.first:
                 parts.append(f"first {self.first['at']}")
+            if self.worst is None and self.reason:
+                parts = [f"{self.name}: {self.reason}"]
         if self.rho is not None and not self.exact and self.rel_rms > self.rho:
             parts.append(f"rel_rms {self.rel_rms:.3g} > {self.rho:.3g}")
         return "; ".join(parts)

@@ -1,0 +1,55 @@
+"""embedding: table rows gathered by run-time ids from INT SRAM (kernels.md §2.9); exact."""
+from __future__ import annotations
+
+import numpy as np
+
+from programs.common import rp
+from programs.embedding import emit_embedding, plan_embedding
+
+from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+
+NAME = "embedding"
+DESCRIPTION = "embedding gather out[t] = table[ids[t]] via a landing zone and exact row copies"
+DEFAULTS = {"vocab": 100, "hidden": 128, "T": 7, "ids_base": 16, "scale": 1.0, "seed": 0}
+REQUIRED_CASES = [
+    ("default", {}, "default"),
+    ("T1_h64", {"T": 1, "hidden": 64}, "default"),
+    ("T4_h256", {"T": 4, "hidden": 256}, "default"),
+    ("T33_h128", {"T": 33}, "default"),
+    ("small_T7", {"hidden": 64}, "small"),
+]
+STRETCH_CASES: list = []
+RANGES = {"hidden": [64, 128, 256], "T": [1, 4, 7, 33]}
+
+
+def token_ids(rng, T: int, vocab: int) -> np.ndarray:
+    """Ids that include 0, vocab-1 and a duplicate whenever T allows."""
+    ids = rng.integers(0, vocab, size=T)
+    special = [0, vocab - 1, int(ids[0])] if T >= 3 else [0, vocab - 1][:T]
+    ids[:len(special)] = special[:T]
+    if T >= 4:
+        ids[3] = ids[2]
+    return ids.astype(np.uint32)
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    vocab, hidden, T = p["vocab"], p["hidden"], p["T"]
+    V, Pv = config.VLEN, config.P_V
+    cb = CaseBuilder(NAME, p, config)
+    tab = cb.randn((vocab, hidden), p["scale"])
+    tab[0, :3] = -0.0                     # exact -0 entries: a +0.0 copy idiom would lose the sign
+    tt, TAB = cb.tensor("table", tab, "act", alloc_rows=vocab + Pv - 1)
+    ids = token_ids(cb.rng, T, vocab)
+    cb.int_words(p["ids_base"], ids)
+    pitch = rp(config, T)
+    ro = cb.alloc((hidden // V) * pitch)
+    rl = cb.alloc(Pv)
+    plan = plan_embedding(config, T=T, vocab=vocab, hidden=hidden, table=tt, ids_base=p["ids_base"],
+                          out_base=ro * V, land_base=rl * V, pitch=pitch)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    emit_embedding(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    golden = TAB[ids.astype(np.int64)]
+    cb.check("output", VramCbm(ro * V, T, hidden, pitch), golden, ("token", "col"), "exact")
+    return cb.case(asm)
