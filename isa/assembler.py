@@ -223,7 +223,19 @@ def assemble_file(path: str | Path) -> Program:
     """Assemble a file (UTF-8). Unreadable files raise AssemblerError at line 0."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", f"cannot read file: {exc}", "")]) from None
+        data = p.read_bytes()
+    except OSError as exc:
+        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", f"cannot read file: {exc.strerror or exc}",
+                                            "")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # locate the first bad byte: line (1-based, counted in b"\n") and column (1-based, in bytes)
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line_end = data.find(b"\n", exc.start)
+        raw_line = data[line_start:line_end if line_end >= 0 else len(data)]
+        shown = raw_line.decode("utf-8", errors="replace")
+        diag = AsmDiagnostic(str(p), data.count(b"\n", 0, exc.start) + 1, exc.start - line_start + 1, "",
+                             f"not UTF-8 text: byte 0x{data[exc.start]:02X} cannot be decoded", shown)
+        raise AssemblerError([diag]) from None
     return assemble(text, str(p))
