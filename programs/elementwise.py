@@ -14,7 +14,7 @@ from . import faults
 from .asm import Asm, gp as G, load_imm
 from .common import check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
 
-__all__ = ["AddRowsPlan", "plan_add_rows", "emit_add_rows"]
+__all__ = ["AddRowsPlan", "plan_add_rows", "emit_add_rows", "ScaleRowsPlan", "plan_scale_rows", "emit_scale_rows"]
 
 KERNEL = "add_rows"
 
@@ -73,3 +73,59 @@ def emit_add_rows(asm: Asm, plan: AddRowsPlan, *, gp: Sequence[int], fp: Sequenc
         asm.S_ADDI_INT(G(gO), G(gO), V)
     asm.C_LOOP_END(G(gC))
     asm.end(KERNEL)
+
+
+# --------------------------------------------------------------------------- scale_rows
+
+@dataclass(frozen=True)
+class ScaleRowsPlan:
+    nrows: int
+    src_base: int
+    dst_base: int
+    slot: int
+    V: int
+    vram_regions: dict
+    gp_needed: int = 3
+    fp_needed: int = 1
+    loop_body: int = 4
+
+
+def plan_scale_rows(config: HardwareConfig, *, nrows: int, src_base: int, dst_base: int, slot: int) -> ScaleRowsPlan:
+    """``dst_i = src_i * FP[slot]`` over ``nrows`` rows (one hardware loop); in place allowed."""
+    k = "scale_rows"
+    V = config.VLEN
+    need_int(k, "nrows", nrows, 1, (1 << 22) - 1)
+    need_int(k, "slot", slot, 0, config.FP_SRAM_SIZE - 1)
+    for name, v in (("src_base", src_base), ("dst_base", dst_base)):
+        need_int(k, name, v, 0)
+        need_multiple(k, name, v, V, "VLEN")
+        check_addr(k, name, v + nrows * V)
+    regions = {"src": (src_base // V, nrows, "inout" if src_base == dst_base else "input")}
+    if src_base != dst_base:
+        regions["dst"] = (dst_base // V, nrows, "output")
+    check_disjoint(k, regions)
+    plan = ScaleRowsPlan(nrows, src_base, dst_base, slot, V, regions)
+    check_loop(k, "rows", plan.loop_body, config)
+    return plan
+
+
+def emit_scale_rows(asm: Asm, plan: ScaleRowsPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    (gS, gD, gC), (fS,) = take_regs("scale_rows", gp, fp, plan.gp_needed, plan.fp_needed)
+    from .asm import fp as F
+    V = plan.V
+    asm.begin("scale_rows", nrows=plan.nrows, src=plan.src_base, dst=plan.dst_base, slot=plan.slot)
+    asm.S_LD_FP(F(fS), G(0), plan.slot)
+    load_imm(asm, gS, plan.src_base)
+    if plan.dst_base != plan.src_base:
+        load_imm(asm, gD, plan.dst_base)
+    else:
+        gD = gS
+    if plan.nrows > 1:
+        asm.C_LOOP_START(G(gC), plan.nrows)
+    asm.V_MUL_VF(G(gD), G(gS), F(fS), 0)
+    asm.S_ADDI_INT(G(gS), G(gS), V)
+    if gD != gS:
+        asm.S_ADDI_INT(G(gD), G(gD), V)
+    if plan.nrows > 1:
+        asm.C_LOOP_END(G(gC))
+    asm.end("scale_rows")

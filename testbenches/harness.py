@@ -576,7 +576,7 @@ def run(case: Case, *, backend: str = "numba", workdir: str | Path | None = None
         _regions_check(case)
         m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions)
     except AssemblerError as exc:
-        return _fail_report(case, "assembler", str(exc).splitlines()[0] if str(exc) else repr(exc), t0, expect)
+        return _fail_report(case, "assembler", " | ".join(str(exc).splitlines()) or repr(exc), t0, expect)
     except ValueError as exc:
         return _fail_report(case, "plan", str(exc), t0, expect)
     rep = Report(case.testbench, case.case_id, case.variant, cycles=int(res.cycles),

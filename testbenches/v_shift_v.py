@@ -1,0 +1,75 @@
+"""v_shift_v: ``V_SHFT_V`` zero-fill shifts (kernels.md §4.4); exact.
+
+``out[j] = a[j - s]`` for ``j >= s`` else +0, for shifts {0, 1, 2, 15, 16, 63, 64, 100} over 4 HBM rows, plus
+a host-preloaded row holding NaN and ±Inf shifted by ``s >= V``, which must give all zeros.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from programs.asm import gp as G, load_imm
+from programs.hbm import preload_act
+
+from .harness import GEN_GP, CaseBuilder, VramRows
+
+NAME = "v_shift_v"
+DESCRIPTION = "V_SHFT_V zero-fill shifts incl. s >= V and a NaN/Inf source row (exact)"
+DEFAULTS = {"rows": 4, "shifts": (0, 1, 2, 15, 16, 63, 64, 100), "scale": 1.0, "seed": 0}
+REQUIRED_CASES = [
+    ("default", {}, "default"),
+    ("small", {}, "small"),
+]
+STRETCH_CASES: list = []
+RANGES = {"rows": [4], "shifts": [DEFAULTS["shifts"]]}
+
+
+def shift_row(a: np.ndarray, s: int) -> np.ndarray:
+    out = np.zeros_like(a)
+    if s < a.shape[-1]:
+        out[..., s:] = a[..., :a.shape[-1] - s]
+    return out
+
+
+def build(params, config):
+    p = dict(DEFAULTS, **params)
+    rows, shifts = p["rows"], tuple(p["shifts"])
+    V, Pv = config.VLEN, config.P_V
+    rows_p = -(-rows // Pv) * Pv
+    cb = CaseBuilder(NAME, p, config)
+    src = cb.randn((rows, V), p["scale"])
+    src[0, 1] = -0.0
+    tx, X = cb.tensor("x", src, "act", alloc_rows=rows_p)
+    rx = cb.rows(rows_p, "x", "input")
+    bad = np.linspace(-3, 3, V)
+    bad[::4] = np.nan
+    bad[1::4] = np.inf
+    bad[2::4] = -np.inf
+    rbad = cb.rows(1, "special", "input")
+    cb.vram_preload(rbad, bad)
+    big = [s for s in (V, 100) if s >= V]
+    n_out = len(shifts) * rows + len(big)
+    ro = cb.rows(n_out, "out", "output")
+    asm = cb.asm()
+    preload_act(asm, config, tx, rows, V, rx * V, rows_p, GEN_GP)
+    gS, gA, gD = 1, 2, 3
+    golden = []
+    k = 0
+    for s in shifts:
+        asm.comment(f"v_shift_v: shift {s}")
+        load_imm(asm, gS, s)
+        for r in range(rows):
+            load_imm(asm, gA, (rx + r) * V)
+            load_imm(asm, gD, (ro + k) * V)
+            asm.V_SHFT_V(G(gD), G(gA), G(gS))
+            golden.append(shift_row(X[r], s))
+            k += 1
+    for s in big:
+        asm.comment(f"v_shift_v: NaN/Inf row shifted by {s} >= V")
+        load_imm(asm, gS, s)
+        load_imm(asm, gA, rbad * V)
+        load_imm(asm, gD, (ro + k) * V)
+        asm.V_SHFT_V(G(gD), G(gA), G(gS))
+        golden.append(np.zeros(V))
+        k += 1
+    cb.check("output", VramRows(ro * V, n_out), np.array(golden), ("out_row", "lane"), "exact")
+    return cb.case(asm)
