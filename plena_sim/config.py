@@ -20,7 +20,7 @@ from typing import Any, Mapping
 __all__ = [
     "ConfigError", "FpType", "IntType", "PlainType", "MxType", "HardwareConfig",
     "load_config", "default_config", "parse_override", "LATENCY_KEYS",
-    "PRECISION_KEYS",
+    "PRECISION_KEYS", "HostLimits", "host_memory_limits", "host_memory_needs", "check_host_limits",
 ]
 
 
@@ -376,6 +376,132 @@ def _validate(cfg: HardwareConfig) -> None:
     for name in PRECISION_KEYS:
         length = cfg.MLEN if name.startswith("HBM_M_") else cfg.VLEN
         _check_precision(name, cfg.precision[name], length)
+    check_host_limits(cfg)
+
+
+# --------------------------------------------------------------------------- host memory limits
+
+@dataclass(frozen=True)
+class HostLimits:
+    """What this host can give one simulator process (bytes).
+
+    ``dense``: memory that can really be written now (MemAvailable); arrays the simulator writes
+    wholesale must fit in it. ``allocation``: the largest single lazily-mapped (``np.zeros``) array the
+    kernel will grant (overcommit policy, RLIMIT_AS / RLIMIT_DATA). ``address_space``: the most the
+    process can map in total."""
+    dense: int
+    allocation: int
+    address_space: int
+
+
+_USER_ADDRESS_SPACE = 1 << 47   # x86-64 / aarch64 (4-level page tables) user space
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    out[name] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
+    except OSError:
+        pass
+    return out
+
+
+def host_memory_limits() -> HostLimits:
+    """Probe the host (Linux /proc, rlimits; a conservative sysconf fallback elsewhere)."""
+    info = _meminfo()
+    total = info.get("MemTotal")
+    if total is None:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            total = 1 << 40
+    dense = info.get("MemAvailable", total)
+    swap = info.get("SwapTotal", 0)
+    try:
+        with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as fh:
+            mode = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        mode = 0
+    if mode == 1:              # always overcommit: only the address space limits an allocation
+        allocation = _USER_ADDRESS_SPACE
+    elif mode == 2:            # strict accounting
+        allocation = max(0, info.get("CommitLimit", total + swap) - info.get("Committed_AS", 0))
+    else:                      # heuristic: one allocation may not exceed RAM + swap
+        allocation = total + swap
+    space = _USER_ADDRESS_SPACE
+    try:
+        import resource
+        for lim in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", resource.RLIMIT_AS)):
+            soft = resource.getrlimit(lim)[0]
+            if soft != resource.RLIM_INFINITY and soft >= 0:
+                space = min(space, soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return HostLimits(dense=min(dense, space), allocation=min(allocation, space), address_space=space)
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("EiB", 60), ("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+def host_memory_needs(cfg: "HardwareConfig") -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+    """Host bytes a machine of ``cfg`` allocates: ``(dense, lazy)``, each ``key -> (bytes, what)``.
+
+    Dense arrays are written wholesale (cleared, filled) and so must exist in RAM; lazy ones are
+    ``np.zeros`` arrays of which only touched pages cost memory (VRAM, MRAM)."""
+    M, B, BA = cfg.MLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
+    from_hbm_pages = -(-cfg.HBM_SIZE // (1 << 16)) * 8
+    dense = {
+        "MLEN": (4 * (BA * M * M + BA * M + B * B + B),
+                 f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum"),
+        "FP_SRAM_SIZE": (2 * cfg.FP_SRAM_SIZE, f"FP SRAM of {cfg.FP_SRAM_SIZE} bf16 words"),
+        "INT_SRAM_SIZE": (4 * cfg.INT_SRAM_SIZE, f"INT SRAM of {cfg.INT_SRAM_SIZE} u32 words"),
+        "HBM_SIZE": (from_hbm_pages, f"the HBM page table (8 bytes per 64 KiB page of HBM_SIZE={cfg.HBM_SIZE})"),
+    }
+    lazy = {
+        "VECTOR_SRAM_SIZE": (2 * cfg.VECTOR_SRAM_SIZE * cfg.VLEN,
+                             f"VRAM of {cfg.VECTOR_SRAM_SIZE} rows x VLEN={cfg.VLEN} bf16"),
+        "MATRIX_SRAM_SIZE": (4 * cfg.mram_tiles * M * M,
+                             f"MRAM of {cfg.mram_tiles} tiles x MLEN={M} x MLEN f32"),
+    }
+    return dense, lazy
+
+
+def check_host_limits(cfg: "HardwareConfig", limits: HostLimits | None = None) -> None:
+    """ConfigError (naming the key) if a machine of ``cfg`` could not be allocated on this host.
+
+    Sparse / lazily-mapped storage (HBM pages, VRAM, MRAM) may be far larger than RAM: only what a
+    program touches costs memory. But the arrays the simulator writes wholesale (the accumulators, FP /
+    INT SRAM, the HBM page table) must fit into the memory available now, and every array must be
+    mappable at all (the largest allocation the kernel grants, the process address space)."""
+    lim = limits if limits is not None else host_memory_limits()
+    dense, lazy = host_memory_needs(cfg)
+    dense_total = sum(n for n, _ in dense.values())
+    if dense_total > min(lim.dense, lim.allocation):
+        key = max(dense, key=lambda k: dense[k][0])
+        n, what = dense[key]
+        others = f" (all dense arrays: {_size(dense_total)})" if dense_total != n else ""
+        raise ConfigError(key, f"{what} needs {_size(n)} of host memory that is written wholesale{others}, "
+                               f"more than the {_size(min(lim.dense, lim.allocation))} available on this host")
+    for key, (n, what) in lazy.items():
+        if n > lim.allocation:
+            raise ConfigError(key, f"{what} needs {_size(n)} of address space; it is mapped lazily (only "
+                                   "touched pages cost memory) but cannot be allocated at all: the largest "
+                                   f"allocation this host grants is {_size(lim.allocation)}")
+    everything = dense_total + sum(n for n, _ in lazy.values())
+    if everything > lim.address_space:
+        key = max(lazy, key=lambda k: lazy[k][0])
+        raise ConfigError(key, f"{lazy[key][1]} needs {_size(lazy[key][0])}; with the other arrays "
+                               f"({_size(everything)} in all) this exceeds the {_size(lim.address_space)} "
+                               "address space of this process")
 
 
 def _section_of(doc: dict, section: str, source: str) -> dict:
