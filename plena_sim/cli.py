@@ -321,6 +321,246 @@ def cmd_demo(args, out, err):
     return EXIT_OK if ok else 1
 
 
+# ----------------------------------------------------------------------------------------- testbenches
+
+def _parse_param_value(text: str):
+    """A ``--set`` value: true/false, none, int, float, else the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text.replace("_", "")) if conv is int else conv(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def _testbench_params(mod, base: dict, sets: list[str], seed: int | None) -> dict:
+    """``base`` (defaults + case overrides) with the ``--set`` values and ``--seed`` applied, type-checked."""
+    params = dict(base)
+    for spec in sets or []:
+        key, sep, value = spec.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set: {spec!r} must look like KEY=VALUE")
+        if key not in mod.DEFAULTS:
+            raise UsageError(f"--set: unknown parameter {key!r} of {mod.__name__.rsplit('.', 1)[-1]} "
+                             f"(valid: {', '.join(mod.DEFAULTS)})")
+        v = _parse_param_value(value)
+        default = mod.DEFAULTS[key]
+        if isinstance(default, bool) and not isinstance(v, bool):
+            raise UsageError(f"--set {key}: expected true or false, got {value!r}")
+        if isinstance(default, int) and not isinstance(default, bool) and not isinstance(v, int):
+            raise UsageError(f"--set {key}: expected an integer, got {value!r}")
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            raise UsageError(f"--set {key}: must be >= 0, got {v}")
+        params[key] = v
+    if seed is not None:
+        params["seed"] = seed
+    return params
+
+
+def _testbench_config(args):
+    from .config import load_config, parse_override
+    from testbenches.variants import get_config, variant_names
+    hw = dict(parse_override(s) for s in (args.set_hw or []))
+    if args.config:
+        if args.variant not in (None, "default"):
+            raise UsageError("--config and --variant are mutually exclusive")
+        return load_config(args.config, section=args.section, overrides=hw)
+    variant = args.variant or "default"
+    if variant not in variant_names():
+        raise UsageError(f"--variant: unknown variant {variant!r} (valid: {', '.join(variant_names())})")
+    return get_config(variant, hw or None)
+
+
+def _get_testbench(name: str):
+    import testbenches
+    if name not in testbenches.names():
+        raise UsageError(f"unknown testbench {name!r} (valid: {', '.join(testbenches.names())})")
+    return testbenches.get(name)
+
+
+def cmd_list(args, out, err):
+    import testbenches
+    t = Table(title="testbenches (plena-sim run NAME)")
+    t.add_column("name")
+    t.add_column("description")
+    t.add_column("parameters (defaults)")
+    t.add_column("required cases")
+    for name in testbenches.names():
+        try:
+            mod = testbenches.get(name)
+        except ImportError as exc:
+            t.add_row(name, f"[red]cannot import: {exc}[/]", "", "")
+            continue
+        params = ", ".join(f"{k}={v}" for k, v in mod.DEFAULTS.items())
+        cases = " ".join(c[0] for c in mod.REQUIRED_CASES)
+        t.add_row(name, getattr(mod, "DESCRIPTION", ""), params, cases)
+    out.print(t)
+    return EXIT_OK
+
+
+def _fault_json(rep) -> dict | None:
+    f = rep.fault
+    if not f:
+        return None
+    return {"kind": f.get("class"), "rule": f.get("rule"), "pc": f.get("pc"), "line": f.get("line"),
+            "message": f"{f.get('line')}: {f.get('text')}: {f.get('detail')} [{f.get('rule')}, pc {f.get('pc')}]"}
+
+
+def _result_json(name: str, params: dict, cfg, rep, primary_tol) -> dict:
+    worst = rep.worst or None
+    return {
+        "testbench": name, "case": rep.case_id, "params": params, "hardware": cfg.values(),
+        "passed": bool(rep.passed), "max_abs_err": rep.max_abs, "max_rel_err": rep.max_rel,
+        "rms_err": rep.rms, "rel_rms": rep.rel_rms, "worst": worst, "first": rep.first,
+        "failing_elements": rep.n_fail,
+        "atol": primary_tol.get("atol"), "rtol": primary_tol.get("rtol"), "tolerance": primary_tol.get("text"),
+        "checks": [c.to_dict() for c in rep.checks],
+        "cycles": rep.cycles, "instructions": rep.instructions, "stats": rep.stats,
+        "wall_s": rep.wall_time, "fault": _fault_json(rep), "error": rep.error,
+    }
+
+
+def _tol_info(case) -> dict:
+    import numpy as np
+    if case is None or not case.checks:
+        return {}
+    tol = case.checks[0].tol
+    if tol.exact:
+        return {"atol": 0.0, "rtol": 0.0, "text": tol.describe()}
+    if isinstance(tol.eps_a, np.ndarray):
+        ea = float(np.max(tol.eps_a))
+    else:
+        ea = float(tol.eps_a)
+    atol = tol.abs_term if not tol.uses_A else ea
+    return {"atol": atol, "rtol": float(tol.eps_g), "text": tol.describe()
+            + (" (atol scales the reference envelope A)" if tol.uses_A else "")}
+
+
+def cmd_run(args, out, err):
+    import tempfile
+    import numpy as np
+    from testbenches.harness import run as run_case_obj
+
+    mod = _get_testbench(args.name)
+    name = args.name
+    params = dict(mod.DEFAULTS)
+    variant = args.variant
+    if args.case:
+        cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
+        if args.case not in cases:
+            raise UsageError(f"--case: unknown case {args.case!r} of {name} (valid: {', '.join(cases)})")
+        _, ov, case_variant = cases[args.case]
+        params.update(ov)
+        if variant is None and not args.config:
+            variant = case_variant
+    args.variant = variant
+    params = _testbench_params(mod, params, args.set, args.seed)
+    cfg = _testbench_config(args)
+    save_dir = None
+    if args.save:
+        save_dir = Path(args.save)
+        try:
+            save_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--save: cannot create {args.save}: {exc.strerror or exc}") from None
+
+    quiet = args.json
+    if not quiet:
+        hw = Table(title=f"{name} [{args.case or 'custom'}] hardware ({cfg.section if args.config else (variant or 'default')})")
+        for col in ("MLEN", "VLEN", "BLEN", "HLEN", "BA", "Pm/Pv/Ps", "BMM_SCALE"):
+            hw.add_column(col, justify="right")
+        hw.add_row(str(cfg.MLEN), str(cfg.VLEN), str(cfg.BLEN), str(cfg.HLEN), str(cfg.BROADCAST_AMOUNT),
+                   f"{cfg.P_M}/{cfg.P_V}/{cfg.P_W}", str(cfg.BMM_SCALE))
+        out.print(hw)
+        out.print("params: " + ", ".join(f"{k}={v}" for k, v in params.items()), markup=False)
+
+    import time
+    t0 = time.perf_counter()
+    case = None
+    with (err.status("build + generate ...") if not quiet else _nullctx()) as status:
+        try:
+            case = mod.build(params, cfg)
+        except (ValueError, AssertionError, KeyError) as exc:
+            raise UsageError(f"{name}: unsupported parameters: {exc}") from None
+        case.case_id = args.case or "custom"
+        case.variant = variant or ""
+        if status is not None:
+            status.update("assemble + simulate + compare ...")
+        with tempfile.TemporaryDirectory(prefix="plena-run-") as tmp:
+            rep = run_case_obj(case, backend=args.backend, workdir=tmp)
+            sim = np.load(Path(tmp) / "sim.npy") if (Path(tmp) / "sim.npy").exists() else None
+            program_mem = (Path(tmp) / "program.mem").read_text() if (Path(tmp) / "program.mem").exists() else None
+    doc = _result_json(name, params, cfg, rep, _tol_info(case))
+    doc["wall_s"] = time.perf_counter() - t0
+    if save_dir is not None:
+        atomic_write(save_dir / "program.asm", case.program)
+        if program_mem is not None:
+            atomic_write(save_dir / "program.mem", program_mem)
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
+        if case.golden is not None:
+            arrays["golden"] = np.asarray(case.golden, dtype=np.float32)
+        if sim is not None:
+            arrays["output"] = np.asarray(sim, dtype=np.float32)
+        import io
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write(save_dir / "arrays.npz", buf.getvalue())
+        atomic_write(save_dir / "result.json", json.dumps(doc, default=_json_default, indent=1) + "\n")
+    if args.json:
+        out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
+    else:
+        _render_report(out, rep, doc)
+    if rep.fault is not None and not rep.passed:
+        if not args.json:
+            err.print("[red]fault:[/] ", end="")
+            err.print(doc["fault"]["message"], markup=False)
+        return EXIT_FAULT
+    return EXIT_OK if rep.passed else 1
+
+
+class _nullctx:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _render_report(out, rep, doc) -> None:
+    from rich.panel import Panel
+    status = "[bold green]PASS[/]" if rep.passed else "[bold red]FAIL[/]"
+    lines = [f"{status}  {rep.summary}"]
+    if rep.error:
+        lines.append(f"error: {rep.error}")
+    if rep.checks:
+        c0 = rep.checks[0]
+        lines.append(f"max abs err {rep.max_abs:.4g}   max rel err {rep.max_rel:.4g}   rms {rep.rms:.4g}   "
+                     f"rel rms {rep.rel_rms:.4g}   failing {rep.n_fail}/{c0.n}")
+        if rep.worst:
+            w = rep.worst
+            lines.append(f"worst element ({w.get('at')}): sim={w.get('sim')} golden={w.get('golden')} "
+                         f"err={w.get('err')} tol={w.get('tol')}")
+        lines.append(f"tolerance: {doc.get('tolerance')}")
+        for c in rep.checks[1:]:
+            lines.append(f"check {c.name}: {'ok' if c.passed else 'FAILED ' + c.reason}")
+    lines.append(f"{rep.instructions:,} instructions, {rep.cycles:,} cycles, {doc['wall_s']:.2f} s wall")
+    util = rep.stats.get("unit_utilization") or {}
+    busy = rep.stats.get("by_unit") or {}
+    if util:
+        for u, f in util.items():
+            bar = "#" * int(round(40 * min(1.0, float(f))))
+            lines.append(f"  {u:>2} {bar:<40} {100 * float(f):5.1f}%")
+    elif busy:
+        lines.append("  instructions by unit: " + ", ".join(f"{u}={n}" for u, n in busy.items()))
+    out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
+
+
 # ----------------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -367,6 +607,23 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--backend", choices=("numba", "reference"), default="numba")
     dm.add_argument("--seed", type=int, default=0)
     dm.set_defaults(func=cmd_demo)
+
+    ls = sub.add_parser("list", help="list the testbenches")
+    ls.set_defaults(func=cmd_list)
+
+    r = sub.add_parser("run", help="run a testbench: build, generate, assemble, simulate, compare")
+    r.add_argument("name", metavar="NAME")
+    r.add_argument("--case", metavar="ID", help="a required/stretch case id (e.g. P3)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="testbench parameter (repeatable)")
+    r.add_argument("--variant", default=None, help="hardware variant: default, emu025, small, wide")
+    r.add_argument("--config", "--settings", dest="config", metavar="FILE", help="hardware config file")
+    r.add_argument("--section", default="TRANSACTIONAL", help="TOML section of --config")
+    r.add_argument("--set-hw", action="append", metavar="KEY=VALUE", help="override one hardware key")
+    r.add_argument("--seed", type=int, default=None)
+    r.add_argument("--backend", choices=("numba", "reference"), default="numba")
+    r.add_argument("--save", metavar="DIR", help="write program.asm, program.mem, result.json, arrays.npz")
+    r.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    r.set_defaults(func=cmd_run)
     return p
 
 

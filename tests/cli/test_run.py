@@ -1,0 +1,76 @@
+"""`plena-sim run` / `plena-sim list`: exit codes, JSON contract, --save artifacts, teeth through the CLI."""
+import json
+
+import numpy as np
+import pytest
+
+from plena_sim.cli import main
+from programs import faults
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+JSON_FIELDS = {"testbench", "params", "hardware", "passed", "max_abs_err", "max_rel_err", "rms_err", "worst",
+               "failing_elements", "atol", "rtol", "cycles", "instructions", "stats", "wall_s", "fault"}
+
+
+def test_run_default_json_and_save(tmp_path, capsys):
+    out_dir = tmp_path / "save"
+    code, out, err = run(capsys, "run", "flashattn_prefill", "--json", "--save", out_dir)
+    assert code == 0, err
+    doc = json.loads(out)                      # exactly one JSON object on stdout
+    assert JSON_FIELDS <= set(doc)
+    assert doc["passed"] is True and doc["fault"] is None and doc["failing_elements"] == 0
+    assert doc["params"]["kv_len"] == 256 and doc["hardware"]["MLEN"] == 64
+    assert doc["instructions"] > 10_000 and doc["cycles"] >= doc["instructions"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["arrays.npz", "program.asm", "program.mem", "result.json"]
+    saved = json.loads((out_dir / "result.json").read_text())
+    assert saved["passed"] is True and saved["instructions"] == doc["instructions"]
+    arrays = np.load(out_dir / "arrays.npz")
+    assert arrays["q"].shape == (1, 128, 4, 16)
+    assert arrays["k"].shape == (1, 256, 1, 16) and arrays["v"].shape == (1, 256, 1, 16)
+    assert arrays["golden"].shape == arrays["output"].shape == (1, 128, 4, 16)
+    assert np.allclose(arrays["output"], arrays["golden"], atol=0.05)
+    assert (out_dir / "program.mem").read_text().startswith("0x")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["run", "nope"], "unknown testbench 'nope'"),
+    (["run", "flashattn_prefill", "--set", "foo=1"], "unknown parameter 'foo'"),
+    (["run", "flashattn_prefill", "--set", "kv_len=abc"], "expected an integer"),
+    (["run", "flashattn_prefill", "--set", "hq=6", "--set", "hkv=4"], "unsupported parameters"),
+    (["run", "flashattn_prefill", "--case", "P99"], "unknown case 'P99'"),
+    (["run", "flashattn_prefill", "--variant", "huge"], "unknown variant 'huge'"),
+    (["run", "flashattn_prefill", "--set-hw", "MLEN=128"], "VLEN=64 must equal MLEN=128"),
+])
+def test_run_usage_errors_exit_2(capsys, argv, needle):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err and "Traceback" not in err
+
+
+def test_broken_generator_mismatch_exits_1_with_worst_element(capsys):
+    with faults.inject("kv_tile_offset_ignored"):
+        code, out, _ = run(capsys, "run", "flashattn_prefill", "--json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["passed"] is False and doc["failing_elements"] > 0
+    assert "batch=" in doc["worst"]["at"] and "head=" in doc["worst"]["at"]
+
+
+def test_broken_alignment_exits_3_with_located_fault(capsys):
+    with faults.inject("pv_v_step_blen"):
+        code, out, err = run(capsys, "run", "flashattn_prefill")
+    assert code == 3
+    import re
+    assert re.search(r"flashattn_prefill\.asm:\d+: M_MM 0, gp\d+, gp\d+: matrix address \d+ \(gp\d+\) is not "
+                     r"row-granular.*\[AL-MM, pc \d+\]", err), err
+
+
+def test_list(capsys):
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "flashattn_prefill" in out and "kv_len=256" in out
