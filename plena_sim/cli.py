@@ -1,7 +1,7 @@
 """The ``plena-sim`` command line (the top floor: it may import everything; nothing imports it).
 
-Exit codes: 0 ok; 2 usage or input error (one red line, plus located details where there are any; never
-a traceback); 3 the simulated program faulted; 1 an internal error (a bug: ``--debug`` shows the
+Exit codes: 0 ok; 1 a testbench or demo mismatch; 2 usage or input error (one red line, plus located details where there are any; never
+a traceback); 3 the simulated program faulted; 4 an internal error (a bug: ``--debug`` shows the
 traceback).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.table import Table
 
 from isa.fileio import atomic_write
 
-EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_FAULT = 0, 1, 2, 3
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_FAULT, EXIT_BUG = 0, 1, 2, 3, 4
 
 
 class UsageError(Exception):
@@ -318,7 +318,7 @@ def cmd_demo(args, out, err):
     ok = bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
     _run_summary(res, cfg, out, "plena-sim demo (scale 4x64 MXFP8 activation by 1.5)")
     out.print(f"output matches the host golden bit for bit: {'[green]PASS[/]' if ok else '[red]FAIL[/]'}")
-    return EXIT_OK if ok else 1
+    return EXIT_OK if ok else EXIT_MISMATCH
 
 
 # ----------------------------------------------------------------------------------------- testbenches
@@ -521,7 +521,7 @@ def cmd_run(args, out, err):
             err.print("[red]fault:[/] ", end="")
             err.print(doc["fault"]["message"], markup=False)
         return EXIT_FAULT
-    return EXIT_OK if rep.passed else 1
+    return EXIT_OK if rep.passed else EXIT_MISMATCH
 
 
 class _nullctx:
