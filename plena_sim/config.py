@@ -230,7 +230,7 @@ class HardwareConfig:
         raw = self.values()
         for key, value in overrides.items():
             if key not in _CONFIG_KIND:
-                raise ConfigError(key, f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
+                raise ConfigError(str(key) or "<empty>", f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
             raw[key] = _coerce(key, value)
         cfg = replace(self, **raw)
         _validate(cfg)
@@ -613,6 +613,8 @@ def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSA
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("toml", f"{source}: {exc}") from None
+    except RecursionError:
+        raise ConfigError("toml", f"{source}: arrays / inline tables nested too deeply") from None
     if overrides:
         doc = _apply_overrides_to_doc(doc, section, overrides)
     return _from_document(doc, section, source)
@@ -629,7 +631,7 @@ def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any
         return doc
     for key, value in overrides.items():
         if key not in _CONFIG_KIND:
-            raise ConfigError(str(key), f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
+            raise ConfigError(str(key) or "<empty>", f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
         conf[key] = {"value": value}
     return doc
 
