@@ -17,7 +17,7 @@ REQUIRED_CASES = [
     ("small_offset", {"rows": 4, "hidden": 128, "offset": 16.0}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = dict(_rms.RANGES, beta=[False, True], offset=[0.0, 16.0], variant=["default", "small"])
+RANGES = dict(_rms.RANGES, beta=[False, True], offset=[0.0, 16.0], cfg=["default", "small"])
 
 
 def build(params, config):

@@ -27,7 +27,7 @@ REQUIRED_CASES = [
 ]
 STRETCH_CASES: list = []
 RANGES = {"rows": [1, 5, 8, 64, 130], "K": [64, 128, 512], "N": [64, 256, 384], "bias": [False, True],
-          "max_k_tiles": [None, 1], "big_base": [False, True], "variant": ["default", "small"]}
+          "max_k_tiles": [None, 1], "big_base": [False, True], "cfg": ["default", "small"]}
 
 BIG_BASE_ROW = 4100          # VRAM element 262400 > 2^18 with V = 64
 

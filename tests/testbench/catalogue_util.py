@@ -20,6 +20,6 @@ def range_points(ranges: dict, cap: int, seed: int = 0) -> list[tuple[dict, str]
     out = []
     for combo in grid:
         ov = dict(zip(keys, combo))
-        variant = ov.pop("variant", "default")
+        variant = ov.pop("cfg", "default")
         out.append((ov, variant))
     return out

@@ -1,0 +1,94 @@
+"""embedding and router_topk generator structure (kernels.md §2.9, §2.12)."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_util as ku  # noqa: E402
+
+from programs.common import rp  # noqa: E402
+from programs.embedding import emit_embedding, plan_embedding  # noqa: E402
+from programs.moe import emit_router_topk, emit_topk, plan_router_topk, plan_topk  # noqa: E402
+from testbenches.variants import get_config  # noqa: E402
+
+CFG = get_config("default")
+
+
+def make_emb(cfg=CFG, gp=ku.GP, fp=ku.FP, T=7, hidden=128, vocab=100):
+    V, Pv = cfg.VLEN, cfg.P_V
+    pitch = rp(cfg, T)
+    tab = ku.tensor(0, vocab + Pv - 1, hidden)
+    plan = plan_embedding(cfg, T=T, vocab=vocab, hidden=hidden, table=tab, ids_base=16, out_base=0,
+                          land_base=((hidden // V) * pitch + 1) * V)
+    return ku.emit_text(emit_embedding, plan, gp, fp)
+
+
+@pytest.mark.parametrize("T", [1, 4, 7, 33])
+@pytest.mark.parametrize("hidden", [64, 128, 256])
+def test_embedding_assembles(T, hidden):
+    text = make_emb(T=T, hidden=hidden)
+    ku.check_assembles(text)
+    ku.check_begin_end(text, "embedding")
+    # ids are read at run time (S_LD_INT), rows are copied by x 1.0 (never + 0.0)
+    assert "S_LD_INT" in text and "V_ADD_VF" not in text
+
+
+def test_embedding_structure():
+    ku.check_registers(make_emb)
+    ku.check_deterministic_and_hooks(make_emb, {"embedding_direct_prefetch": {}})
+    with pytest.raises(ValueError, match="hidden=100"):
+        make_emb(hidden=100)
+    with pytest.raises(ValueError, match="vocab\\*hidden\\*eb"):
+        make_emb(vocab=1 << 26, hidden=128)
+    with pytest.raises(ValueError, match="table.alloc_elems"):
+        plan_embedding(CFG, T=4, vocab=100, hidden=64, table=ku.tensor(0, 100, 64), ids_base=0, out_base=0,
+                       land_base=64 * 64)
+    with pytest.raises(ValueError, match="ids_base=1020"):
+        plan_embedding(CFG, T=7, vocab=100, hidden=64, table=ku.tensor(0, 103, 64), ids_base=1020, out_base=0,
+                       land_base=64 * 64)
+
+
+def make_topk(cfg=CFG, gp=ku.GP, fp=ku.FP, T=4, policy=0, router=False, fp_out=16, int_out=0):
+    V = cfg.VLEN
+    pitch = rp(cfg, T)
+    E = 32 if policy == 0 else 128
+    Epad = -(-E // cfg.MLEN) * cfg.MLEN
+    l0 = 100 * V
+    st = (100 + (Epad // V) * pitch + 1) * V
+    if router:
+        plan = plan_router_topk(cfg, T=T, hidden=64, policy=policy, x_base=0, pitch=pitch,
+                                wr=ku.tensor(0, 64, Epad), logits_base=l0, fp_out=fp_out, int_out=int_out,
+                                stage_base=st)
+        return ku.emit_text(emit_router_topk, plan, gp, fp)
+    plan = plan_topk(cfg, T=T, policy=policy, logits_base=l0, pitch=pitch, fp_out=fp_out, int_out=int_out,
+                     stage_base=st)
+    return ku.emit_text(emit_topk, plan, gp, fp)
+
+
+@pytest.mark.parametrize("policy", [0, 1])
+@pytest.mark.parametrize("router", [False, True])
+@pytest.mark.parametrize("T", [1, 5])
+def test_topk_assembles(policy, router, T):
+    text = make_topk(policy=policy, router=router, T=T)
+    ku.check_assembles(text)
+    ku.check_begin_end(text, "router_topk" if router else "topk")
+    assert re.search(rf"^V_TOPK gp\d+, gp\d+, gp\d+, {policy}$", text, re.M)
+
+
+def test_topk_structure():
+    ku.check_registers(make_topk, policy=1, router=True)
+    ku.check_deterministic_and_hooks(make_topk, {"topk_bases_swapped": {}}, policy=1)
+    with pytest.raises(ValueError, match="fp_out=8"):
+        make_topk(fp_out=8)
+    with pytest.raises(ValueError, match="fp_out=1020"):
+        make_topk(fp_out=1020)
+    with pytest.raises(ValueError, match="int_out=1020"):
+        make_topk(int_out=1020)
+    with pytest.raises(ValueError, match="policy=2"):
+        make_topk(policy=2)
+    with pytest.raises(ValueError, match="stage_base=None"):
+        plan_topk(CFG, T=4, policy=1, logits_base=0, pitch=4, fp_out=16, int_out=0)
