@@ -368,8 +368,6 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
             _fail(K, "v", v, f"must have the same layout as k={k}")
         if k.row_pitch_elems != Wp:
             _fail(K, "k.row_pitch_elems", k.row_pitch_elems, f"must equal kv_row_elems (Wp)={Wp}")
-        if k.areg == v.areg and k.areg is not None:
-            pass  # one tensor for both is legal only if identical; allowed
     if q is not None and q.row_pitch_elems != hq * d:
         _fail(K, "q.row_pitch_elems", q.row_pitch_elems, f"must equal hq*d={hq * d}")
     for name, slot in (("qk_slot", qk_slot), ("neg_slot", neg_slot)):
@@ -448,7 +446,10 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
         _fail(K, "scratch_base", scratch_base, f"scratch rows end at {r} > VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE}")
     if o_base // V + o_rows > cfg.VECTOR_SRAM_SIZE:
         _fail(K, "o_base", o_base, f"output rows end at {o_base // V + o_rows} > VECTOR_SRAM_SIZE")
-    check_disjoint(K, regions)
+    try:
+        check_disjoint(K, regions)
+    except ValueError as exc:
+        _fail(K, "scratch_base", scratch_base, f"(with o_base={o_base}): {str(exc).split(': ', 1)[1]}")
     for name, a in rows_addr.items():
         if a >= _U32:
             _fail(K, "scratch_base", scratch_base, f"scratch item {name} at element {a} is not < 2^32")
@@ -496,7 +497,6 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
 
     # ---- HBM slack (§1.7, §3.4)
     # K/V: the last element any tile prefetch may read
-    kv_last = (R * 0)  # placeholder for clarity
     base_last = (batch - 1) * S_cap * Wp if kv_layout == "bshd" else (batch - 1) * Wp
     kv_last = base_last + (Tk - 1) * M * R + (hkv - 1) * d + (nc - 1) * M + (M - 1) * R + M - 1
     kv_alloc = max(kv_last + 1, batch * S_cap * Wp)

@@ -33,7 +33,7 @@ RANGES = {
     "kv_layout": ["bshd", "sbhd"],
     "Wp": ["hkv*d", "M", 1024],
     "path": ["auto", "batched", "per_head"],
-    "variant": ["default", "emu025", "small"],
+    "cfg": ["default", "emu025", "small"],
 }
 
 

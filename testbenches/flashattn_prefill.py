@@ -47,7 +47,7 @@ RANGES = {
     "kv_layout": ["bshd", "sbhd"],
     "Wp": ["hkv*d", "M", 1024],               # restricted to Wp >= hkv*d
     "path": ["auto", "batched", "per_head"],  # batched only where legal
-    "variant": ["default", "emu025", "small"],
+    "cfg": ["default", "emu025", "small"],
 }
 
 

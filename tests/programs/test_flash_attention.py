@@ -1,0 +1,496 @@
+"""Flash attention generator unit tests without the simulator (kernels.md §3, §6.4).
+
+* every §3.10 constraint raises a ValueError naming the parameter;
+* determinism, and hooks-off text byte-identical to a hook-free build; every §6.2 hook is live;
+* every program generated over samples of the testbenches' RANGES assembles, passes the lint of §6.4
+  (immediates, registers, loop budgets, VRAM/MRAM operand alignment, VRAM writes inside the declared
+  regions) and its scalar trace of H_PREFETCH_M registers equals the plan's kv_src list and an
+  independent re-derivation of §3.4/§3.6 (P8, D4, sbhd batch 2, R != M included);
+* for kv_len = 4*MLEN, the K and V prefetches of one head read four distinct tiles (register values).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "util"))
+import scalar_trace  # noqa: E402
+
+from isa.assembler import assemble  # noqa: E402
+from plena_sim.config import MxType  # noqa: E402
+from programs import faults  # noqa: E402
+from programs import flash_attention as fa  # noqa: E402
+from programs.asm import Asm  # noqa: E402
+from programs.hbm import HbmTensor, ceil_div  # noqa: E402
+from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt  # noqa: E402
+from testbenches.variants import get_config  # noqa: E402
+
+GP = tuple(range(1, 13))
+FP = tuple(range(1, 7))
+
+# kernels.md §6.2: hook -> the cases that must expose it
+HOOK_CASES = {
+    "kv_tile_offset_ignored": "P1 P2 P3 D1 D4", "state_reset_per_tile": "P1 P3 D1",
+    "normalize_per_tile": "P1 D1", "normalize_mask_stale": "P1 P6 D1", "pv_v_step_blen": "P1",
+    "mv_v_step_row": "D1 D2", "tile_step_not_batch_aware": "P3 D3", "batch_base_missing": "P3 D1",
+    "contiguous_kv_prefetch": "P1 P8 D1", "raw_large_immediate": "P8 D4 P10", "truncated_immediate": "P8 D4",
+    "causal_ignored": "P1 P3", "causal_offset_zero": "P1 D1", "tail_mask_missing": "P2 D7",
+    "tail_tile_dropped": "P2 P3 D1 D4", "causal_break_early": "P1", "bmm_scale_uncorrected": "P7 D5",
+    "qk_scale_missing": "P1 D1", "decode_s_stride_tile": "D1 D3", "per_head_p_offset": "P4 P6",
+    "qkt_sum_key_blocks": "P4 P6", "tmv_operands_swapped": "D2 D6", "q_group_offset_doubled": "P3 P5 D3",
+    "o_group_offset_missing": "P3 P5", "q_lanes_not_zeroed": "P6 D6", "mres_not_applied_l": "P1 D1",
+    "mres_not_applied_o": "P1", "q_tile_index_ignored": "P1 P3", "stale_scale": "P1", "stale_stride": "P1",
+    "o_not_zeroed": "P1", "fp_state_overlap": "P1", "hardcoded_tile_64": "P9",
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _types(cfg):
+    out = {}
+    for cls, key in (("q", "HBM_V_ACT_TYPE"), ("kv", "HBM_M_KV_TYPE")):
+        t = cfg.hbm_type(key)
+        out[cls] = (t.elem_bytes, t.block if isinstance(t, MxType) else 0)
+    return out
+
+
+def tensors(cfg, sp, req):
+    """HbmTensors as the harness would bind them (SCALE = element bytes incl. slack; a0=q, a1=k, a2=v)."""
+    ty = _types(cfg)
+    ebq, bq = ty["q"]
+    ebk, bk = ty["kv"]
+    q = HbmTensor(0, req["q"] * ebq, ebq, 0, sp["hq"] * sp["d"], req["q"], bq)
+    k = HbmTensor(1, req["k"] * ebk, ebk, 1, sp["kv_row_elems"], req["k"], bk)
+    v = HbmTensor(2, req["v"] * ebk, ebk, 1, sp["kv_row_elems"], req["v"], bk)
+    return q, k, v
+
+
+def shape(p: dict, cfg) -> dict:
+    wp = p.get("Wp")
+    if wp == "M":
+        wp = cfg.MLEN
+    return dict(batch=p["batch"], hq=p["hq"], hkv=p["hkv"], d=p["d"], q_len=p["q_len"], kv_len=p["kv_len"],
+                causal=bool(p.get("causal", False)), kv_layout=p.get("kv_layout", "bshd"),
+                kv_capacity=p.get("kv_capacity") or p["kv_len"],
+                kv_row_elems=p["hkv"] * p["d"] if wp in (None, "hkv*d") else int(wp),
+                path=p.get("path", "auto"))
+
+
+def layout_for(cfg, sp, kernel="flash_attention", base_row=0):
+    V, M = cfg.VLEN, cfg.MLEN
+    if kernel == "flash_attention":
+        n = ceil_div(sp["hq"] * sp["d"], V) * (-(-sp["batch"] * sp["q_len"] // 4) * 4)
+        return dict(o_base=base_row * V, scratch_base=(base_row + n + 1) * V, fp_state_base=16, mram_tile0=0)
+    n = sp["batch"] * sp["hq"] * ceil_div(sp["q_len"], M) * ceil_div(sp["kv_len"], M) * M
+    return dict(s_out=base_row * V, scratch_base=(base_row + n + 1) * V, mram_tile0=0)
+
+
+def make_plan(cfg, sp, kernel="flash_attention", base_row=0):
+    lay = layout_for(cfg, sp, kernel, base_row)
+    req = fa.hbm_requirements(cfg, kernel=kernel, **sp, **lay)
+    q, k, v = tensors(cfg, sp, req)
+    if kernel == "flash_attention":
+        return fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=v)
+    return fa.plan_attention_scores(cfg, **sp, **lay, q=q, k=k)
+
+
+def program(plan) -> str:
+    asm = Asm()
+    emit = fa.emit_flash_attention if plan.kernel == "flash_attention" else fa.emit_attention_scores
+    emit(asm, plan, gp=GP, fp=FP)
+    return asm.text()
+
+
+def case_params(case_id: str):
+    for mod in (flashattn_prefill, flashattn_decode, flashattn_qkt):
+        for cid, ov, var in mod.REQUIRED_CASES + mod.STRETCH_CASES:
+            if cid == case_id:
+                p = dict(mod.DEFAULTS, **ov)
+                return p, get_config(var), mod
+    raise KeyError(case_id)
+
+
+def case_plan(case_id: str):
+    p, cfg, mod = case_params(case_id)
+    sp = shape(p, cfg)
+    kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
+    return make_plan(cfg, sp, kernel, int(p.get("vram_base_row", 0)))
+
+
+def case_program(case_id: str) -> str:
+    return program(case_plan(case_id))
+
+
+_BASE_TEXT: dict = {}
+
+
+def base_program(case_id: str) -> str:
+    """Hooks-off program of a case (cached; callers must not have a hook active)."""
+    assert not faults.enabled()
+    if case_id not in _BASE_TEXT:
+        _BASE_TEXT[case_id] = case_program(case_id)
+    return _BASE_TEXT[case_id]
+
+
+def independent_kv_list(cfg, sp, plan):
+    """§3.4/§3.6 re-derived without the plan's schedule: (offset bytes, STRIDE, SCALE, areg) per prefetch."""
+    M, H, BA = cfg.MLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
+    b_, hq, hkv, d = sp["batch"], sp["hq"], sp["hkv"], sp["d"]
+    S, L, Wp, S_cap = sp["q_len"], sp["kv_len"], sp["kv_row_elems"], sp["kv_capacity"]
+    ratio = hq // hkv
+    batched = sp["path"] != "per_head" and d == H and ratio <= BA and BA * H == M
+    nh = ratio if batched else min(ratio, (cfg.FP_SRAM_SIZE - 16) // (3 * M))
+    nc = max(1, d // M)
+    eb = plan.eb_kv
+    R = Wp if sp["kv_layout"] == "bshd" else b_ * Wp
+    out = []
+    for b in range(b_):
+        base = b * S_cap * Wp if sp["kv_layout"] == "bshd" else b * Wp
+        for g in range(hkv):
+            for i in range(ceil_div(S, M)):
+                q0, br = i * M, min(M, S - i * M)
+                for _hb in range(1 if batched else ceil_div(ratio, nh)):
+                    for t in range(ceil_div(L, M)):
+                        if sp["causal"] and t * M > q0 + br - 1 + (L - S):
+                            break
+                        for c in range(nc):
+                            off = (base + t * M * R + g * d + c * M) * eb
+                            out.append((off, R * eb, plan.k.scale_offset, plan.k.areg))
+                            out.append((off, R * eb, plan.v.scale_offset, plan.v.areg))
+    return out
+
+
+# ----------------------------------------------------------------------------- §3.10 constraints
+
+DEF = dict(batch=1, hq=4, hkv=1, d=16, q_len=64, kv_len=128, causal=True)
+
+
+def _plan_kw(cfg=None, **over):
+    cfg = cfg or get_config("default")
+    kw = dict(DEF, o_base=0, scratch_base=64 * 200)
+    kw.update(over)
+    return cfg, kw
+
+
+@pytest.mark.parametrize("over, cfg_change, needle", [
+    (dict(hq=6, hkv=4), None, "hq=6"),
+    (dict(d=48), None, "head_dim=48"),
+    (dict(d=8), None, "head_dim=8"),
+    (dict(d=96), None, "head_dim=96"),
+    (dict(), dict(VLEN=128), "VLEN=128"),
+    (dict(), dict(HBM_M_Prefetch_Amount=128), "HBM_M_Prefetch_Amount"),
+    (dict(), dict(HBM_V_Prefetch_Amount=3), "HBM_V_Prefetch_Amount=3"),
+    (dict(path="batched"), dict(BROADCAST_AMOUNT=2), "path="),
+    (dict(d=32, path="batched"), None, "path="),
+    (dict(hq=8, hkv=1, path="batched"), None, "path="),
+    (dict(path="sideways"), None, "path="),
+    (dict(kv_layout="hbsd"), None, "kv_layout="),
+    (dict(q_len=200, kv_len=100, causal=True), None, "q_len=200"),
+    (dict(kv_capacity=100, kv_len=128), None, "kv_capacity=100"),
+    (dict(kv_row_elems=8), None, "kv_row_elems=8"),
+    (dict(kv_row_elems=20), None, "kv_row_elems=20"),
+    (dict(fp_state_base=8), None, "fp_state_base=8"),
+    (dict(fp_state_base=1000), None, "fp_state_base=1000"),
+    (dict(fp_state_base=900), None, "fp_state_base=900"),
+    (dict(fp_state_base=100, fp_reserved={"topk": (200, 8)}), None, "fp_state_base=100"),
+    (dict(mram_tile0=63), None, "mram_tile0=63"),
+    (dict(scratch_base=64 * 10), None, "scratch_base=640"),
+    (dict(o_base=65), None, "o_base=65"),
+    (dict(scratch_base=100), None, "scratch_base=100"),
+    (dict(batch=0), None, "batch=0"),
+    (dict(kv_len=4160, batch=4, kv_row_elems=1 << 20, q_len=64, scratch_base=64 * 2000), None, "kv_len=4160"),
+    (dict(), dict(MAX_LOOP_INSTRUCTIONS=10), "MAX_LOOP_INSTRUCTIONS=10"),
+])
+def test_plan_constraints_raise_naming_the_parameter(over, cfg_change, needle):
+    cfg = get_config("default")
+    if cfg_change:
+        cfg = dataclasses.replace(cfg, **cfg_change)
+    cfg, kw = _plan_kw(cfg, **over)
+    with pytest.raises(ValueError) as ei:
+        fa.plan_flash_attention(cfg, **kw)
+    assert needle in str(ei.value), str(ei.value)
+
+
+def test_mx_head_dim_alignment_raises():
+    cfg = get_config("default").with_overrides({"HLEN": 4, "BROADCAST_AMOUNT": 16})
+    with pytest.raises(ValueError, match="head_dim=4"):
+        fa.plan_flash_attention(cfg, **dict(DEF, d=4, kv_row_elems=8, o_base=0, scratch_base=64 * 200))
+
+
+def test_kv_tensor_mismatch_raises():
+    cfg = get_config("default")
+    sp = shape(dict(DEF, path="auto"), cfg)
+    lay = layout_for(cfg, sp)
+    req = fa.hbm_requirements(cfg, **sp, **lay)
+    q, k, v = tensors(cfg, sp, req)
+    with pytest.raises(ValueError, match="v.scale_offset"):
+        fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=dataclasses.replace(v, scale_offset=v.scale_offset + 64))
+    with pytest.raises(ValueError, match="v="):
+        fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=dataclasses.replace(v, prec=0))
+    with pytest.raises(ValueError, match="k.alloc_elems"):
+        small = dataclasses.replace(k, alloc_elems=16)
+        fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=small, v=dataclasses.replace(v, alloc_elems=16))
+    with pytest.raises(ValueError, match="q.alloc_elems"):
+        fa.plan_flash_attention(cfg, **sp, **lay, q=dataclasses.replace(q, alloc_elems=64), k=k, v=v)
+
+
+def test_registers_and_unbound_plan():
+    cfg = get_config("default")
+    sp = shape(dict(DEF), cfg)
+    plan = make_plan(cfg, sp)
+    assert plan.gp_needed <= 12 and plan.fp_needed == 6
+    with pytest.raises(ValueError, match="gp"):
+        fa.emit_flash_attention(Asm(), plan, gp=(1, 2, 3), fp=FP)
+    with pytest.raises(ValueError, match="fp"):
+        fa.emit_flash_attention(Asm(), plan, gp=GP, fp=(1, 2, 3, 4, 5))
+    with pytest.raises(ValueError, match="gp"):
+        fa.emit_flash_attention(Asm(), plan, gp=(0, 1, 2, 3, 4, 5, 6, 7), fp=FP)
+    unbound = fa.plan_flash_attention(cfg, **sp, **layout_for(cfg, sp))
+    with pytest.raises(ValueError, match="q/k"):
+        fa.emit_flash_attention(Asm(), unbound, gp=GP, fp=FP)
+
+
+def test_head_dim_chunks_flag_and_path_selection():
+    cfg = get_config("default")
+    assert fa.SUPPORTS_HEAD_DIM_CHUNKS is True
+    p = make_plan(cfg, shape(dict(DEF, hq=2, hkv=2, d=128, kv_row_elems=256, q_len=70, kv_len=130), cfg))
+    assert p.nc == 2 and p.path == "per_head" and p.mram_tiles == (0, 4)
+    assert make_plan(cfg, shape(dict(DEF), cfg)).path == "batched"
+    assert make_plan(cfg, shape(dict(DEF, hq=6, hkv=2), cfg)).path == "batched"        # ratio 3 <= BA
+    assert make_plan(cfg, shape(dict(DEF, hq=8, hkv=1), cfg)).path == "per_head"       # ratio 8 > BA
+    assert make_plan(cfg, shape(dict(DEF, d=32), cfg)).path == "per_head"
+    assert make_plan(cfg, shape(dict(DEF, path="per_head"), cfg)).path == "per_head"
+    ph = make_plan(cfg, shape(dict(DEF, hq=16, hkv=1), cfg))
+    assert ph.nh == 5 and [len(b.heads) for b in ph.blocks[:4]] == [5, 5, 5, 1]
+
+
+def test_footprint_and_fp_state():
+    cfg = get_config("default")
+    p = make_plan(cfg, shape(dict(DEF, hq=8, hkv=2, batch=2, kv_layout="sbhd"), cfg))
+    roles = {k: r for k, (_a, _n, r) in p.vram_regions.items()}
+    assert roles["o"] == "output" and all(roles[k] == "scratch" for k in ("neg", "mask", "q", "s", "pv"))
+    items = sorted((a, n) for a, n, _r in p.vram_regions.values())
+    assert all(a0 + n0 <= a1 for (a0, n0), (a1, _n1) in zip(items, items[1:]))
+    assert p.fp_range == (16, 3 * 64 * 4)
+    assert p.state_words(1, 5) == {"m": 16 + 192 + 5, "m_res": 16 + 192 + 64 + 5, "l": 16 + 192 + 128 + 5}
+    assert set(p.hbm_slack) == {"q", "k", "v"}
+
+
+# ----------------------------------------------------------------------------- determinism and hooks
+
+@pytest.mark.parametrize("case_id", ["P1", "P6", "P9", "D2", "D6", "prefill_per_head"])
+def test_deterministic_and_hook_free_identical(case_id, monkeypatch):
+    a = case_program(case_id)
+    assert case_program(case_id) == a
+    with faults.inject():
+        assert case_program(case_id) == a
+    # a hook-free build: every hook query answers False without consulting the hook machinery
+    monkeypatch.setattr(faults, "active", lambda name: False)
+    assert case_program(case_id) == a
+    assert a.splitlines()[0].startswith("; flash_attention begin") or \
+        a.splitlines()[0].startswith("; attention_scores begin")
+    assert a.rstrip().splitlines()[-1] in ("; flash_attention end", "; attention_scores end")
+
+
+def test_every_flash_hook_is_registered_and_live():
+    src = Path(fa.__file__).read_text() + Path(fa.__file__).with_name("asm.py").read_text()
+    for hook, cases in HOOK_CASES.items():
+        assert hook in faults.HOOKS
+        assert f'"{hook}"' in src, f"hook {hook} is not placed in the generator"
+        cid = min(cases.split(), key=lambda c: case_plan(c).static_instructions)   # cheapest listed case
+        base = base_program(cid)
+        with faults.inject(hook):
+            try:
+                mutated = case_program(cid)
+            except ValueError:
+                continue                                  # raw_large_immediate: Asm rejects the text
+        assert mutated != base, f"hook {hook} does not change the program of {cid}"
+
+
+# ----------------------------------------------------------------------------- RANGES samples
+
+def _valid(p, cfg):
+    M, H, BA = cfg.MLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
+    if p["hq"] % p["hkv"]:
+        return False
+    if p["d"] > M and not fa.SUPPORTS_HEAD_DIM_CHUNKS:
+        return False
+    if p["d"] > M and p["d"] % M:
+        return False
+    if cfg.VLEN % p["d"] and p["d"] <= M:
+        return False
+    if p.get("causal") and p["q_len"] > p["kv_len"]:
+        return False
+    wp = p.get("Wp")
+    wp = cfg.MLEN if wp == "M" else wp
+    if isinstance(wp, int) and wp < p["hkv"] * p["d"]:
+        return False
+    if p.get("path") == "batched" and not (p["d"] == H and p["hq"] // p["hkv"] <= BA and BA * H == M):
+        return False
+    return True
+
+
+def range_samples(mod, n: int, seed: int, max_dyn: int, max_static: int):
+    rng = np.random.default_rng(seed)
+    R = mod.RANGES
+    out = []
+    tries = 0
+    while len(out) < n and tries < 5000:
+        tries += 1
+        p = dict(mod.DEFAULTS)
+        for k, vals in R.items():
+            p[k] = vals[int(rng.integers(len(vals)))]
+        variant = p.pop("cfg", "default")
+        cfg = get_config(variant)
+        p["hkv"] = min(p["hkv"], p["hq"])
+        if not _valid(p, cfg):
+            continue
+        if p["batch"] * p["q_len"] * p["hq"] * ceil_div(p["kv_len"], cfg.MLEN) > 40_000:
+            continue
+        sp = shape(p, cfg)
+        kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
+        plan = make_plan(cfg, sp, kernel)
+        if plan.dynamic_instructions > max_dyn or plan.static_instructions > max_static:
+            continue
+        out.append((variant, sp, kernel))
+    return out
+
+
+def _named_cases():
+    out = []
+    for cid in ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "D1", "D2", "D3", "D4",
+                "D5", "D6", "D7", "wp1024_kv320", "gqa_sbhd_per_head", "gqa_decode_sbhd"):
+        p, cfg, mod = case_params(cid)
+        kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
+        out.append(pytest.param(cfg, shape(p, cfg), kernel, int(p.get("vram_base_row", 0)), id=cid))
+    return out
+
+
+def _sampled(n, seed, max_dyn, max_static):
+    out = []
+    for mod, tag in ((flashattn_prefill, "prefill"), (flashattn_decode, "decode"), (flashattn_qkt, "qkt")):
+        for k, (variant, sp, kernel) in enumerate(range_samples(mod, n, seed, max_dyn, max_static)):
+            out.append(pytest.param(get_config(variant), sp, kernel, 0, id=f"{tag}{k}-{variant}"))
+    return out
+
+
+_SWEEP = {}
+
+
+def _sweep_sample(tag: str, k: int):
+    """The k-th sample of the slow sweep (drawn lazily, so collection stays cheap)."""
+    mod = {"prefill": flashattn_prefill, "decode": flashattn_decode, "qkt": flashattn_qkt}[tag]
+    if tag not in _SWEEP:
+        _SWEEP[tag] = range_samples(mod, SWEEP_N, 99, 3_000_000, 200_000)
+    return _SWEEP[tag][k] if k < len(_SWEEP[tag]) else None
+
+
+SWEEP_N = 30
+
+
+def _check_program(cfg, sp, kernel, base_row):
+    plan = make_plan(cfg, sp, kernel, base_row)
+    text = program(plan)
+    prog = assemble(text, "<fa>")                       # immediates, registers, a0..a7, kinds
+    tr = scalar_trace.trace(prog, cfg)
+    assert not tr.lint, tr.lint[:5]
+    assert tr.dynamic == plan.dynamic_instructions
+    assert tr.max_loop_iteration == plan.max_loop_iteration < cfg.MAX_LOOP_INSTRUCTIONS
+    # address test (§6.4): register values at every H_PREFETCH_M
+    assert tr.prefetch_m == plan.expected_kv_prefetches()
+    if kernel == "flash_attention":
+        assert tr.prefetch_m == independent_kv_list(cfg, sp, plan)
+    assert all(rs == 1 and prec == 1 for (*_x, rs, prec) in tr.prefetch_m_full)
+    M = cfg.MLEN
+    for (_o, _s, _sc, _a, dst, _rs, _p) in tr.prefetch_m_full:
+        assert plan.mram_tile0 * M * M <= dst < (plan.mram_tile0 + plan.mram_tiles[1]) * M * M
+    # every VRAM row written lies in a declared region (static footprint)
+    declared = set()
+    for r0, n, _role in plan.vram_regions.values():
+        declared.update(range(r0, r0 + n))
+    stray = sorted(tr.vram_rows_written - declared)
+    assert not stray, f"rows written outside the declared regions: {stray[:8]}"
+    # Q staging: every H_PREFETCH_V stays inside the Q tensor's allocation
+    for (_mn, _dst, off, stride, scale, a, rs, prec) in tr.prefetch_v:
+        assert a == plan.q.areg and rs == 1 and prec == 0 and scale == plan.q.scale_offset
+        last = off // plan.eb_q + (cfg.P_V - 1) * (stride // plan.eb_q) + cfg.VLEN
+        assert last <= plan.q.alloc_elems
+    # K/V: every tile read stays inside the tensors' allocation
+    for (off, stride, _sc, _a) in tr.prefetch_m:
+        assert off // plan.eb_kv + (M - 1) * (stride // plan.eb_kv) + M <= plan.k.alloc_elems
+    return plan, tr
+
+
+@pytest.mark.parametrize("cfg, sp, kernel, base_row", _named_cases())
+def test_required_case_programs_trace(cfg, sp, kernel, base_row):
+    _check_program(cfg, sp, kernel, base_row)
+
+
+@pytest.mark.parametrize("cfg, sp, kernel, base_row", _sampled(8, 1234, 150_000, 6_000))
+def test_range_sample_programs(cfg, sp, kernel, base_row):
+    _check_program(cfg, sp, kernel, base_row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tag", ["prefill", "decode", "qkt"])
+@pytest.mark.parametrize("k", range(SWEEP_N))
+def test_range_sample_programs_sweep(tag, k):
+    sample = _sweep_sample(tag, k)
+    if sample is None:
+        pytest.skip("fewer valid samples than SWEEP_N")
+    variant, sp, kernel = sample
+    _check_program(get_config(variant), sp, kernel, 0)
+
+
+@pytest.mark.parametrize("layout, batch, Wp, q_len", [
+    ("bshd", 1, None, 64), ("bshd", 1, None, 1), ("sbhd", 2, None, 64), ("bshd", 2, 1024, 64),
+    ("sbhd", 2, 64, 1), ("bshd", 1, 64, 100),
+])
+@pytest.mark.parametrize("path", ["batched", "per_head"])
+def test_four_tiles_read_four_distinct_tiles(layout, batch, Wp, q_len, path):
+    """kv_len = 4*MLEN: the K and V prefetches of one head read four distinct tiles, at t*M*R (register
+    values from the scalar trace, not text)."""
+    cfg = get_config("default")
+    M = cfg.MLEN
+    p = dict(batch=batch, hq=1, hkv=1, d=16, q_len=q_len, kv_len=4 * M, causal=False, kv_layout=layout,
+             Wp=Wp, path=path)
+    sp = shape(p, cfg)
+    plan, tr = _check_program(cfg, sp, "flash_attention", 0)
+    R = plan.R
+    for b in range(batch):
+        base = plan.kv_base_b(b) * plan.eb_kv
+        for areg_ in (plan.k.areg, plan.v.areg):
+            offs = [o for (o, _s, _sc, a) in tr.prefetch_m if a == areg_]
+            per_block = len(offs) // (batch * plan.Tq)
+            assert per_block == 4
+            blk_offs = offs[b * plan.Tq * 4: b * plan.Tq * 4 + 4]
+            assert len(set(blk_offs)) == 4
+            assert blk_offs == [base + t * M * R * plan.eb_kv for t in range(4)]
+    assert {s for (_o, s, _sc, _a) in tr.prefetch_m} == {R * plan.eb_kv}
+
+
+def test_large_offsets_use_lui_values():
+    """P8 (R = 1024) and D4 (tile 64 at 2^18): the registers hold the full offsets (>= 2^18)."""
+    for cid in ("P8", "D4"):
+        p, cfg, _mod = case_params(cid)
+        sp = shape(p, cfg)
+        plan, tr = _check_program(cfg, sp, "flash_attention", 0)
+        offs = [o for (o, *_r) in tr.prefetch_m]
+        assert max(offs) >= 1 << 18
+        assert "S_LUI_INT" in program(plan)
+
+
+def test_dynamic_instruction_budget():
+    """kernels.md §3.11: the required cases stay under ~300k dynamic instructions."""
+    worst = {}
+    for cid in ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "D1", "D2", "D3", "D4", "D5",
+                "D6", "D7"):
+        p, cfg, _mod = case_params(cid)
+        plan = make_plan(cfg, shape(p, cfg), "flash_attention", int(p.get("vram_base_row", 0)))
+        worst[cid] = plan.dynamic_instructions
+    assert max(worst.values()) < 300_000, worst
