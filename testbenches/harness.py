@@ -46,7 +46,8 @@ Readback specs (``read(machine) -> ndarray``, all SRAMs decoded as **bf16**):
 
 Running: :func:`run`
 --------------------
-``run(case, *, backend="numba", workdir=None, timing=None, max_instructions=None) -> Report``:
+``run(case, *, backend="numba", workdir=None, timing=None, max_instructions=None) -> Report``
+(``timing``: ``None``/``"serial"`` or a timing mode the Machine accepts, e.g. ``"overlap"``):
 
 1. assembles ``case.program`` (an ``AssemblerError`` is a failure unless the case expects it);
 2. builds a :class:`~plena_sim.machine.Machine` with ``case.config``; writes the HBM image segments, the
@@ -561,7 +562,13 @@ def _simulate(case: Case, backend: str, timing, max_instructions):
     if max_instructions or case.max_instructions:
         kwargs["max_instructions"] = max_instructions or case.max_instructions
     if timing is not None:
-        kwargs["timing"] = timing
+        import inspect
+        params = inspect.signature(m.run).parameters
+        key = next((k for k in ("timing_mode", "timing") if k in params), None)
+        if key is not None:
+            kwargs[key] = timing
+        elif timing != "serial":
+            raise ValueError(f"timing={timing!r}: this simulator supports only serial timing")
     res = m.run(prog, **kwargs)
     return m, res, prog, before, hbm_before, hw
 
