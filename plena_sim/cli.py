@@ -151,19 +151,34 @@ def _split_spec(spec: str, what: str, form: str) -> tuple[str, str]:
 
 
 def _out_path(path: str, what: str) -> Path:
+    """An output file path, checked before anything runs: its directory exists and is writable and the
+    path is not itself a directory (a failing write later still becomes a UsageError, see _write_out)."""
+    import os
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"{what}: output directory {str(parent)!r} does not exist")
+    if p.is_dir():
+        raise UsageError(f"{what}: output path {path!r} is a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{what}: output directory {str(parent)!r} is not writable")
     return p
 
 
-def _save_npy(path: Path, array) -> None:
+def _write_out(path: Path, data: bytes, what: str) -> None:
+    """Write one output file atomically; an OS error (disk full, permissions) is a UsageError."""
+    try:
+        atomic_write(path, data)
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def _save_npy(path: Path, array, what: str = "output") -> None:
     import io
     import numpy as np
     buf = io.BytesIO()
     np.save(buf, array)
-    atomic_write(path, buf.getvalue())
+    _write_out(path, buf.getvalue(), what)
 
 
 def _run_summary(res, cfg, out, title: str) -> None:
@@ -206,6 +221,8 @@ def cmd_exec(args, out, err):
     from .sram_io import fp_sram_from_values, load_fp_sram_file, load_int_sram_file
     from .image import load_raw_image
 
+    if args.max_instructions is not None and args.max_instructions < 0:
+        raise UsageError(f"--max-instructions: {args.max_instructions} must be >= 0")
     cfg = _config_from_args(args)
     prog = _read_program(args.program)
     # validate every output spec before running anything
@@ -242,11 +259,11 @@ def cmd_exec(args, out, err):
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
     # outputs are written even after a fault (post-mortem), each atomically
     for addr, rows, path in vram_dumps:
-        _save_npy(path, m.vram.read(addr, rows))
+        _save_npy(path, m.vram.read(addr, rows), "--dump-vram")
     for addr, n, path in hbm_dumps:
-        atomic_write(path, bytes(m.hbm.dump(addr, n)))
+        _write_out(path, bytes(m.hbm.dump(addr, n)), "--dump-hbm")
     if fp_dump is not None:
-        _save_npy(fp_dump, np.asarray(m.fp_sram, dtype=np.float32))
+        _save_npy(fp_dump, np.asarray(m.fp_sram, dtype=np.float32), "--dump-fp-sram")
     if args.json:
         doc = dict(res.stats)
         doc["program"] = str(args.program)
@@ -674,6 +691,11 @@ def main(argv=None) -> int:
             return EXIT_FAULT
         if debug:
             raise
+        if isinstance(exc, MemoryError):   # the host ran out of memory: not a bug, not a traceback
+            err.print("[red]error:[/] ", end="")
+            err.print(f"out of host memory ({exc}); use a smaller configuration (VECTOR_SRAM_SIZE, "
+                      "MATRIX_SRAM_SIZE, FP/INT_SRAM_SIZE, HBM_SIZE) or touch less HBM", markup=False)
+            return EXIT_USAGE
         err.print(f"[red]internal error:[/] {type(exc).__name__}: ", end="")
         err.print(f"{exc} (run with --debug for the traceback; please report it)", markup=False)
         return EXIT_BUG

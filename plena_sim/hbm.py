@@ -39,6 +39,7 @@ from .config import ConfigError
 
 __all__ = [
     "PAGE_SHIFT", "PAGE_SIZE", "HBM_OK", "HBM_OUT_OF_RANGE", "HbmBoundsError", "HbmImageTooLarge",
+    "HbmTooLarge", "MAX_HBM_SIZE",
     "Hbm", "hbm_read", "hbm_write", "hbm_missing_pages", "hbm_in_bounds",
 ]
 
@@ -68,6 +69,18 @@ class HbmImageTooLarge(HbmBoundsError, ConfigError):
     def __init__(self, addr: int, n: int, size: int):
         HbmBoundsError.__init__(self, addr, n, size, what="image preload")
         self.key = "HBM_SIZE"
+
+
+#: largest modelled HBM (the config refuses more, too)
+MAX_HBM_SIZE = 1 << 50
+_TABLE_PROBE_BYTES = 1 << 26
+
+
+class HbmTooLarge(ConfigError):
+    """An HBM size this host cannot model (its dense page table does not fit); a ConfigError on HBM_SIZE."""
+
+    def __init__(self, message: str):
+        super().__init__("HBM_SIZE", message)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -167,9 +180,21 @@ class Hbm:
         size = int(size)
         if size < 1:
             raise ValueError(f"HBM size must be >= 1 byte, got {size}")
+        if size > MAX_HBM_SIZE:
+            raise HbmTooLarge(f"{size} bytes exceeds the modelled maximum 2^50")
         self.size = size
         n_pages = -(-size // PAGE_SIZE)
-        self.page_index = np.full(n_pages, -1, dtype=np.int64)
+        table = n_pages * 8
+        if table > _TABLE_PROBE_BYTES:       # the page table is dense: it must fit in available memory
+            from .config import host_memory_limits
+            avail = host_memory_limits().dense
+            if table > avail:
+                raise HbmTooLarge(f"{size} bytes needs a page table of {table >> 20} MiB (8 bytes per 64 KiB "
+                                  f"page), more than the {avail >> 20} MiB of memory available on this host")
+        try:
+            self.page_index = np.full(n_pages, -1, dtype=np.int64)
+        except MemoryError:
+            raise HbmTooLarge(f"{size} bytes: cannot allocate its page table of {table >> 20} MiB") from None
         self.pages = np.zeros((max(0, int(initial_pages)), PAGE_SIZE), dtype=np.uint8)
         self.meta = np.array([0, 0, size], dtype=np.int64)
 

@@ -365,7 +365,10 @@ def load_raw_image(raw_path: str | os.PathLike, hbm: Hbm | int, base: int = 0) -
     (an ImageError and a ConfigError) if the file exceeds HBM_SIZE."""
     raw_path = Path(raw_path)
     if not isinstance(hbm, Hbm):
-        hbm = Hbm(int(hbm))
+        try:
+            hbm = Hbm(int(hbm))
+        except ValueError as exc:   # ConfigError (too large for this host) or a size < 1
+            raise ImageError(f"{raw_path}: cannot model an HBM of {hbm} bytes: {exc}") from None
     digest = hashlib.sha256()
     try:
         n = raw_path.stat().st_size
