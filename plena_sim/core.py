@@ -57,6 +57,7 @@ from isa.encoding import (  # noqa: F401  (generated module constants, used as c
     OP_C_SET_SCALE_REG, OP_C_SET_STRIDE_REG, OP_C_SET_V_MASK_REG, OP_C_LOOP_START, OP_C_LOOP_END,
     OP_V_SHFT_V, OP_C_BREAK, OP_V_MAX_VF, OP_V_MIN_VF, OP_V_TOPK,
 )
+from isa.program import Program
 from isa.table import BY_OPCODE
 from .faults import (  # noqa: F401
     R_IL_OPC, R_IL_FREG, R_IL_AREG, R_IL_BRD, R_IL_TOPK, R_CF_VM, R_CF_BA, R_LP_ZERO, R_LP_GP0,
@@ -136,8 +137,10 @@ for _op in BY_OPCODE:
 
 # ==================================================================================== helpers
 
-@njit(cache=True)
+@njit("int64(int64[::1], int64, int64, int64, int64, int64, int64, int64, int64)", cache=True)
 def _fault(frec, rule, pc, operand, value, index, limit, x6, x7):
+    """Fill the fault record (faults.py slots); returns ST_FAULT. One explicit signature: the
+    arguments are cast to int64 at every call site, so there is a single compiled version."""
     frec[0] = rule
     frec[1] = pc
     frec[2] = operand
@@ -1070,6 +1073,8 @@ def _params(cfg):
     macs[OP_M_BMM] = macs[OP_M_BTMM] = BA * M * M * H
     macs[OP_M_BMV] = macs[OP_M_BTMV] = BA * M * H
     out = (c, fmt, np.ascontiguousarray(latency_table(cfg), dtype=np.int64), float(cfg.BMM_SCALE), macs)
+    if len(_PARAM_CACHE) >= 64:
+        _PARAM_CACHE.clear()
     _PARAM_CACHE[key] = (cfg, out)
     return out
 
@@ -1084,6 +1089,8 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9) -
     Returns an :class:`~plena_sim.state.Outcome`: instructions retired, the fault record (or None),
     retired count per opcode, serial cycles and the counters :data:`COUNTER_NAMES`. ``state`` is
     mutated in place (loop-stack arrays and the HBM page pool may be replaced by larger ones)."""
+    if isinstance(program_words, Program):
+        program_words = program_words.words
     dec = decode_program(program_words)
     fields = [_i64(dec[k]) for k in ("opcode", "rd", "rs1", "rs2", "rs3", "funct1", "imm18", "imm22", "word")]
     cfgi, fmt, lat, bmm_scale, macs = _params(state.cfg)
