@@ -19,7 +19,7 @@ from plena_sim.config import HardwareConfig
 from . import faults
 from .activation import ActivationPlan, plan_activation, emit_activation
 from .asm import Asm, fp as F, gp as G, load_imm
-from .common import (SLOT, LoopBudget, check_disjoint, fail, need_int, need_multiple, rp, take_regs)
+from .common import (SLOT, LoopBudget, check_disjoint, need_int, need_multiple, rp, take_regs)
 from .hbm import HbmTensor
 from .linear import GP_NEEDED as LIN_GP, LinearPlan, emit_linear_core, plan_linear
 

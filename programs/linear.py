@@ -17,9 +17,9 @@ from plena_sim.config import HardwareConfig
 
 from . import faults
 from .asm import Asm, add_imm, areg, gp as G, load_imm
-from .common import (LoopBudget, U32, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
+from .common import (LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
                      take_regs, vector_rows)
-from .hbm import HbmTensor, ceil_div, load_vector, row_pad
+from .hbm import HbmTensor, load_vector, row_pad
 
 __all__ = ["LinearPlan", "plan_linear", "emit_linear", "BmmPlan", "plan_batched_matmul",
            "emit_batched_matmul", "emit_linear_core"]

@@ -19,7 +19,7 @@ from plena_sim.config import HardwareConfig
 from . import faults
 from .asm import Asm, add_imm, fp as F, gp as G, load_imm
 from .common import (FP_STATE_BASE, SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int,
-                     need_multiple, rp, take_regs)
+                     need_multiple, take_regs)
 from .hbm import HbmTensor, ceil_div, round_up
 from .linear import GP_NEEDED as LIN_GP, LinearPlan, emit_linear_core, plan_linear
 

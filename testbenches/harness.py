@@ -79,7 +79,6 @@ the run ends with one of the named faults (rule ids, or ``"assembler"``/``"plan"
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

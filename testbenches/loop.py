@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from programs.asm import Asm, fp as F, gp as G, load_imm
+from programs.asm import fp as F, gp as G, load_imm
 from programs.hbm import preload_act
 
 from .harness import GEN_GP, CaseBuilder, IntWords, VramRows

@@ -12,8 +12,7 @@ import re
 from isa.assembler import assemble
 from programs import faults
 from programs.asm import Asm
-from programs.hbm import HbmTensor, round_up
-from testbenches.variants import get_config
+from programs.hbm import HbmTensor
 
 GP = tuple(range(1, 13))
 FP = tuple(range(1, 7))

@@ -5,7 +5,6 @@ sweep over samples of each testbench's RANGES.
 """
 from __future__ import annotations
 
-import importlib
 import zlib
 import sys
 from pathlib import Path

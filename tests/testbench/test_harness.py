@@ -9,7 +9,7 @@ import pytest
 
 from programs.asm import fp as F, gp as G, load_imm
 from programs.hbm import preload_act
-from testbenches.harness import (GEN_GP, Case, CaseBuilder, VramCbm, VramRows, fp_constants, run, run_case)
+from testbenches.harness import (GEN_GP, CaseBuilder, VramCbm, VramRows, fp_constants, run, run_case)
 from testbenches.variants import VARIANTS, get_config
 
 CFG = get_config("default")
