@@ -210,7 +210,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             asm.S_MUL_FP(F(fk), F(flo), F(fInvH))
             asm.S_ADD_FP(F(fq), F(fq), F(fk))                # delta = (s*invH - mu1) + lo*invH
             _ln_centre(asm, gX, gY, gXc, gYc, fmu, fq, blocks, adv)
-            asm.comment("layer_norm: pass 4, variance of the centred values")
+            asm.comment("layer_norm: pass 3, variance of the centred values")
             asm.S_ADD_FP(F(fa), F(0), F(0))
             yc = gYc if gY != gX else gXc
             asm.S_ADDI_INT(G(yc), G(gY), 0)
@@ -256,8 +256,8 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
 
 
 def _ln_centre(asm: Asm, gX, gY, gXc, gYc, fmu, fq, blocks, adv) -> None:
-    """Y = (X - mu1) - delta, per column block (pass 3)."""
-    asm.comment("layer_norm: pass 3, centre into Y")
+    """Y = (X - mu1) - delta, per column block (pass 2)."""
+    asm.comment("layer_norm: pass 2, centre into Y")
     asm.S_ADDI_INT(G(gXc), G(gX), 0)
     if gY != gX:
         asm.S_ADDI_INT(G(gYc), G(gY), 0)
