@@ -30,7 +30,7 @@ from plena_sim.config import HardwareConfig, MxType
 
 from . import faults
 from .asm import Asm, add_imm, fp, gp, areg, load_imm
-from .common import check_disjoint, check_fp_range, take_regs
+from .common import Footprint, check_disjoint, check_fp_range, take_regs
 from .hbm import HbmTensor, ceil_div, round_up, row_pad
 
 __all__ = ["SUPPORTS_HEAD_DIM_CHUNKS", "FlashPlan", "Block", "TileStep", "plan_flash_attention",
@@ -149,6 +149,13 @@ class FlashPlan:
     def mram_tiles(self) -> tuple[int, int]:
         """(first tile, count): K chunks at ``mram_tile0 + c``, V chunks at ``mram_tile0 + nc + c``."""
         return (self.mram_tile0, 2 * self.nc if self.kernel == "flash_attention" else self.nc)
+
+    @property
+    def footprint(self) -> Footprint:
+        """The full footprint (kernels.md §1.1): VRAM regions, FP SRAM range, MRAM tiles, HBM allocations."""
+        return Footprint(vram_regions=dict(self.vram_regions),
+                         fp_range=self.fp_range if self.fp_state_size else None,
+                         mram_tiles=self.mram_tiles, hbm_slack=self.hbm_slack)
 
     @property
     def hbm_slack(self) -> dict[str, int]:

@@ -123,14 +123,17 @@ def build_flash(name: str, p: dict, config):
     al = allowed[blk.q0:blk.q0 + br][None]
     m_g = np.where(al, sc, -np.inf).max(axis=-1)
     l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
-    F, Mm = plan.fp_state_base, M
+    F = plan.fp_state_base
+    n_words = plan.fp_state_size
 
-    def take(kind_off):
+    def take(kind):
+        idx = np.array([[plan.state_words(j, r)[kind] - F for r in range(br)] for j in range(nh_b)])
+
         def post_state(x):
-            return x.reshape(-1, 3, Mm)[:nh_b, kind_off, :br]
+            return x[idx]
         return post_state
-    cb.check("m", FpWords(F, 3 * Mm * nh_b, post=take(0)), m_g, ("head", "row"), "flash_m")
-    cb.check("l", FpWords(F, 3 * Mm * nh_b, post=take(2)), l_g, ("head", "row"), "flash_l", Tk=Tk)
+    cb.check("m", FpWords(F, n_words, post=take("m")), m_g, ("head", "row"), "flash_m")
+    cb.check("l", FpWords(F, n_words, post=take("l")), l_g, ("head", "row"), "flash_l", Tk=Tk)
     case = cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}")
     case.plan = plan
     return case
@@ -161,14 +164,18 @@ def build_scores(name: str, p: dict, config):
     golden = np.einsum("bshk,bchk->bhsc", Q, Kr)
     A = np.einsum("bshk,bchk->bhsc", np.abs(Q), np.abs(Kr))
 
+    V = cfg.VLEN
+
     def post(x):
-        t = x.reshape(B_, hq, Tq, Tk, M, M)
         out = np.empty((B_, hq, S, L), dtype=x.dtype)
-        for i in range(Tq):
-            br = min(M, S - i * M)
-            for tt in range(Tk):
-                bc = min(M, L - tt * M)
-                out[:, :, i * M:i * M + br, tt * M:tt * M + bc] = t[:, :, i, tt, :br, :bc]
+        for b in range(B_):
+            for h in range(hq):
+                for i in range(Tq):
+                    br = min(M, S - i * M)
+                    for tt in range(Tk):
+                        bc = min(M, L - tt * M)
+                        r0 = (plan.scores_tile_addr(b, h, i, tt) - s_out) // V      # the plan's tile map
+                        out[b, h, i * M:i * M + br, tt * M:tt * M + bc] = x[r0:r0 + br, :bc]
         return out
     cb.check("scores", VramRows(s_out, n_out, post=post), golden, ("batch", "head", "row", "col"), "qkt",
              A=A, group_by=("batch", "head"))

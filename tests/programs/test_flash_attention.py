@@ -279,6 +279,8 @@ def test_footprint_and_fp_state():
     assert p.fp_range == (16, 3 * 64 * 4)
     assert p.state_words(1, 5) == {"m": 16 + 192 + 5, "m_res": 16 + 192 + 64 + 5, "l": 16 + 192 + 128 + 5}
     assert set(p.hbm_slack) == {"q", "k", "v"}
+    fpt = p.footprint
+    assert fpt.vram_regions == dict(p.vram_regions) and fpt.fp_range == p.fp_range and fpt.mram_tiles == (0, 2)
 
 
 # ----------------------------------------------------------------------------- determinism and hooks
@@ -350,8 +352,9 @@ def range_samples(mod, n: int, seed: int, max_dyn: int, max_static: int):
         p["hkv"] = min(p["hkv"], p["hq"])
         if not _valid(p, cfg):
             continue
-        if p["batch"] * p["q_len"] * p["hq"] * ceil_div(p["kv_len"], cfg.MLEN) > 40_000:
-            continue
+        passes = p["batch"] * p["hq"] * ceil_div(p["q_len"], cfg.MLEN) * ceil_div(p["kv_len"], cfg.MLEN)
+        if passes * max(1, p["d"] // 16) > max_static // 40:
+            continue                                   # cheap pre-filter before planning
         sp = shape(p, cfg)
         kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
         plan = make_plan(cfg, sp, kernel)
