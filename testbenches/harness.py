@@ -23,7 +23,8 @@ Building a case: :class:`CaseBuilder`
   including slack) in the precision class ``cls`` (``"act"`` -> HBM_V_ACT_TYPE, prec 0; ``"weight"`` ->
   HBM_M_WEIGHT_TYPE, prec 0; ``"kv"`` -> HBM_M_KV_TYPE, prec 1; ``"kv_v"`` -> HBM_V_KV_TYPE, prec 1), binds
   the next free a-register and returns the generator's ``HbmTensor`` plus the exact dequantized values
-  (MX round trip, float64, unpadded shape) -- the only values a golden may be computed from;
+  (MX round trip, float64, unpadded 2-D shape) -- the only values a golden may be computed from;
+  ``shape=`` records the input under its logical shape in ``Case.inputs`` (e.g. ``(batch, q, hq, d)``);
 * ``cb.output_tensor(name, rows, cols, cls, alloc_rows=None)``: a zero-filled HBM tensor the program may
   write (its byte ranges are declared writable for the HBM footprint check);
 * ``cb.alloc(n)``: reserve ``n`` VRAM rows (one zero guard row is left after each) without declaring
@@ -324,7 +325,8 @@ class CaseBuilder:
         return self.rng.standard_normal(shape) * scale
 
     def tensor(self, name: str, values, cls: str = "act", *, alloc_rows: int | None = None,
-               alloc_elems: int | None = None, writable: bool = False) -> tuple[HbmTensor, np.ndarray]:
+               alloc_elems: int | None = None, writable: bool = False,
+               shape: tuple[int, ...] | None = None) -> tuple[HbmTensor, np.ndarray]:
         if cls not in _CLASSES:
             raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
         arr = np.asarray(values, dtype=np.float64)
@@ -352,7 +354,7 @@ class CaseBuilder:
         ht = HbmTensor(areg=a, scale_offset=p.scale_reg if isinstance(t, MxType) else 0, eb=t.elem_bytes,
                        prec=prec, row_pitch_elems=cols, alloc_elems=n_rows * cols, block=block)
         deq = np.asarray(p.values, dtype=np.float64)[:rows, :cols].copy()
-        self.inputs[name] = deq
+        self.inputs[name] = deq if shape is None else deq.reshape(shape)
         if writable:
             self.writable.append((p.base, p.end))
         return ht, deq
