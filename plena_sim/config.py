@@ -239,23 +239,40 @@ class HardwareConfig:
 
 # --------------------------------------------------------------------------- parsing helpers
 
+_MAX_CONFIG_INT = 1 << 63   # every value must fit the int64 arrays of the Numba core
+_MAX_LATENCY = (1 << 32) - 1  # cycles per instruction; 10^9 instructions of it still fit an int64 count
+
+
+def _shown(v: Any) -> str:
+    """``repr(v)`` for a message, kept short (and safe for integers of any size)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1 << 128:
+        return f"{'-' if v < 0 else ''}an integer of {abs(v).bit_length()} bits"
+    try:
+        r = repr(v)
+    except ValueError:  # pragma: no cover - repr of huge nested numbers
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 def _coerce(key: str, value: Any) -> Any:
     kind = _CONFIG_KIND[key]
     if kind in ("int", "int0"):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"must be an integer, got {value!r}")
+            raise ConfigError(key, f"must be an integer, got {_shown(value)}")
         lo = 1 if kind == "int" else 0
         if value < lo:
-            raise ConfigError(key, f"must be an integer >= {lo}, got {value}")
+            raise ConfigError(key, f"must be an integer >= {lo}, got {_shown(value)}")
+        if value >= _MAX_CONFIG_INT:
+            raise ConfigError(key, f"must be an integer < 2^63, got {_shown(value)}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"must be a number, got {value!r}")
-        if not math.isfinite(float(value)):
-            raise ConfigError(key, f"must be finite, got {value!r}")
+            raise ConfigError(key, f"must be a number, got {_shown(value)}")
+        if isinstance(value, int) and abs(value) >= _MAX_CONFIG_INT or not math.isfinite(float(value)):
+            raise ConfigError(key, f"must be finite, got {_shown(value)}")
         return float(value)
     if not isinstance(value, str):
-        raise ConfigError(key, f"must be a string, got {value!r}")
+        raise ConfigError(key, f"must be a string, got {_shown(value)}")
     return value
 
 
@@ -270,10 +287,10 @@ def _get(tbl: dict, name: str, key: str, typ: type | tuple[type, ...]) -> Any:
         raise ConfigError(key, f"missing required field '{name}'")
     v = tbl[name]
     if isinstance(v, bool) and typ is int:
-        raise ConfigError(key, f"field '{name}' must be an integer, got {v!r}")
+        raise ConfigError(key, f"field '{name}' must be an integer, got {_shown(v)}")
     if not isinstance(v, typ):
         tn = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise ConfigError(key, f"field '{name}' must be {tn}, got {v!r}")
+        raise ConfigError(key, f"field '{name}' must be {tn}, got {_shown(v)}")
     return v
 
 
@@ -550,16 +567,17 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
         pair = []
         for f in ("dc_lib_en", "dc_lib_dis"):
             v = _get(t, f, key, int)
-            if v < 0:
-                raise ConfigError(key, f"{f} must be >= 0, got {v}")
+            if not 0 <= v <= _MAX_LATENCY:
+                raise ConfigError(key, f"{f} must be an integer in [0, 2^32 - 1] cycles, got {_shown(v)}")
             pair.append(v)
         latency[name] = (pair[0], pair[1])
 
     timing_tbl = _table(sec.get("HBM_TIMING", {}), "HBM_TIMING")
     hbm_timing = {}
     for k, v in timing_tbl.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ConfigError(f"HBM_TIMING.{k}", f"must be a finite number >= 0, got {v!r}")
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) >= _MAX_CONFIG_INT
+                or not math.isfinite(v) or v < 0):
+            raise ConfigError(f"HBM_TIMING.{k}", f"must be a finite number >= 0, got {_shown(v)}")
         hbm_timing[k] = v
 
     cfg = HardwareConfig(**raw, precision=MappingProxyType(precision),
@@ -582,6 +600,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value  # a bare word is a string (e.g. HBM_TIMING_PRESET=HBM3)
+    except (ValueError, RecursionError):
+        raise ConfigError(key, f"value {_shown(value)} is not a usable TOML value") from None
     return key, parsed
 
 
@@ -612,6 +632,8 @@ def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSA
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("toml", f"{source}: {exc}") from None
+    except ValueError as exc:      # e.g. an integer literal of more than 4300 digits
         raise ConfigError("toml", f"{source}: {exc}") from None
     except RecursionError:
         raise ConfigError("toml", f"{source}: arrays / inline tables nested too deeply") from None
