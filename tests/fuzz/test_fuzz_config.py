@@ -62,7 +62,8 @@ def to_toml(doc: dict) -> str:
 # ------------------------------------------------------------------------------ mutations
 
 _BAD_VALUES = [-1, 0, 1, 3, 7, 2**70, -2**63, 1.5, 64.0, "64", "", True, False, [], [64], {}, {"value": "x"},
-               float("nan"), float("inf"), 2**40, 2**62, 2**50, 2**50 + 1, 2**49, 2**36, 17, 6, 12, 1 << 20]
+               float("nan"), float("inf"), 2**40, 2**62, 2**50, 2**50 + 1, 2**49, 2**36, 17, 6, 12, 1 << 20,
+               2**63 - 1, 2**63, 2**64, 10**400, 2**32, 2**32 - 1]
 
 
 def _paths(node, prefix=()):
@@ -159,7 +160,7 @@ def mutate_text(r: random.Random, text: str) -> str:
     if what == 2:
         p = r.randrange(len(text))
         return text[:p] + r.choice(["[", "]", "=", "\"", "\x00", "\ufeff", "é", "[[x]]", "\n[TRANSACTIONAL]\n",
-                                    "= =", "{", "0x", "[" * 5000]) + text[p:]
+                                    "= =", "{", "0x", "[" * 5000, "9" * 5000, "\nvalue = " + "9" * 5000 + "\n"]) + text[p:]
     if what == 3:
         k = r.randrange(len(lines))
         return "".join(lines[:k] + [lines[k]] + lines[k:])       # duplicate key / table
@@ -195,14 +196,31 @@ def check_load(label: str, path=None, overrides=None):
     except Exception as exc:  # noqa: BLE001
         raise AssertionError(f"{label}: load_config raised {type(exc).__name__}: {exc}") from exc
     dense, _lazy = host_memory_needs(cfg)
-    if sum(n for n, _ in dense.values()) <= 1 << 26:       # instantiate (cheaply) what was accepted
-        from plena_sim.state import MachineState
+    if sum(n for n, _ in dense.values()) <= 1 << 26:       # instantiate and run what was accepted
+        from plena_sim.machine import Machine
         try:
-            MachineState(cfg)
+            m = Machine(cfg, backend="numba")
+            res = m.run(_PROBE, max_instructions=50, raise_on_fault=False)
         except Exception as exc:  # noqa: BLE001
-            raise AssertionError(f"{label}: accepted config cannot be instantiated: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            raise AssertionError(f"{label}: accepted config cannot be run: {type(exc).__name__}: {exc}") from exc
+        assert res.instructions <= 50 and res.cycles >= 0, label
     return cfg
+
+
+#: a probe touching every unit (loop, scalar, vector, DMA both ways, matrix): any accepted config must
+#: run it to success or a typed fault
+_PROBE = [w for w in __import__("isa").assemble("""
+C_LOOP_START gp1, 2
+S_ADDI_INT gp2, gp2, 1
+V_ADD_VV gp0, gp0, gp0
+S_ST_FP f0, gp0, 0
+C_LOOP_END gp1
+H_PREFETCH_V gp0, gp0, a0, 0, 0
+H_STORE_V gp0, gp0, a0, 0, 0
+H_PREFETCH_M gp0, gp0, a0, 0, 0
+M_MM 0, gp0, gp0
+M_MM_WO gp0, gp0, 0
+""").words]
 
 
 def test_fuzz_config_documents(tmp_path):
