@@ -66,7 +66,7 @@ def randomize_state(m, rng: np.random.Generator, tame: bool = False) -> None:
     pool_gp = np.array([0, 1, 2, 3, 4, 8, 12, V, 2 * V, 3 * V, 5 * V, 17 * V, M * M, 2 * M * M,
                         cfg.VECTOR_SRAM_SIZE * V - V, cfg.VECTOR_SRAM_SIZE * V, 64, 128, 256, 1024,
                         cfg.FP_SRAM_SIZE - 1, cfg.INT_SRAM_SIZE - 1, 0x7FFFFFFF, 0xFFFFFFFF,
-                        cfg.HBM_SIZE - 64], dtype=np.int64)
+                        max(0, cfg.HBM_SIZE - 64)], dtype=np.int64)
     # addresses legal for nearly every role: VRAM rows, MRAM tiles, FP/INT SRAM words, MX HBM offsets
     good = np.array([0, 0, V, 2 * V, 3 * V, M * M, 2 * M * M], dtype=np.int64)
     u = rng.random(16)
@@ -81,7 +81,7 @@ def randomize_state(m, rng: np.random.Generator, tame: bool = False) -> None:
     fp = np.where(rng.random(8) < 0.7, rng.choice(fp_pool, 8), rng.integers(0, 1 << 16, 8))
     fp[0] = 0
     st.fp[:] = fp.astype(np.uint16)
-    a_pool = np.array([0, 64, 256, 4096, cfg.HBM_SIZE - 256, cfg.HBM_SIZE, 1 << 32, (1 << 63) + 5,
+    a_pool = np.array([0, 64, 256, 4096, max(0, cfg.HBM_SIZE - 256), cfg.HBM_SIZE, 1 << 32, (1 << 63) + 5,
                        (1 << 64) - 1], dtype=np.uint64)
     areg = rng.choice(a_pool, 8)
     areg[rng.random(8) < 0.6] = 0
@@ -103,7 +103,7 @@ def randomize_state(m, rng: np.random.Generator, tame: bool = False) -> None:
     st.vram[:] = _bf16_noise(rng, st.vram.shape)
     st.fp_sram[:] = _bf16_noise(rng, st.fp_sram.shape)
     st.mram[:] = rng.standard_normal(st.mram.shape).astype(np.float32)
-    if rng.random() < 0.3:
+    if rng.random() < 0.3 and st.mram.size:
         flat = st.mram.reshape(-1)
         k = rng.integers(0, flat.size, 4)
         flat[k] = np.array([np.inf, -np.inf, np.nan, 3e38], dtype=np.float32)
@@ -117,8 +117,8 @@ def randomize_state(m, rng: np.random.Generator, tame: bool = False) -> None:
         a[:] = rng.standard_normal(a.shape).astype(np.float32) if rng.random() < 0.5 else 0.0
     reset_hbm(st.hbm)
     for _ in range(int(rng.integers(0, 4))):
-        n = int(rng.integers(1, 2048))
-        addr = int(rng.integers(0, cfg.HBM_SIZE - n))
+        n = int(rng.integers(1, min(2048, cfg.HBM_SIZE) + 1))
+        addr = int(rng.integers(0, cfg.HBM_SIZE - n + 1))
         st.hbm.write(addr, rng.integers(0, 256, n, dtype=np.int64).astype(np.uint8))
 
 
