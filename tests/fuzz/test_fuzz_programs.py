@@ -6,8 +6,10 @@ exactly: the same fault record (rule, pc, operand, values) or none, the same ret
 per-opcode counts and counters, and bit-identical final state (registers, loop stack, every memory,
 every accumulator, every HBM byte).
 
-Default CI size: 4000 seeded programs + 1000 hypothesis programs + 600 raw-word programs
-(``PLENA_FUZZ_SCALE`` multiplies). A seeded failure names its seed: ``run_case(seed)`` replays it.
+Default CI size: 4000 seeded programs + 1000 hypothesis programs + 600 raw-word programs on two small
+configs, plus ~300 programs on 40 random configurations (odd sizes, DMA amounts beyond the memories,
+random HBM types) -- ``PLENA_FUZZ_SCALE`` multiplies. A seeded failure names its seed:
+``run_case(seed)`` / ``run_config_case(seed)`` replays it.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from fuzzlib import BASE_SEED, copy_state, count, diff_digest, hyp_settings, out
     randomize_state, small_config, state_digest
 from proggen import gen_program
 from plena_sim import faults as F
-from plena_sim.config import FpType, MxType, PlainType
+from plena_sim.config import ConfigError, FpType, MxType, PlainType, load_config
 from plena_sim.machine import Machine
 
 pytestmark = pytest.mark.fuzz
@@ -144,3 +146,63 @@ def test_fuzz_runaway_and_budget_limits():
         res = m.run(flat, max_instructions=1000, raise_on_fault=False)
         assert isinstance(res.fault, F.InstructionBudgetExceeded) and res.instructions == 1000
         assert "max_instructions=1000" in str(res.fault)
+
+
+# ------------------------------------------------------------------------------ random configurations
+
+def random_config(r: random.Random):
+    """A small random valid configuration: odd SRAM / HBM sizes (down to 0 VRAM rows, 0 MRAM tiles, a
+    1-byte HBM), DMA amounts beyond the memories, MAX_LOOP_INSTRUCTIONS down to 1, any BMM_SCALE, random
+    Plain / MX HBM types (block dividing MLEN). None if the draw is not a valid config."""
+    M = r.choice([4, 8, 16, 32])
+    H = r.choice([h for h in (1, 2, 4, 8, 16, 32) if h <= M])
+    B = r.choice([b for b in (1, 2, 4, 8) if b <= M])
+    amounts = [1, 2, 3, 4, 7, 16, 1000]
+    ov = dict(MLEN=M, VLEN=M, BLEN=B, HLEN=H, BROADCAST_AMOUNT=M // H,
+              VECTOR_SRAM_SIZE=r.choice([0, 1, 7, 64, 300]), MATRIX_SRAM_SIZE=r.choice([0, M - 1, M, 3 * M, 5 * M]),
+              HBM_SIZE=r.choice([1, 100, 4096, 65536, 65537, 200000]), HBM_M_Prefetch_Amount=r.choice(amounts),
+              HBM_V_Prefetch_Amount=r.choice(amounts), HBM_V_Writeback_Amount=r.choice(amounts),
+              MAX_LOOP_INSTRUCTIONS=r.choice([1, 2, 5, 100]), FP_SRAM_SIZE=r.choice([1, 7, 64, 1024]),
+              INT_SRAM_SIZE=r.choice([1, 7, 64, 1024]), DC_EN=r.choice([0, 1]),
+              BMM_SCALE=r.choice([0.0, 0.25, 1.0, -3.5, 1e38]))
+    try:
+        cfg = load_config(overrides=ov)
+    except ConfigError:
+        return None
+    elems = [FpType(True, 4, 3), FpType(True, 5, 2), FpType(True, 5, 10), FpType(True, 8, 7)]
+    types = {}
+    for name in ("HBM_M_WEIGHT_TYPE", "HBM_M_KV_TYPE", "HBM_V_ACT_TYPE", "HBM_V_KV_TYPE"):
+        k = r.randrange(5)
+        if k == 0:
+            types[name] = PlainType(r.choice(elems + [FpType(True, 8, 23)]))
+        elif k == 1:
+            types[name] = MxType(r.choice(elems), _E8M0, r.choice([b for b in (1, 2, 4, 8, 32) if M % b == 0]))
+    if types:
+        cfg = dataclasses.replace(cfg, precision=MappingProxyType({**cfg.precision, **types}))
+    return cfg
+
+
+def test_fuzz_programs_random_configs():
+    """40 random configurations x 10 programs (``run_config_case(seed)`` replays one configuration)."""
+    for cseed in range(BASE_SEED, BASE_SEED + count(40)):
+        run_config_case(cseed)
+
+
+def run_config_case(cseed: int, programs: int = 10) -> None:
+    r = random.Random(cseed)
+    cfg = random_config(r)
+    if cfg is None:
+        return
+    CONFIGS.append(cfg)
+    index = len(CONFIGS) - 1
+    try:
+        for k in range(programs):
+            seed = cseed * 1000 + k
+            pr = random.Random(seed)
+            tame = pr.random() < 0.5
+            words = gen_program(pr, pr.randrange(1, 25), V=cfg.VLEN, tame=tame)
+            check_run(words, seed, pr.choice((0, 5, 100, 300)), index, tame, f"config seed {cseed}, program {k}")
+    finally:
+        CONFIGS.pop()
+        _MACHINES.pop((index, "numba"), None)
+        _MACHINES.pop((index, "reference"), None)
