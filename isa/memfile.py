@@ -57,7 +57,9 @@ def read_mem(path: str | Path) -> Program:
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError as exc:
-        raise MemFormatError(str(p), f"not a text .mem file (non-ASCII byte at offset {exc.start})") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise MemFormatError(str(p), f"line {line}: not a text .mem file (non-ASCII byte 0x{data[exc.start]:02X} "
+                                     f"at offset {exc.start})") from None
     return parse_mem(text, str(p))
 
 

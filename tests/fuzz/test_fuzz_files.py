@@ -60,7 +60,7 @@ def check_mem(data: bytes, path, label: str):
         prog = read_mem(path)
     except MemFormatError as exc:
         msg = str(exc)
-        assert msg.startswith(str(path)) and len(msg) < 500, (label, msg)
+        assert msg.startswith(f"{path}: line ") and len(msg) < 500, (label, msg)
         return None
     except Exception as exc:  # noqa: BLE001
         raise AssertionError(f"{label}: read_mem raised {type(exc).__name__}: {exc}") from exc
