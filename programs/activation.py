@@ -17,7 +17,7 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, fp as F, gp as G, load_imm
+from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX
 from .common import SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
 
 __all__ = ["ActivationPlan", "plan_activation", "emit_activation", "KINDS"]
@@ -46,7 +46,7 @@ def plan_activation(config: HardwareConfig, *, kind: str, src_base: int, dst_bas
     V = config.VLEN
     if kind not in KINDS:
         fail(KERNEL, "kind", repr(kind), f"must be one of {KINDS} (GELU is the sigmoid form only)")
-    need_int(KERNEL, "nrows", nrows, 1, (1 << 22) - 1)
+    need_int(KERNEL, "nrows", nrows, 1, LOOP_COUNT_MAX)
     for name, v in (("src_base", src_base), ("dst_base", dst_base), ("t_base", t_base)):
         need_int(KERNEL, name, v, 0)
         need_multiple(KERNEL, name, v, V, "VLEN")

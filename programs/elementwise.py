@@ -11,7 +11,7 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, gp as G, load_imm
+from .asm import Asm, gp as G, load_imm, LOOP_COUNT_MAX
 from .common import check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
 
 __all__ = ["AddRowsPlan", "plan_add_rows", "emit_add_rows", "ScaleRowsPlan", "plan_scale_rows", "emit_scale_rows"]
@@ -34,7 +34,7 @@ class AddRowsPlan:
 
 def plan_add_rows(config: HardwareConfig, *, nrows: int, a_base: int, b_base: int, out_base: int) -> AddRowsPlan:
     V = config.VLEN
-    need_int(KERNEL, "nrows", nrows, 1, (1 << 22) - 1)
+    need_int(KERNEL, "nrows", nrows, 1, LOOP_COUNT_MAX)
     for name, v in (("a_base", a_base), ("b_base", b_base), ("out_base", out_base)):
         need_int(KERNEL, name, v, 0)
         need_multiple(KERNEL, name, v, V, "VLEN")
@@ -94,7 +94,7 @@ def plan_scale_rows(config: HardwareConfig, *, nrows: int, src_base: int, dst_ba
     """``dst_i = src_i * FP[slot]`` over ``nrows`` rows (one hardware loop); in place allowed."""
     k = "scale_rows"
     V = config.VLEN
-    need_int(k, "nrows", nrows, 1, (1 << 22) - 1)
+    need_int(k, "nrows", nrows, 1, LOOP_COUNT_MAX)
     need_int(k, "slot", slot, 0, config.FP_SRAM_SIZE - 1)
     for name, v in (("src_base", src_base), ("dst_base", dst_base)):
         need_int(k, name, v, 0)

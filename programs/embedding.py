@@ -15,7 +15,7 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, areg, fp as F, gp as G, load_imm
+from .asm import Asm, areg, fp as F, gp as G, load_imm, LOOP_COUNT_MAX, IMM18_LIMIT
 from .common import (SLOT, U32, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
                      take_regs)
 from .hbm import HbmTensor
@@ -49,7 +49,7 @@ class EmbeddingPlan:
 def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, table: HbmTensor, ids_base: int,
                    out_base: int, land_base: int, pitch: int | None = None) -> EmbeddingPlan:
     V, Pv = config.VLEN, config.P_V
-    need_int(KERNEL, "T", T, 1, (1 << 22) - 1)
+    need_int(KERNEL, "T", T, 1, LOOP_COUNT_MAX)
     need_int(KERNEL, "vocab", vocab, 1)
     need_int(KERNEL, "hidden", hidden, 1)
     need_multiple(KERNEL, "hidden", hidden, V, "VLEN")
@@ -69,12 +69,12 @@ def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, t
     need_int(KERNEL, "ids_base", ids_base, 0)
     if ids_base + T > config.INT_SRAM_SIZE:
         fail(KERNEL, "ids_base", ids_base, f"+ T={T} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}")
-    if ids_base + T > (1 << 18):
+    if ids_base + T > IMM18_LIMIT:
         fail(KERNEL, "ids_base", ids_base, "+ T must fit the 18-bit S_LD_INT immediate")
     for name, v in (("out_base", out_base), ("land_base", land_base)):
         need_int(KERNEL, name, v, 0)
         need_multiple(KERNEL, name, v, V, "VLEN")
-    if pitch * V >= (1 << 18):
+    if pitch * V >= IMM18_LIMIT:
         fail(KERNEL, "pitch", pitch, f"* VLEN = {pitch * V} must be < 2^18 (S_ADDI_INT pointer step)")
     nb = hidden // V
     regions = {"out": (out_base // V, nb * pitch, "output"), "land": (land_base // V, Pv, "scratch")}

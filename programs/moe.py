@@ -17,7 +17,7 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, add_imm, fp as F, gp as G, load_imm
+from .asm import Asm, add_imm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX
 from .common import (FP_STATE_BASE, SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int,
                      need_multiple, take_regs)
 from .hbm import HbmTensor, ceil_div, round_up
@@ -59,7 +59,7 @@ def plan_topk(config: HardwareConfig, *, T: int, policy: int, logits_base: int, 
     if policy not in POLICIES:
         fail(kernel, "policy", policy, f"must be one of {sorted(POLICIES)} (0: E=32,k=4; 1: E=128,k=8)")
     E, k = POLICIES[policy]
-    need_int(kernel, "T", T, 1, (1 << 22) - 1)
+    need_int(kernel, "T", T, 1, LOOP_COUNT_MAX)
     need_int(kernel, "pitch", pitch, T)
     need_int(kernel, "logits_base", logits_base, 0)
     need_multiple(kernel, "logits_base", logits_base, V, "VLEN")

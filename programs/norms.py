@@ -14,7 +14,7 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, fp as F, gp as G, load_imm
+from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX, IMM18_LIMIT
 from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs,
                      vector_rows)
 from .hbm import HbmTensor, load_vector
@@ -48,7 +48,7 @@ class NormPlan:
 def _plan(kernel: str, cfg: HardwareConfig, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base,
           beta, beta_base) -> NormPlan:
     V = cfg.VLEN
-    need_int(kernel, "rows", rows, 1, (1 << 22) - 1)
+    need_int(kernel, "rows", rows, 1, LOOP_COUNT_MAX)
     need_int(kernel, "hidden", hidden, 1)
     need_multiple(kernel, "hidden", hidden, V, "VLEN")
     need_int(kernel, "pitch", pitch, 1)
@@ -115,7 +115,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     asm.S_LD_FP(F(fEps), G(0), SLOT["INV_HIDDEN"] if swapped else SLOT["EPS"])
     asm.S_LD_FP(F(fInvH), G(0), SLOT["EPS"] if swapped else SLOT["INV_HIDDEN"])
     # block stride (pitch*V) does not fit every immediate: gBc holds it when there is no beta pointer
-    big = step >= (1 << 18)
+    big = step >= IMM18_LIMIT
     gStep = gBc if (big and plan.beta is None) else None
     if big and gStep is None:
         fail(plan.kernel, "pitch", plan.pitch, "pitch*VLEN >= 2^18 with beta is not supported")

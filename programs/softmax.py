@@ -18,7 +18,7 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, fp as F, gp as G, load_imm
+from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX
 from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs)
 from .hbm import ceil_div
 
@@ -53,7 +53,7 @@ class SoftmaxPlan:
 def plan_softmax(config: HardwareConfig, *, rows: int, L: int, x_base: int, pitch: int, y_base: int,
                  scratch_base: int | None = None, scale_slot: int | None = None) -> SoftmaxPlan:
     V = config.VLEN
-    need_int(KERNEL, "rows", rows, 1, (1 << 22) - 1)
+    need_int(KERNEL, "rows", rows, 1, LOOP_COUNT_MAX)
     need_int(KERNEL, "L", L, 1)
     need_int(KERNEL, "pitch", pitch, 1)
     if rows > pitch:
