@@ -224,9 +224,9 @@ def assemble_file(path: str | Path) -> Program:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except OSError as exc:
-        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", f"cannot read file: {exc.strerror or exc}",
-                                            "")]) from None
+    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+        reason = f"cannot read file: {getattr(exc, 'strerror', None) or exc}"
+        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", reason, "")]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

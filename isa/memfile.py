@@ -52,8 +52,8 @@ def read_mem(path: str | Path) -> Program:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except OSError as exc:
-        raise MemFormatError(str(p), f"cannot read: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+        raise MemFormatError(str(p), f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError as exc:

@@ -154,6 +154,8 @@ def _out_path(path: str, what: str) -> Path:
     """An output file path, checked before anything runs: its directory exists and is writable and the
     path is not itself a directory (a failing write later still becomes a UsageError, see _write_out)."""
     import os
+    if "\x00" in path:
+        raise UsageError(f"{what}: output path {path!r} contains a NUL byte")
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():

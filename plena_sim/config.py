@@ -626,7 +626,7 @@ def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSA
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:   # UnicodeDecodeError, or a NUL byte in the path
             raise ConfigError("path", f"cannot read config file {str(p)!r}: {exc}") from None
         source = str(p)
     try:

@@ -386,7 +386,9 @@ def load_raw_image(raw_path: str | os.PathLike, hbm: Hbm | int, base: int = 0) -
                     raise ImageDoesNotFit(f"{raw_path}: image grew past HBM_SIZE {hbm.size:#x} while reading")
                 hbm.load_image(chunk, base + pos)
                 pos += len(chunk)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+        if isinstance(exc, ImageError):
+            raise
         raise ImageError(f"cannot read HBM image {str(raw_path)!r}: {exc}") from None
     return hbm, pos, digest.hexdigest()
 
@@ -456,7 +458,7 @@ def load_image(raw_path: str | os.PathLike, manifest_path: str | os.PathLike | N
     if mpath is not None:
         try:
             text = mpath.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:   # UnicodeDecodeError, or a NUL byte in the path
             raise ImageError(f"cannot read manifest {str(mpath)!r}: {exc}") from None
         try:
             doc = json.loads(text)

@@ -95,7 +95,7 @@ def _read_words(path: str | os.PathLike, word: int, what: str) -> bytes:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except OSError as exc:
+    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
         raise ImageError(f"cannot read {what} preload file {str(p)!r}: {exc}") from None
     if len(data) % word:
         raise ImageError(f"{p}: {what} preload file has {len(data)} bytes, not a whole number of "
