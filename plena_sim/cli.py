@@ -175,6 +175,29 @@ def _write_out(path: Path, data: bytes, what: str) -> None:
         raise UsageError(f"{what}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
+def _write_hbm_dump(path: Path, hbm, addr: int, n: int) -> None:
+    """Stream HBM bytes [addr, addr+n) to ``path`` in 16 MiB pieces (a dump of a multi-GiB range never
+    holds it in memory), through a temporary file renamed over the target (atomic like atomic_write)."""
+    import os
+    import tempfile
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+        with os.fdopen(fd, "wb") as fh:
+            for _a, chunk in hbm.iter_chunks(addr, addr + n, 1 << 24):
+                fh.write(chunk.data)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise UsageError(f"--dump-hbm: cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
 def _save_npy(path: Path, array, what: str = "output") -> None:
     import io
     import numpy as np
@@ -263,7 +286,7 @@ def cmd_exec(args, out, err):
     for addr, rows, path in vram_dumps:
         _save_npy(path, m.vram.read(addr, rows), "--dump-vram")
     for addr, n, path in hbm_dumps:
-        _write_out(path, bytes(m.hbm.dump(addr, n)), "--dump-hbm")
+        _write_hbm_dump(path, m.hbm, addr, n)
     if fp_dump is not None:
         _save_npy(fp_dump, np.asarray(m.fp_sram, dtype=np.float32), "--dump-fp-sram")
     if args.json:

@@ -111,8 +111,31 @@ def test_cli_unwritable_outputs(tmp_path, prog, capsys, monkeypatch):
     def disk_full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     monkeypatch.setattr(cli, "atomic_write", disk_full)
-    code, _, err = _cli(["exec", prog, *_small_set(), "--dump-hbm", f"0:16={tmp_path / 'x.bin'}"], capsys)
+    code, _, err = _cli(["exec", prog, *_small_set(), "--dump-fp-sram", tmp_path / "f.npy"], capsys)
     assert code == 2 and "cannot write" in err and "No space left" in err and "Traceback" not in err
+    import tempfile
+
+    def no_temp(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(tempfile, "mkstemp", no_temp)
+    code, _, err = _cli(["exec", prog, *_small_set(), "--dump-hbm", f"0:16={tmp_path / 'x.bin'}"], capsys)
+    assert code == 2 and "--dump-hbm" in err and "No space left" in err and "Traceback" not in err
+    assert not (tmp_path / "x.bin").exists()
+
+
+def test_cli_hbm_dump_streams_whole_hbm(tmp_path, prog, capsys):
+    """A dump of the whole (sparse) HBM is streamed to the file, never held in memory at once."""
+    size = 3 << 24                                                    # 48 MiB, 3 chunks
+    img = tmp_path / "img.bin"
+    img.write_bytes(b"\x5a" * 100)
+    out = tmp_path / "all.bin"
+    code, _, err = _cli(["exec", prog, *_small_set(), "--set", f"HBM_SIZE={size}", "--hbm-at", f"{size - 100}={img}",
+                         "--dump-hbm", f"0:{size}={out}"], capsys)
+    assert code == 0, err
+    assert out.stat().st_size == size
+    with open(out, "rb") as fh:
+        fh.seek(size - 101)
+        assert fh.read() == b"\x00" + b"\x5a" * 100
 
 
 @pytest.mark.parametrize("extra,needle", [
