@@ -43,8 +43,9 @@ EXAMPLES = int(os.environ.get("PLENA_LOCKSTEP_EXAMPLES", "2000"))
 WORD_EXAMPLES = max(100, EXAMPLES // 4)
 CORPUS_SEEDS = int(os.environ.get("PLENA_LOCKSTEP_CORPUS", "1000"))
 BUDGET = 3000
-#: compare NaNs bit for bit (see diff_states); off until the reference pins the NaN propagation rule
-STRICT_NAN = os.environ.get("PLENA_LOCKSTEP_STRICT_NAN", "0") not in ("", "0")
+#: compare NaNs bit for bit (see diff_states). Both backends implement the documented first-operand NaN rule,
+#: so this is on by default; PLENA_LOCKSTEP_STRICT_NAN=0 relaxes it to diagnose a NaN-only difference.
+STRICT_NAN = os.environ.get("PLENA_LOCKSTEP_STRICT_NAN", "1") not in ("", "0")
 
 # ===================================================================================== configurations
 
