@@ -273,6 +273,8 @@ def _coerce(key: str, value: Any) -> Any:
         return float(value)
     if not isinstance(value, str):
         raise ConfigError(key, f"must be a string, got {_shown(value)}")
+    if len(value) > 64:
+        raise ConfigError(key, f"must be a name of at most 64 characters, got {_shown(value)}")
     return value
 
 
@@ -310,7 +312,7 @@ def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
         if w not in (8, 16, 32):
             raise ConfigError(key, f"Int width must be 8, 16 or 32, got {w}")
         return IntType(w)
-    raise ConfigError(key, f"type must be 'Fp' or 'Int', got {kind!r}")
+    raise ConfigError(key, f"type must be 'Fp' or 'Int', got {_shown(kind)}")
 
 
 def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType:
@@ -333,7 +335,7 @@ def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType:
         if not isinstance(scale, FpType):
             raise ConfigError(f"{key}.SCALE", "scale must be Fp{sign=false, E=8, M=0} (E8M0)")
         return MxType(elem, scale, block)
-    raise ConfigError(key, f"format must be 'Plain' or 'Mx', got {fmt!r}")
+    raise ConfigError(key, f"format must be 'Plain' or 'Mx', got {_shown(fmt)}")
 
 
 def _check_precision(name: str, t: Any, cfg_len: int | None) -> None:
