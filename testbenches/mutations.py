@@ -144,8 +144,12 @@ def how_caught(rep: Report) -> str:
     if rep.fault:
         return "fault"
     if rep.error is not None:
-        text = rep.error.lower()
-        return "assembler" if "assembler" in text or "asm:" in text else "plan"
+        kind, _, text = rep.error.partition(": ")
+        if kind == "assembler" or text.startswith("Asm:"):
+            return "assembler"
+        if kind == "plan":
+            return "plan"
+        return "mismatch"          # e.g. "expected a fault, but the run completed"
     return "mismatch"
 
 

@@ -1,0 +1,62 @@
+"""The oracle's teeth (kernels.md §6.1): every mutation of §6.2/§6.3 is caught by its exposing cases.
+
+* CI (default run): one exposing case per mutation, the cheapest one (testbenches.mutations.ci_subset).
+* ``-m slow``: every listed exposing case of every mutation.
+* The blind spot: the seed's bug (K/V tile offset ignored) is invisible with a single kv tile
+  (kv_len == MLEN), which is why every exposing case has several tiles.
+* With no hook enabled every generator's text is byte-identical (hooks cost nothing when off).
+"""
+from __future__ import annotations
+
+import pytest
+
+from programs import faults
+from testbenches import mutations as mut
+from testbenches.harness import run_case
+
+ALL = [(h, e) for h in mut.MUTATIONS for e in mut.exposures(h)]
+
+
+def test_table_covers_every_hook_exactly():
+    assert set(mut.MUTATIONS) == set(faults.HOOKS)
+    assert len(mut.MUTATIONS) == len(set(mut.MUTATIONS)) == 50
+    for h in mut.MUTATIONS:
+        assert mut.exposures(h), h
+        assert mut.DESCRIPTIONS[h]
+
+
+@pytest.mark.parametrize("hook,exp", mut.ci_subset(), ids=[f"{h}-{e.label}" for h, e in mut.ci_subset()])
+def test_mutation_caught_ci_subset(hook, exp):
+    rep = mut.run_mutation(hook, exp)
+    assert not rep.passed, f"mutation {hook} NOT caught by {exp.label}: {rep.summary}"
+    assert mut.how_caught(rep) in ("mismatch", "fault", "assembler", "plan")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hook,exp", ALL, ids=[f"{h}-{e.label}" for h, e in ALL])
+def test_mutation_caught_every_listed_case(hook, exp):
+    rep = mut.run_mutation(hook, exp)
+    assert not rep.passed, f"mutation {hook} NOT caught by {exp.label}: {rep.summary}"
+
+
+def test_blind_spot_single_kv_tile_does_not_expose_the_seed_bug():
+    # kv_len == q_len == MLEN: one kv tile, so t*M*R == 0 and the seed's bug changes nothing.
+    single = {"q_len": 64, "kv_len": 64}
+    clean = run_case("flashattn_prefill", "single-tile", single, "default")
+    assert clean.passed, clean.summary
+    with faults.inject("kv_tile_offset_ignored"):
+        mutant = run_case("flashattn_prefill", "single-tile:kv_tile_offset_ignored", single, "default")
+    assert mutant.passed, "expected the single-tile case to be blind to the seed bug"
+    # ... while the multi-tile default (kv_len = 4*MLEN) exposes it
+    with faults.inject("kv_tile_offset_ignored"):
+        multi = run_case("flashattn_prefill", "P1:kv_tile_offset_ignored", {}, "default")
+    assert not multi.passed and mut.how_caught(multi) == "mismatch"
+
+
+def test_how_caught_classification():
+    rep = mut.run_mutation("pv_v_step_blen", mut.exposures("pv_v_step_blen")[0])
+    assert mut.how_caught(rep) == "fault" and rep.fault["rule"] == "AL-MM"
+    rep = mut.run_mutation("raw_large_immediate", mut.exposures("raw_large_immediate")[0])
+    assert mut.how_caught(rep) == "assembler"
+    rep = mut.run_mutation("ffn_workspace_overlap", mut.exposures("ffn_workspace_overlap")[0])
+    assert mut.how_caught(rep) in ("plan", "mismatch")
