@@ -603,6 +603,44 @@ def _render_report(out, rep, doc) -> None:
     out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
 
 
+# ----------------------------------------------------------------------------------------- mutants
+
+def cmd_mutants(args, out, err):
+    from testbenches import mutations as mut
+    hooks = list(mut.MUTATIONS)
+    if args.only:
+        wanted = [h.strip() for h in args.only.split(",") if h.strip()]
+        unknown = [h for h in wanted if h not in mut.MUTATIONS]
+        if unknown:
+            raise UsageError(f"--only: unknown mutation(s) {', '.join(unknown)} (valid: {', '.join(mut.MUTATIONS)})")
+        hooks = wanted
+    rows = []
+    with (err.status("running mutants ...") if not args.json else _nullctx()) as status:
+        for h in hooks:
+            cases = [dict(mut.ci_subset())[h]] if args.quick else mut.exposures(h)
+            for exp in cases:
+                if status is not None:
+                    status.update(f"{h} on {exp.label}")
+                rep = mut.run_mutation(h, exp, backend=args.backend)
+                how = mut.how_caught(rep)
+                worst = rep.worst_ratio if how == "mismatch" else None
+                rows.append({"mutation": h, "description": mut.DESCRIPTIONS[h], "case": exp.label,
+                             "caught": bool(how), "how": how or "NOT CAUGHT", "worst_err_over_tol": worst,
+                             "detail": rep.summary})
+    all_caught = all(r["caught"] for r in rows)
+    if args.json:
+        out.file.write(json.dumps({"all_caught": all_caught, "mutants": rows}, default=_json_default) + "\n")
+    else:
+        t = Table(title=f"mutants: {sum(r['caught'] for r in rows)}/{len(rows)} caught")
+        for col in ("mutation", "exposing case", "caught", "how", "worst err/tol"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["mutation"], r["case"], "[green]yes[/]" if r["caught"] else "[red]NO[/]", r["how"],
+                      "" if r["worst_err_over_tol"] is None else f"{r['worst_err_over_tol']:.3g}")
+        out.print(t)
+    return EXIT_OK if all_caught else EXIT_MISMATCH
+
+
 # ----------------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -649,6 +687,14 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--backend", choices=("numba", "reference"), default="numba")
     dm.add_argument("--seed", type=int, default=0)
     dm.set_defaults(func=cmd_demo)
+
+    mu = sub.add_parser("mutants", help="prove the testbenches catch every known codegen bug (kernels.md §6)")
+    mu.add_argument("--only", metavar="NAME[,NAME]", help="run only these mutations")
+    mu.add_argument("--quick", action="store_true",
+                    help="only the cheapest exposing case per mutation (default: every listed case)")
+    mu.add_argument("--backend", choices=("numba", "reference"), default="numba")
+    mu.add_argument("--json", action="store_true", help="print one JSON object")
+    mu.set_defaults(func=cmd_mutants)
 
     ls = sub.add_parser("list", help="list the testbenches")
     ls.set_defaults(func=cmd_list)

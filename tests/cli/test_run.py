@@ -74,3 +74,14 @@ def test_broken_alignment_exits_3_with_located_fault(capsys):
 def test_list(capsys):
     code, out, _ = run(capsys, "list")
     assert code == 0 and "flashattn_prefill" in out and "kv_len=256" in out
+
+
+def test_mutants_command(capsys):
+    code, out, _ = run(capsys, "mutants", "--only", "pv_v_step_blen,store_scale_wrong", "--quick", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["all_caught"] is True
+    assert [(r["mutation"], r["how"]) for r in doc["mutants"]] == [("pv_v_step_blen", "fault"),
+                                                                   ("store_scale_wrong", "mismatch")]
+    code, _, err = run(capsys, "mutants", "--only", "no_such_hook")
+    assert code == 2 and "unknown mutation" in err
