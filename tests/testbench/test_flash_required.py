@@ -165,3 +165,56 @@ def test_mutation_is_detected(hook, cid):
     with faults.inject(hook):
         rep = run_case(tb, cid, ov, var)
     assert not rep.passed, f"mutation {hook} not detected by {cid}: {rep.summary}"
+
+
+# ----------------------------------------------------------------------------- RANGES sweep (slow)
+
+def _valid(ov, cfg):
+    M, H, BA = cfg.MLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
+    hq, hkv, d = ov["hq"], ov["hkv"], ov["d"]
+    if hq % hkv or (d <= M and cfg.VLEN % d) or (d > M and (d % M or not fa.SUPPORTS_HEAD_DIM_CHUNKS)):
+        return False
+    if ov.get("causal") and ov["q_len"] > ov["kv_len"]:
+        return False
+    wp = ov.get("Wp")
+    wp = cfg.MLEN if wp == "M" else wp
+    if isinstance(wp, int) and wp < hkv * d:
+        return False
+    if ov.get("path") == "batched" and not (d == H and hq // hkv <= BA and BA * H == M):
+        return False
+    return True
+
+
+def _range_points(tb, n, seed):
+    import random
+    mod = testbenches.get(tb)
+    rng = random.Random(seed)
+    pts, tries = [], 0
+    while len(pts) < n and tries < 20000:
+        tries += 1
+        ov = {k: rng.choice(list(v)) for k, v in sorted(mod.RANGES.items())}
+        var = ov.pop("cfg", "default")
+        cfg = get_config(var)
+        ov["hkv"] = min(ov["hkv"], ov["hq"])
+        while ov["hq"] % ov["hkv"]:
+            ov["hkv"] //= 2
+        if not _valid(ov, cfg):
+            continue
+        M = cfg.MLEN
+        cost = ov.get("batch", 1) * ov["hq"] * -(-ov["q_len"] // M) * -(-ov["kv_len"] // M)
+        if cost > 800:
+            continue
+        if rng.random() < 0.3 and ov.get("kv_layout") == "bshd":
+            ov["kv_capacity"] = ov["kv_len"] + rng.choice([1, 7, 64])
+        pts.append((ov, var))
+    return pts
+
+
+SWEEP = [(tb, k, ov, var) for tb in FLASH for k, (ov, var) in enumerate(_range_points(tb, 30, 7 + len(tb)))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tb,k,ov,var", SWEEP, ids=[f"{t}-{k}-{v}" for t, k, _, v in SWEEP])
+def test_ranges_sweep(tb, k, ov, var):
+    rep = run_case(tb, f"sweep{k}", ov, var)
+    assert rep.passed, f"{ov} [{var}]: {rep.summary}"
