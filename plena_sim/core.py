@@ -66,7 +66,15 @@ from .faults import (  # noqa: F401
     R_BD_HBM, FAULT_RECORD_LEN, INT64_MAX,
 )
 from .hbm import hbm_missing_pages, hbm_read, hbm_write
-from .latency import instruction_latency, latency_table
+from .hbm_timing import G_ELEM_LEN, G_ROWS, ST_READ_REQUESTS, ST_WRITE_REQUESTS, PRM_BURST_BYTES, dma_instruction
+from .latency import NOOP_IF_RD0, instruction_latency, latency_table
+from . import timing as TM
+from .timing import (MODE_SERIAL, T_BUSY, T_CYCLES, resources_nb, sb_commit_nb, sb_issue_nb, dest_reg_nb,
+                     REC_N, RC_SEQ, RC_PC, RC_OP, RC_UNIT, RC_ISSUE, RC_START, RC_END, RC_RKIND, RC_RIDX,
+                     RC_ROLD, RC_RNEW, RC_M1K, RC_M1S, RC_M1C, RC_M2K, RC_M2S, RC_M2C, RC_HADDR, RC_HSPAN,
+                     RC_HBYTES, REG_GP, REG_FP, REG_A, REG_SCALE, REG_STRIDE, REG_VMASK, MEM_VROW,
+                     MEM_MTILE, MEM_FPW, MEM_INTW, TC_VROW_BASE, TC_MTILE_BASE, TC_FPW_BASE, TC_INTW_BASE,
+                     TC_TOTAL, MAX_RANGES)
 from .numerics import (
     bf16_bits_to_f32, f32_to_bf16_bits, mx_decode_row, mx_encode_row, plain_decode_row,
     plain_encode_row,
@@ -92,7 +100,7 @@ S_HBM_RD = 5     # payload bytes read by H_PREFETCH_*
 S_HBM_WR = 6     # payload bytes written by H_STORE_V
 N_STATS = 7
 #: Outcome.counters keys, in stats-slot order after retired/cycles
-COUNTER_NAMES = ("matrix_macs", "mx_nan", "mx_saturated")
+COUNTER_NAMES = ("matrix_macs", "mx_nan", "mx_saturated", "hbm_payload_read", "hbm_payload_written")
 
 # ------------------------------------------------------------------------------------ config slots
 C_M = 0
@@ -795,6 +803,88 @@ def _dma(o, pc, rd, rs1, rs2, rs3, f1, gp, areg, ctrl, vram, mram, page_index, p
     return _OK
 
 
+# ==================================================================================== timing (timing.md §3-§5)
+
+@njit(cache=True)
+def _reg_value(kind, idx, gp, fp, areg, ctrl):
+    """Current value of a register named by a trace REG_* kind (bf16 bits for f, raw u64 for a)."""
+    if kind == REG_GP:
+        return np.int64(gp[idx])
+    if kind == REG_FP:
+        return np.int64(fp[idx])
+    if kind == REG_A:
+        return np.int64(areg[idx])
+    if kind == REG_SCALE:
+        return ctrl[CTRL_SCALE]
+    if kind == REG_STRIDE:
+        return ctrl[CTRL_STRIDE]
+    if kind == REG_VMASK:
+        return ctrl[CTRL_V_MASK]
+    return np.int64(0)
+
+
+@njit(cache=True)
+def _hbm_latency(o, rs2, rs3, f1, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work):
+    """HBM-model latency of a retired H_* instruction started at cycle ``t0`` (timing.md §5)."""
+    if o == OP_H_PREFETCH_M:
+        g = geom[0, 0 if f1 == 0 else 1]
+    elif o == OP_H_PREFETCH_V:
+        g = geom[1, 0 if f1 == 0 else 1]
+    else:
+        g = geom[2, 0 if f1 == 0 else 1]
+    pitch = ctrl[CTRL_STRIDE] if rs3 == 1 else g[G_ELEM_LEN]
+    lat = dma_instruction(hp, g, np.int64(areg[rs2]), g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats,
+                          blocks, hset, work)
+    if lat < 1:   # scratch too small (cannot happen: sized by max_dma_blocks); never charge < 1
+        lat = np.int64(1)
+    return lat
+
+
+@njit(cache=True)
+def _account(o, pc, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, base_lat, unit, is_h,
+             areg, ctrl, ts, ready, rdone, cv, hp, geom, ch, bank, hstats, blocks, hset, work, rr, wr, tmode):
+    """Timing of one retired instruction: returns (issue cycle, latency) and updates the state."""
+    if tmode == MODE_SERIAL:
+        start = ts[T_CYCLES]
+        lat = base_lat
+        if is_h:
+            lat = _hbm_latency(o, rs2, rs3, f1, g_rs1, start, areg, ctrl, hp, geom, ch, bank, hstats,
+                               blocks, hset, work)
+        ts[T_CYCLES] = start + lat
+        ts[TM.T_LAST_ISSUE] = start
+        if unit >= 0:
+            ts[T_BUSY + unit] += lat
+        return start, lat
+    nr, nw = resources_nb(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, rr, wr)
+    issue = sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+    lat = base_lat
+    if is_h:
+        lat = _hbm_latency(o, rs2, rs3, f1, g_rs1, issue, areg, ctrl, hp, geom, ch, bank, hstats,
+                           blocks, hset, work)
+    sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
+    return issue, lat
+
+
+@njit(cache=True)
+def _trace_record(tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new,
+                  rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, rr, wr,
+                  areg, ctrl, geom, hp, req_before, hstats):
+    """Append one record to the trace ring (timing.REC_FIELDS)."""
+    nr, nw = resources_nb(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, rr, wr)
+    haddr = np.int64(0)
+    hspan = np.int64(0)
+    hbytes = np.int64(0)
+    if o == OP_H_PREFETCH_M or o == OP_H_PREFETCH_V or o == OP_H_STORE_V:
+        gi = 0 if o == OP_H_PREFETCH_M else (1 if o == OP_H_PREFETCH_V else 2)
+        g = geom[gi, 0 if f1 == 0 else 1]
+        pitch = ctrl[CTRL_STRIDE] if rs3 == 1 else g[G_ELEM_LEN]
+        haddr = np.int64(areg[rs2]) + g_rs1
+        hspan = (g[G_ROWS] - 1) * pitch + g[G_ELEM_LEN]
+        hbytes = (hstats[ST_READ_REQUESTS] + hstats[ST_WRITE_REQUESTS] - req_before) * hp[PRM_BURST_BYTES]
+    TM.trace_record_nb(tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv,
+                       haddr, hspan, hbytes)
+
+
 # ==================================================================================== the run loop
 
 @njit(cache=True, error_model="numpy")
@@ -803,7 +893,8 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
          vram, mram, fp_sram, int_sram, m_accum, v_accum, hm_accum, hv_accum,
          page_index, pages, meta,
          cfg, fmt, lat_table, bmm_scale, valid, macs_tab,
-         stats, by_opcode, frec, need, max_instr):
+         stats, by_opcode, frec, need, max_instr,
+         ts, ready, rdone, cv, unit_of, hp, geom, ch, bank, hstats, blocks, hset, work, tbuf, tcount, tcap):
     n = op.shape[0]
     M = cfg[C_M]
     V = cfg[C_V]
@@ -816,16 +907,7 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
     for q in range(n - 1, -1, -1):
         o = op[q]
         if valid[o]:
-            lat_pc[q] = instruction_latency(lat_table, o, rd_a[q], rs3_a[q], 0)
-            if o == OP_H_PREFETCH_M or o == OP_H_PREFETCH_V or o == OP_H_STORE_V:
-                t = (0 if f1_a[q] == 0 else 1) if o == OP_H_PREFETCH_M else (2 if f1_a[q] == 0 else 3)
-                L = M if o == OP_H_PREFETCH_M else V
-                P = cfg[C_PM] if o == OP_H_PREFETCH_M else (cfg[C_PV] if o == OP_H_PREFETCH_V
-                                                              else cfg[C_PW])
-                nb = L * fmt[t, F_EB]
-                if fmt[t, F_MX] != 0:
-                    nb += L // fmt[t, F_BLOCK]
-                lat_pc[q] = instruction_latency(lat_table, o, rd_a[q], rs3_a[q], P * nb)
+            lat_pc[q] = instruction_latency(lat_table, o, rd_a[q], rs3_a[q])   # H_*: 0 (HBM model)
         if o == OP_C_LOOP_START:
             end_of[q] = next_end[rd_a[q]]
         elif o == OP_C_LOOP_END:
@@ -843,6 +925,15 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
     taken = np.empty(128, dtype=np.bool_)
     sel = np.empty(8, dtype=np.int64)
     wts = np.empty(8, dtype=np.float32)
+    rr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
+    wr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
+    tmode = ts[TM.T_MODE]
+    tracing = tcap > 0
+    noop_tab = NOOP_IF_RD0
+    rkind = np.int64(0)
+    ridx = np.int64(0)
+    rold = np.int64(0)
+    req_before = np.int64(0)
 
     while True:
         pc = ctrl[CTRL_PC]
@@ -866,6 +957,15 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
         rs2 = rs2_a[pc]
         st = _OK
         npc = pc + 1
+        # register values at issue (timing.md §4: registers are captured at issue)
+        g_rd = np.int64(gp[rd])
+        g_rs1 = np.int64(gp[rs1])
+        g_rs2 = np.int64(gp[rs2])
+        aux = lreg[depth - 1] if (o == OP_C_BREAK and depth > 0) else np.int64(-1)
+        if tracing:
+            rkind, ridx = dest_reg_nb(o, rd, aux)
+            rold = _reg_value(rkind, ridx, gp, fp, areg, ctrl)
+            req_before = hstats[ST_READ_REQUESTS] + hstats[ST_WRITE_REQUESTS]
         # ------------------------------------------------------------ scalar INT (hot path first)
         if o == OP_S_ADDI_INT:
             if rd != 0:
@@ -1028,8 +1128,28 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
             for k in range(depth):
                 lcount[k] -= 1
             return st
+        is_h = o == OP_H_PREFETCH_M or o == OP_H_PREFETCH_V or o == OP_H_STORE_V
+        unit = unit_of[o]
+        if noop_tab[o] and rd == 0:
+            unit = -1                               # zero-latency no-op: no unit, no resources
+        if tmode == MODE_SERIAL and not is_h:
+            issue = ts[T_CYCLES]
+            lat = lat_pc[pc]
+            ts[T_CYCLES] = issue + lat
+            ts[TM.T_LAST_ISSUE] = issue
+            if unit >= 0:
+                ts[T_BUSY + unit] += lat
+        else:
+            issue, lat = _account(o, pc, rd, rs1, rs2, rs3_a[pc], f1_a[pc], i18_a[pc], g_rd, g_rs1, g_rs2,
+                                  aux, lat_pc[pc], unit, is_h, areg, ctrl, ts, ready, rdone, cv, hp, geom,
+                                  ch, bank, hstats, blocks, hset, work, rr, wr, tmode)
+        if tracing:
+            _trace_record(tbuf, tcount, stats[S_RETIRED], pc, o, unit, issue, lat, rkind, ridx, rold,
+                          _reg_value(rkind, ridx, gp, fp, areg, ctrl), rd, rs1, rs2, rs3_a[pc], f1_a[pc],
+                          i18_a[pc], g_rd, g_rs1, g_rs2, aux, cv, rr, wr, areg, ctrl, geom, hp, req_before,
+                          hstats)
         stats[S_RETIRED] += 1
-        stats[S_CYCLES] += lat_pc[pc]
+        stats[S_CYCLES] += lat
         stats[S_MACS] += macs_tab[o]
         by_opcode[o] += 1
         ctrl[CTRL_PC] = npc
@@ -1083,17 +1203,24 @@ def _i64(a):
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def execute(state: MachineState, program_words, max_instructions: int = 10**9) -> Outcome:
+def execute(state: MachineState, program_words, max_instructions: int = 10**9, timing: str | None = None,
+            trace_capacity: int | None = None) -> Outcome:
     """Run ``program_words`` on ``state`` (from ``state.ctrl[CTRL_PC]``) with the Numba core.
 
     Returns an :class:`~plena_sim.state.Outcome`: instructions retired, the fault record (or None),
-    retired count per opcode, serial cycles and the counters :data:`COUNTER_NAMES`. ``state`` is
-    mutated in place (loop-stack arrays and the HBM page pool may be replaced by larger ones)."""
+    retired count per opcode, the cycles this call added (timing.md §3 / §4 for ``timing`` =
+    ``"serial"`` / ``"overlap"``; None keeps the mode of ``state.timing``, default serial) and the
+    counters :data:`COUNTER_NAMES`. Timing state (cycles, scoreboard, HBM banks, trace ring of
+    ``trace_capacity`` records) lives in ``state.timing`` and persists across calls until
+    ``state.reset_timing()``. ``state`` is mutated in place (loop-stack arrays and the HBM page pool
+    may be replaced by larger ones)."""
     if isinstance(program_words, Program):
         program_words = program_words.words
     dec = decode_program(program_words)
     fields = [_i64(dec[k]) for k in ("opcode", "rd", "rs1", "rs2", "rs3", "funct1", "imm18", "imm22", "word")]
     cfgi, fmt, lat, bmm_scale, macs = _params(state.cfg)
+    tm = state.ensure_timing(timing, trace_capacity, "numba")
+    cyc0 = int(tm.ts[T_CYCLES])
     stats = np.zeros(N_STATS, dtype=np.int64)
     by_opcode = np.zeros(64, dtype=np.int64)
     frec = np.zeros(FAULT_RECORD_LEN, dtype=np.int64)
@@ -1107,7 +1234,9 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9) -
                   state.m_accum, state.v_accum, state.hm_accum, state.hv_accum,
                   hbm.page_index, hbm.pages, hbm.meta,
                   cfgi, fmt, lat, bmm_scale, _VALID, macs,
-                  stats, by_opcode, frec, need, max_instr)
+                  stats, by_opcode, frec, need, max_instr,
+                  tm.ts, tm.ready, tm.rdone, tm.cv, TM.UNIT_OF, tm.hp, tm.geom, tm.ch, tm.bank, tm.hstats,
+                  tm.blocks, tm.hset, tm.work, tm.tbuf, tm.tcount, np.int64(tm.trace_capacity))
         if st == ST_GROW_LOOP:
             state.grow_loop_stack()
         elif st == ST_NEED_PAGES:
@@ -1116,8 +1245,9 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9) -
             break
     fault = tuple(int(x) for x in frec) if st == ST_FAULT else None
     counters = {"matrix_macs": int(stats[S_MACS]), "mx_nan": int(stats[S_MX_NAN]),
-                "mx_saturated": int(stats[S_MX_SAT])}
-    return Outcome(int(stats[S_RETIRED]), fault, by_opcode, int(stats[S_CYCLES]), counters)
+                "mx_saturated": int(stats[S_MX_SAT]), "hbm_payload_read": int(stats[S_HBM_RD]),
+                "hbm_payload_written": int(stats[S_HBM_WR])}
+    return Outcome(int(stats[S_RETIRED]), fault, by_opcode, int(tm.ts[T_CYCLES]) - cyc0, counters)
 
 
 #: seconds spent in the last :func:`warm_up` (JIT compile or cache load); None before it ran
@@ -1140,6 +1270,9 @@ def warm_up(cfg=None) -> float:
              encode("H_PREFETCH_V", rd=0, rs1=0, rs2=0), encode("H_PREFETCH_M", rd=0, rs1=0, rs2=0),
              encode("M_MM", rs1=0, rs2=0), encode("M_MM_WO", rd=0, imm18=0),
              encode("C_LOOP_END", rd=2)]
-    execute(state, words)
+    execute(state, words, timing="serial", trace_capacity=0)
+    state.reset_timing()
+    state.ctrl[CTRL_PC] = 0
+    execute(state, words, timing="overlap", trace_capacity=4)
     compile_seconds = time.perf_counter() - t0
     return compile_seconds

@@ -10,13 +10,12 @@ configuration, in one place, so the reference interpreter and the Numba core cha
   the HBM model).
 * :data:`NOOP_IF_RD0` ``bool[64]``: opcodes that are zero-latency no-ops when ``f.rd == 0``
   (S_*_FP arithmetic, V_RED_SUM, V_RED_MAX).
-* :func:`instruction_latency` ``(table, opcode, f_rd, f_rs3, hbm_bytes) -> int`` (Numba-compiled,
-  callable from Python and from other ``@njit`` code): the latency actually charged by one retired
+* :func:`instruction_latency` ``(table, opcode, f_rd, f_rs3) -> int`` (Numba-compiled,
+  callable from Python and from other ``@njit`` code): the latency charged by one retired non-DMA
   instruction.
-* :func:`hbm_provisional_latency` ``(bytes) -> int``: the **provisional** H_* cost until the HBM timing
-  model of timing.md §5 lands: ``1 + ceil(payload_bytes / 64)``, where ``payload_bytes`` is the exact
-  number of element + scale bytes the instruction moves (sum over its P rows; overlapping rows are
-  counted once per row). It is monotone in the bytes moved and >= 1, as timing.md requires.
+* H_* latencies are not in this table: they come from the HBM timing model
+  (:func:`plena_sim.hbm_timing.dma_instruction`, called by the run loop with the start cycle), the
+  single source of DMA cost; :func:`instruction_latency` returns 0 for them.
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from numba import njit
 from isa.table import INSTRUCTIONS
 
 __all__ = ["latency_table", "NOOP_IF_RD0", "KIND", "KIND_FIXED", "KIND_TIMES_E", "KIND_HBM",
-           "instruction_latency", "hbm_provisional_latency", "evaluate_latency_expr", "topk_experts"]
+           "instruction_latency", "evaluate_latency_expr", "topk_experts"]
 
 N_OPCODES = 64
 KIND_FIXED = 0
@@ -43,8 +42,6 @@ for _i in INSTRUCTIONS:
     elif _i.latency.endswith("*E"):
         KIND[_i.opcode] = KIND_TIMES_E
     NOOP_IF_RD0[_i.opcode] = _i.noop_if_rd0
-
-_HBM_BURST = 64
 
 
 def evaluate_latency_expr(expr: str, cfg) -> int:
@@ -83,22 +80,15 @@ def topk_experts(policy):
 
 
 @njit(cache=True)
-def hbm_provisional_latency(payload_bytes):
-    """Provisional H_* latency: ``1 + ceil(payload_bytes / 64)``."""
-    return np.int64(1) + (np.int64(payload_bytes) + _HBM_BURST - 1) // _HBM_BURST
+def instruction_latency(table, opcode, f_rd, f_rs3):
+    """Cycles charged by one retired instruction; 0 for H_* (the HBM model supplies those).
 
-
-@njit(cache=True)
-def instruction_latency(table, opcode, f_rd, f_rs3, hbm_bytes):
-    """Cycles charged by one retired instruction (serial mode).
-
-    ``table`` from :func:`latency_table`; ``f_rd`` / ``f_rs3`` the raw fields; ``hbm_bytes`` the
-    payload bytes moved (H_* only, else ignored)."""
+    ``table`` from :func:`latency_table`; ``f_rd`` / ``f_rs3`` the raw fields."""
     if NOOP_IF_RD0[opcode] and f_rd == 0:
         return np.int64(0)
     k = KIND[opcode]
     if k == KIND_TIMES_E:
         return table[opcode] * topk_experts(f_rs3)
     if k == KIND_HBM:
-        return hbm_provisional_latency(hbm_bytes)
+        return np.int64(0)
     return table[opcode]

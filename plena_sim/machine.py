@@ -78,12 +78,15 @@ from isa.table import BY_OPCODE, REGISTER_COUNT
 
 from . import faults as F
 from .config import HardwareConfig, default_config
+from .timing import TIMING_MODES, check_mode
 from .state import (CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState,
                     Outcome)
 
 __all__ = ["Machine", "RunResult", "VramView", "FpSramView", "BACKENDS", "to_program"]
 
 BACKENDS = ("numba", "reference")
+#: trace ring capacity of ``run(trace=True)`` (records; the newest are kept)
+DEFAULT_TRACE_CAPACITY = 1 << 16
 _UNITS = opcode_units()
 _U32 = 0xFFFFFFFF
 
@@ -171,7 +174,7 @@ class RunResult:
     cycles: int
     stats: dict
     fault: F.SimFault | None = None
-    trace: list | None = None
+    trace: object | None = None     # plena_sim.trace.Trace with run(trace=...)
     outcome: Outcome | None = field(default=None, repr=False)
 
 
@@ -209,9 +212,12 @@ def _backend_execute(backend: str):
 class Machine:
     """One PLENA accelerator: configuration + architectural state + an execution backend."""
 
-    def __init__(self, cfg: HardwareConfig | None = None, backend: str = "numba", *, hbm=None):
+    def __init__(self, cfg: HardwareConfig | None = None, backend: str = "numba", *, hbm=None,
+                 timing: str = "serial"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+        check_mode(timing)
+        self.timing = timing
         self.cfg = cfg if cfg is not None else default_config()
         self.backend = backend
         self.state = MachineState(self.cfg, hbm=hbm)
@@ -287,11 +293,15 @@ class Machine:
         raise ValueError(f"unknown register {name!r}")
 
     # ---- running
-    def run(self, program, max_instructions: int | None = None, trace: bool = False,
-            raise_on_fault: bool = True, resume: bool = False, name: str = "<asm>") -> RunResult:
+    def run(self, program, max_instructions: int | None = None, trace=False,
+            raise_on_fault: bool = True, resume: bool = False, name: str = "<asm>",
+            timing: str | None = None) -> RunResult:
         prog = to_program(program, name)
         words = np.array(prog.words, dtype=np.uint32)
         budget = 10**9 if max_instructions is None else int(max_instructions)
+        mode = self.timing if timing is None else timing
+        check_mode(mode)
+        cap = 0 if trace is False or trace is None else (DEFAULT_TRACE_CAPACITY if trace is True else int(trace))
         st = self.state
         if not resume:
             st.ctrl[CTRL_PC] = 0
@@ -299,54 +309,35 @@ class Machine:
             st.loop_start[:] = 0
             st.loop_reg[:] = 0
             st.loop_count[:] = 0
+            st.reset_timing()
         execute = _backend_execute(self.backend)
+        jit_seconds = 0.0
+        if self.backend == "numba":
+            from . import core
+            if core.compile_seconds is None:
+                core.warm_up()
+            jit_seconds = float(core.compile_seconds or 0.0)
         t0 = time.perf_counter()
-        if trace:
-            outcome, trace_list = self._run_traced(execute, prog, words, budget)
-        else:
-            outcome, trace_list = execute(st, words, budget), None
+        outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
         host = time.perf_counter() - t0
-        stats = self._stats(outcome, host)
+        stats = self._stats(outcome, host, jit_seconds)
+        trace_obj = None
+        if cap:
+            from .trace import Trace
+            trace_obj = Trace.from_timing(st.timing, prog, self.cfg)
         fault = None
         if outcome.fault is not None:
             fault = F.make_fault(outcome.fault, prog, state=st)
             fault.stats = stats
             stats["fault"] = fault.to_dict()
-        result = RunResult(outcome.retired, outcome.cycles, stats, fault, trace_list, outcome)
+        result = RunResult(outcome.retired, outcome.cycles, stats, fault, trace_obj, outcome)
         if fault is not None and raise_on_fault:
             fault.result = result
             raise fault
         return result
 
-    def _run_traced(self, execute, prog: Program, words: np.ndarray, budget: int):
-        """Step one instruction at a time (BUDGET of 1 per step), recording (pc, text, cycles)."""
-        st = self.state
-        retired, cycles = 0, 0
-        by_opcode = np.zeros(64, dtype=np.int64)
-        counters: dict = {}
-        trace = []
-        fault = None
-        while int(st.ctrl[CTRL_PC]) < len(words):
-            pc = int(st.ctrl[CTRL_PC])
-            if retired == budget:
-                rec = F.blank_record(F.R_BUDGET, pc)
-                rec[F.FAULT_VALUE], rec[F.FAULT_LIMIT] = retired, budget
-                fault = rec
-                break
-            out = execute(st, words, 1)
-            if out.retired:
-                trace.append((pc, prog.source[pc].text.strip(), cycles))
-                retired += out.retired
-                cycles += out.cycles
-                by_opcode += out.by_opcode
-                for k, v in out.counters.items():
-                    counters[k] = counters.get(k, 0) + v
-            if out.fault is not None and out.fault[F.FAULT_RULE] != F.R_BUDGET:
-                fault = out.fault
-                break
-        return Outcome(retired, fault, by_opcode, cycles, counters), trace
-
-    def _stats(self, outcome: Outcome, host_seconds: float) -> dict:
+    def _stats(self, outcome: Outcome, host_seconds: float, jit_seconds: float = 0.0) -> dict:
+        from .timing import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT
         by_opcode = {BY_OPCODE[op].mnemonic: int(n) for op, n in enumerate(outcome.by_opcode)
                      if n and op in BY_OPCODE}
         by_unit = {u: 0 for u in UNIT_NAMES}
@@ -354,15 +345,50 @@ class Machine:
             if n and _UNITS[op] >= 0:
                 by_unit[UNIT_NAMES[_UNITS[op]]] += int(n)
         c = outcome.counters
-        return {
+        tm = self.state.timing
+        cycles = int(outcome.cycles)
+        busy = tm.busy()
+        util = {u: (busy[u] / cycles if cycles else 0.0) for u in UNIT_NAMES}
+        h = tm.hbm_counts()
+        burst = int(tm.params.burst_bytes)
+        rd_b = burst * int(h["read_requests"])
+        wr_b = burst * int(h["write_requests"])
+        cfg = self.cfg
+        stats = {
+            "schema": "plena-sim-stats/1",
             "backend": self.backend,
+            "timing_mode": tm.mode,
+            "config": {"MLEN": cfg.MLEN, "VLEN": cfg.VLEN, "BLEN": cfg.BLEN, "HLEN": cfg.HLEN,
+                       "BROADCAST_AMOUNT": cfg.BROADCAST_AMOUNT, "DC_EN": int(cfg.DC_EN),
+                       "BMM_SCALE": float(cfg.BMM_SCALE), "HBM_TIMING_PRESET": tm.params.name},
             "instructions": outcome.retired,
-            "cycles": outcome.cycles,
-            "time_ns": outcome.cycles,
+            "cycles": cycles,
+            "time_ns": cycles,
             "by_opcode": by_opcode,
             "by_unit": by_unit,
+            "unit_busy_cycles": busy,
+            "unit_utilization": util,
             "matrix_macs": int(c.get("matrix_macs", 0)),
+            "hbm": {
+                "read_requests": int(h["read_requests"]), "write_requests": int(h["write_requests"]),
+                "bytes_read": rd_b, "bytes_written": wr_b,
+                "payload_bytes_read": int(c.get("hbm_payload_read", 0)),
+                "payload_bytes_written": int(c.get("hbm_payload_written", 0)),
+                "row_hits": int(h["row_hits"]), "row_misses": int(h["row_misses"]),
+                "row_conflicts": int(h["row_conflicts"]),
+                "per_channel_requests": [int(x) for x in h["per_channel_requests"]],
+                "achieved_bandwidth_GBps": (rd_b + wr_b) / cycles if cycles else 0.0,
+                "dma_bandwidth_GBps": (rd_b + wr_b) / busy["H"] if busy["H"] else 0.0,
+                "peak_bandwidth_GBps": float(tm.params.peak_bandwidth_GBps),
+            },
             "mx": {"nan_encoded": int(c.get("mx_nan", 0)), "saturated": int(c.get("mx_saturated", 0))},
             "host_seconds": host_seconds,
+            "sim_cycles_per_second": cycles / host_seconds if host_seconds > 0 else 0.0,
+            "jit_compile_seconds": jit_seconds,
             "fault": None,
         }
+        if tm.mode == "overlap":
+            last = int(tm.ts[T_LAST_ISSUE])
+            stats["overlap"] = {"stall_unit": int(tm.ts[T_STALL_UNIT]), "stall_data": int(tm.ts[T_STALL_DATA]),
+                                "issue_cycles": last + 1}
+        return stats

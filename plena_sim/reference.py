@@ -35,8 +35,10 @@ Decisions where the spec leaves a bit pattern open (documented for the Numba cor
 * V_EXP_V / S_EXP_FP of a NaN return that NaN (sign kept).
 * V_RED_MAX with every candidate NaN leaves ``fp[rd]`` bit-for-bit unchanged; otherwise the chosen
   value's bf16 bits are copied exactly.
-* Serial cycles use :func:`plena_sim.latency.instruction_latency` (H_*: the provisional
-  ``1 + ceil(payload bytes / 64)`` until the HBM timing model lands).
+* Cycles: :func:`plena_sim.latency.instruction_latency` for the fixed latencies; H_* latencies from
+  the pure-Python HBM twin :func:`plena_sim.hbm_timing.schedule_py`; serial (timing.md §3) or overlap
+  (§4, the plain-Python scoreboard functions ``resources_py`` / ``sb_issue_py`` / ``sb_commit_py`` of
+  :mod:`plena_sim.timing`, the same source the core compiles) accounting. No trace ring.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from isa.program import Program
 
 from . import faults as F
 from .config import MxType
-from .latency import instruction_latency, latency_table, topk_experts
+from .latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
 from .numerics import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 
@@ -964,21 +966,90 @@ def _words_of(program_words) -> list[int]:
     return [int(w) for w in np.asarray(program_words, dtype=np.int64).reshape(-1)]
 
 
-def execute(state: MachineState, program_words, max_instructions: int = 10**9) -> Outcome:
+def _dma_geom(cfg, f):
+    from .hbm_timing import dma_geometry
+    dop = {_OP_HPM: 0, _OP_HPV: 1, _OP_HSV: 2}[f.opcode]
+    return dma_geometry(cfg, dop, 0 if f.funct1 == 0 else 1)
+
+
+def _reg_value(st, kind, idx) -> int:
+    """Trace value of a register (timing.REG_* kinds; bf16 bits for f, raw u64 for a)."""
+    from . import timing as T
+    if kind == T.REG_GP:
+        return int(st.gp[idx])
+    if kind == T.REG_FP:
+        return int(st.fp[idx])
+    if kind == T.REG_A:
+        return int(np.int64(st.areg[idx]))
+    if kind == T.REG_SCALE:
+        return int(st.ctrl[CTRL_SCALE])
+    if kind == T.REG_STRIDE:
+        return int(st.ctrl[CTRL_STRIDE])
+    if kind == T.REG_VMASK:
+        return int(st.ctrl[CTRL_V_MASK])
+    return 0
+
+
+def _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr):
+    """Account one retired instruction on ``tm`` (a reference-backend TimingState); returns
+    ``(issue, latency, unit, is_dma)``."""
+    from . import timing as T
+    from .hbm_timing import dma_blocks_py, dma_row_ranges, schedule_py
+    o = f.opcode
+    is_h = o in (_OP_HPM, _OP_HPV, _OP_HSV)
+    base_lat = int(instruction_latency(table, o, f.rd, f.rs3))
+    unit = int(T.UNIT_OF[o])
+    if NOOP_IF_RD0[o] and f.rd == 0:
+        unit = -1
+    ts = tm.ts
+    if tm.mode_code == T.MODE_SERIAL:
+        issue = int(ts[T.T_CYCLES])
+    else:
+        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux,
+                                tm.cv, rr, wr)
+        issue = int(T.sb_issue_py(ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone))
+    lat = base_lat
+    if is_h:
+        geom = _dma_geom(st.cfg, f)
+        pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
+        ranges = dma_row_ranges(geom, int(st.areg[f.rs2]), g_rs1, pitch, int(st.ctrl[CTRL_SCALE]))
+        blocks = dma_blocks_py(tm.params, ranges)
+        lat = schedule_py(tm.params, tm.py_hbm, blocks, geom.is_write, issue, tm.py_hstats)
+    if tm.mode_code == T.MODE_SERIAL:
+        ts[T.T_CYCLES] = issue + lat
+        ts[T.T_LAST_ISSUE] = issue
+        if unit >= 0:
+            ts[T.T_BUSY + unit] += lat
+    else:
+        T.sb_commit_py(ts, unit, issue, lat, rr, nr, wr, nw, tm.ready, tm.rdone)
+    return issue, lat, unit, is_h
+
+
+def execute(state: MachineState, program_words, max_instructions: int = 10**9, timing: str | None = None,
+            trace_capacity: int | None = None) -> Outcome:
     """Run ``program_words`` (a Program or a sequence of u32 words) on ``state`` from its PC.
 
     Stops when the PC is >= the program length (normal end) or at the first fault (``Outcome.fault``
     = the record; the state is unchanged by the faulting instruction; the PC stays on it).
+    ``timing`` / ``trace_capacity``: as :func:`plena_sim.core.execute` (the reference keeps no trace;
+    the capacity only selects the same TimingState shape).
     """
+    from . import timing as T
+    from .timing import MAX_RANGES, T_CYCLES
     words = _words_of(program_words)
     n = len(words)
     st = state
     cfg = st.cfg
     table = latency_table(cfg)
+    tm = st.ensure_timing(timing, trace_capacity, "reference")
+    cyc0 = int(tm.ts[T_CYCLES])
+    rr = np.zeros((MAX_RANGES, 3), dtype=np.int64)
+    wr = np.zeros((MAX_RANGES, 3), dtype=np.int64)
     by_opcode = np.zeros(64, dtype=np.int64)
     run = _Run(st, words)
+    run.counters.setdefault("hbm_payload_read", 0)
+    run.counters.setdefault("hbm_payload_written", 0)
     retired = 0
-    cycles = 0
     fault = None
     max_loop = cfg.MAX_LOOP_INSTRUCTIONS
     with np.errstate(all="ignore"):
@@ -1004,6 +1075,12 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9) -
                     _fault("IL-OPC", pc, None, f.opcode, x6=f.word)
                 run.next_pc = pc + 1
                 run.hbm_bytes = 0
+                g_rd, g_rs1, g_rs2 = int(st.gp[f.rd]), int(st.gp[f.rs1]), int(st.gp[f.rs2])
+                aux = int(st.loop_reg[depth - 1]) if (f.opcode == _OP_CBREAK and depth > 0) else -1
+                if tm.trace_capacity:
+                    rkind, ridx = T.dest_reg_py(f.opcode, f.rd, aux)
+                    rold = _reg_value(st, rkind, ridx)
+                    req0 = tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"]
                 handler(run, f)
             except _Fault as exc:
                 st.loop_count[:depth] -= 1
@@ -1011,6 +1088,30 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9) -
                 break
             retired += 1
             by_opcode[f.opcode] += 1
-            cycles += int(instruction_latency(table, f.opcode, f.rd, f.rs3, run.hbm_bytes))
+            if f.opcode == _OP_HSV:
+                run.counters["hbm_payload_written"] += run.hbm_bytes
+            elif f.opcode in (_OP_HPM, _OP_HPV):
+                run.counters["hbm_payload_read"] += run.hbm_bytes
+            issue, lat, unit, is_h = _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr)
+            if tm.trace_capacity:
+                _nr, nw = T.resources_py(f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1,
+                                         g_rs2, aux, tm.cv, rr, wr)
+                haddr = hspan = hbytes = 0
+                if is_h:
+                    geom = _dma_geom(st.cfg, f)
+                    pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
+                    haddr = int(st.areg[f.rs2]) + g_rs1
+                    hspan = (geom.rows - 1) * pitch + geom.elem_len
+                    hbytes = (tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0) \
+                        * tm.params.burst_bytes
+                T.trace_record_py(tm.tbuf, tm.tcount, retired - 1, pc, f.opcode, unit, issue, lat, rkind,
+                                  ridx, rold, _reg_value(st, rkind, ridx), nw, wr, tm.cv, haddr, hspan, hbytes)
             st.ctrl[CTRL_PC] = run.next_pc
-    return Outcome(retired, fault, by_opcode, cycles, dict(run.counters))
+    return Outcome(retired, fault, by_opcode, int(tm.ts[T_CYCLES]) - cyc0, dict(run.counters))
+
+
+from isa.encoding import OPCODES as _OPCODES  # noqa: E402
+_OP_HPM = _OPCODES["H_PREFETCH_M"]
+_OP_HPV = _OPCODES["H_PREFETCH_V"]
+_OP_HSV = _OPCODES["H_STORE_V"]
+_OP_CBREAK = _OPCODES["C_BREAK"]

@@ -71,6 +71,30 @@ class MachineState:
         self.hm_accum = np.zeros((BA, M, M), dtype=np.float32)
         self.hv_accum = np.zeros((BA, M), dtype=np.float32)
         self.hbm = hbm if hbm is not None else Hbm(cfg.HBM_SIZE)
+        #: :class:`plena_sim.timing.TimingState` of the current run (cycles, scoreboard, HBM bank state,
+        #: trace ring); created by the first execute, persists across resumed calls, reset by
+        #: :meth:`reset_timing` (``Machine.run`` does so unless ``resume=True``)
+        self.timing = None
+
+    def ensure_timing(self, mode=None, trace_capacity=None, backend: str = "numba"):
+        """The current TimingState, or a fresh one if there is none or the requested timing mode,
+        trace capacity or backend kind differs (``None`` = keep the current / default)."""
+        from .timing import TimingState
+        t = self.timing
+        is_ref = backend == "reference"
+        if (t is None or (mode is not None and t.mode != mode)
+                or (trace_capacity is not None and t.trace_capacity != int(trace_capacity))
+                or hasattr(t, "py_hstats") != is_ref):
+            keep_mode = t.mode if t is not None else "serial"
+            keep_cap = t.trace_capacity if t is not None else 0
+            t = TimingState(self.cfg, mode if mode is not None else keep_mode,
+                            int(trace_capacity) if trace_capacity is not None else keep_cap, backend)
+            self.timing = t
+        return t
+
+    def reset_timing(self) -> None:
+        """Forget all timing state (the next execute starts at cycle 0 with a cold HBM)."""
+        self.timing = None
 
     def grow_loop_stack(self) -> None:
         """Double the loop stack capacity (keeps contents)."""

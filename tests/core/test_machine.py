@@ -60,8 +60,10 @@ def test_program_forms(backend, tmp_path):
 def test_stats_and_trace(backend):
     m = machine(backend)
     res = m.run("C_LOOP_START gp1, 2\nS_ADDI_INT gp2, gp2, 3\nC_LOOP_END gp1", trace=True)
-    assert [t[0] for t in res.trace] == [0, 1, 2, 1, 2]
-    assert res.trace[1][1] == "S_ADDI_INT gp2, gp2, 3" and [t[2] for t in res.trace] == [0, 1, 2, 3, 4]
+    rows = res.trace.rows()
+    assert [t["pc"] for t in rows] == [0, 1, 2, 1, 2]
+    assert rows[1]["text"] == "S_ADDI_INT gp2, gp2, 3" and [t["start"] for t in rows] == [0, 1, 2, 3, 4]
+    assert [t["reg"] for t in rows][:2] == ["gp1: 0x0 -> 0x2", "gp2: 0x0 -> 0x3"]
     assert res.instructions == 5 and res.cycles == 5
     s = res.stats
     assert s["by_opcode"] == {"C_LOOP_START": 1, "S_ADDI_INT": 2, "C_LOOP_END": 2}

@@ -1,0 +1,710 @@
+"""Cycle accounting of timing.md §3 (serial) and §4 (overlap scoreboard), shared by both backends.
+
+One job: given one retired instruction (its fields and the register values captured at issue), decide
+when it issues and when it is done, and keep the per-run timing state (cycles, unit busy time, stalls,
+the scoreboard and the HBM bank state of :mod:`plena_sim.hbm_timing`).
+
+API
+---
+* :data:`TIMING_MODES` = ``("serial", "overlap")``.
+* :class:`TimingState` ``(cfg, mode="serial", trace_capacity=0, backend="numba")`` -- every array the
+  run loop needs, owned by :class:`~plena_sim.state.MachineState` (``state.timing``) so it persists
+  across the resumed calls of one run: ``ts`` (int64[T_N], slots ``T_*``), the scoreboard ``ready`` /
+  ``read_done`` (int64, one entry per resource, see *Resources*), the HBM timing state (``hp``,
+  ``geom``, ``ch``, ``bank``, ``hstats``, scratch) and the trace ring (``tbuf`` int64[cap, REC_N],
+  ``tcount`` int64[1]). ``backend="reference"`` additionally holds the pure-Python HBM twin
+  (``py_hbm`` / ``py_hstats``, see :func:`plena_sim.hbm_timing.schedule_py`).
+* ``resources(...)``, ``sb_issue(...)``, ``sb_commit(...)`` -- the scoreboard as three functions written
+  once in plain Python (``*_py``, used by the reference interpreter) and compiled by Numba (``*_nb``,
+  used by the core).
+
+Resources (one flat int64 index space; ``cv`` = :meth:`TimingState.cfg_vector`): gp1..15 at 1..15,
+f1..7 at 16+k, a0..7 at 24+k, SCALE 32, STRIDE 33, VMASK 34, ACC_M 35, ACC_V 36, ACC_HM 37, ACC_HV 38,
+then one entry per VRAM row, MRAM tile, FP SRAM word and INT SRAM word (bases ``cv[TC_*_BASE]``). Indices
+>= :data:`MEM_FIRST` (35) are the memory / accumulator resources that carry the WAR constraint. The
+per-row arrays are created with ``np.zeros`` only in overlap mode (the OS maps their pages on first
+touch, so untouched rows cost nothing). A resource set is a list of ``(start, count, step)`` ranges.
+
+Trace record (int64[REC_N], one per retired instruction, ring buffer of capacity ``cap``; record ``k``
+is at ``tbuf[k % cap]``, ``tcount[0]`` = records written): see the ``RC_*`` slots.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from isa.encoding import (  # noqa: F401
+    OP_M_MM, OP_M_TMM, OP_M_BMM, OP_M_BTMM, OP_M_BMM_WO, OP_M_MM_WO, OP_M_MV, OP_M_TMV, OP_M_BMV,
+    OP_M_BTMV, OP_M_MV_WO, OP_M_BMV_WO, OP_V_ADD_VV, OP_V_ADD_VF, OP_V_SUB_VV, OP_V_SUB_VF,
+    OP_V_MUL_VV, OP_V_MUL_VF, OP_V_EXP_V, OP_V_RECI_V, OP_V_RED_SUM, OP_V_RED_MAX, OP_S_ADD_FP,
+    OP_S_SUB_FP, OP_S_MAX_FP, OP_S_MUL_FP, OP_S_EXP_FP, OP_S_RECI_FP, OP_S_SQRT_FP, OP_S_LD_FP,
+    OP_S_ST_FP, OP_S_MAP_V_FP, OP_S_ADD_INT, OP_S_ADDI_INT, OP_S_SUB_INT, OP_S_MUL_INT, OP_S_LUI_INT,
+    OP_S_LD_INT, OP_S_ST_INT, OP_H_PREFETCH_M, OP_H_PREFETCH_V, OP_H_STORE_V, OP_C_SET_ADDR_REG,
+    OP_C_SET_SCALE_REG, OP_C_SET_STRIDE_REG, OP_C_SET_V_MASK_REG, OP_C_LOOP_START, OP_C_LOOP_END,
+    OP_V_SHFT_V, OP_C_BREAK, OP_V_MAX_VF, OP_V_MIN_VF, OP_V_TOPK, UNIT_NAMES, opcode_units,
+)
+
+__all__ = ["TIMING_MODES", "TimingState", "MODE_SERIAL", "MODE_OVERLAP", "REC_FIELDS", "REC_N",
+           "resources_py", "resources_nb", "sb_issue_py", "sb_issue_nb", "sb_commit_py", "sb_commit_nb",
+           "dest_reg_py", "dest_reg_nb", "UNIT_OF", "check_mode"]
+
+TIMING_MODES = ("serial", "overlap")
+MODE_SERIAL = 0
+MODE_OVERLAP = 1
+
+# ---- ts slots
+T_CYCLES = 0        # serial: running total; overlap: max done so far
+T_LAST_ISSUE = 1    # issue cycle of the last retired instruction (-1 before the first)
+T_UNIT_FREE = 2     # + unit (5 slots)
+T_BUSY = 7          # + unit (5 slots)
+T_STALL_UNIT = 12
+T_STALL_DATA = 13
+T_MODE = 14
+T_N = 16
+
+# ---- register resources
+RS_GP = 0
+RS_FP = 16
+RS_A = 24
+RS_SCALE = 32
+RS_STRIDE = 33
+RS_VMASK = 34
+RS_ACC_M = 35
+RS_ACC_V = 36
+RS_ACC_HM = 37
+RS_ACC_HV = 38
+MEM_FIRST = 35
+N_REGRES = 40
+
+# ---- cfg vector slots
+TC_M = 0
+TC_V = 1
+TC_B = 2
+TC_BA = 3
+TC_PM = 4
+TC_PV = 5
+TC_PW = 6
+TC_MX = 7           # + HBM type 0..3 (M weight, M kv, V act, V kv): 1 if MX
+TC_VROW_BASE = 11
+TC_MTILE_BASE = 12
+TC_FPW_BASE = 13
+TC_INTW_BASE = 14
+TC_TOTAL = 15
+TC_N = 16
+
+MAX_RANGES = 8
+
+# ---- trace record slots
+REC_FIELDS = ("seq", "pc", "opcode", "unit", "issue", "start", "end", "reg_kind", "reg_idx", "reg_old",
+              "reg_new", "m1_kind", "m1_start", "m1_count", "m2_kind", "m2_start", "m2_count",
+              "hbm_addr", "hbm_span", "hbm_bytes")
+REC_N = len(REC_FIELDS)
+(RC_SEQ, RC_PC, RC_OP, RC_UNIT, RC_ISSUE, RC_START, RC_END, RC_RKIND, RC_RIDX, RC_ROLD, RC_RNEW,
+ RC_M1K, RC_M1S, RC_M1C, RC_M2K, RC_M2S, RC_M2C, RC_HADDR, RC_HSPAN, RC_HBYTES) = range(REC_N)
+#: register kinds of a trace record
+REG_NONE, REG_GP, REG_FP, REG_A, REG_SCALE, REG_STRIDE, REG_VMASK = range(7)
+REG_KIND_NAMES = ("", "gp", "f", "a", "SCALE", "STRIDE", "V_MASK")
+#: memory kinds of a trace record
+MEM_NONE, MEM_VROW, MEM_MTILE, MEM_FPW, MEM_INTW = range(5)
+MEM_KIND_NAMES = ("", "VRAM rows", "MRAM tiles", "FP SRAM words", "INT SRAM words")
+
+#: opcode -> unit code (M V S H C = 0..4; -1 not an instruction)
+UNIT_OF = opcode_units().astype(np.int64)
+
+
+def check_mode(mode) -> int:
+    if mode not in TIMING_MODES:
+        raise ValueError(f"unknown timing mode {mode!r} (known: {', '.join(TIMING_MODES)})")
+    return TIMING_MODES.index(mode)
+
+
+# =============================================================================== scoreboard (shared source)
+
+def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, rr, wr):
+    """Read / write sets of one instruction (timing.md §4 table) as ranges ``(start, count, step)``
+    in ``rr`` / ``wr``; returns ``(n_read_ranges, n_write_ranges)``. ``g_*`` = gp values at issue;
+    ``aux`` = the loop register of the innermost record (C_BREAK)."""
+    nr = 0
+    nw = 0
+    M = cv[TC_M]
+    V = cv[TC_V]
+    MM = M * M
+    VB = cv[TC_VROW_BASE]
+    if o == OP_M_MM or o == OP_M_TMM or o == OP_M_MV or o == OP_M_TMV or o == OP_M_BMM \
+            or o == OP_M_BTMM or o == OP_M_BMV or o == OP_M_BTMV:
+        if o == OP_M_TMM:
+            m = g_rs2
+            v = g_rs1
+        else:
+            m = g_rs1
+            v = g_rs2
+        if o == OP_M_BMV or o == OP_M_BTMV:
+            m = m + g_rd
+            if rd != 0:
+                rr[nr, 0] = RS_GP + rd
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+            acc = RS_ACC_HV
+            nv = 1
+        elif o == OP_M_MM or o == OP_M_TMM:
+            acc = RS_ACC_M
+            nv = cv[TC_B]
+        elif o == OP_M_MV or o == OP_M_TMV:
+            acc = RS_ACC_V
+            nv = 1
+        else:
+            acc = RS_ACC_HM
+            nv = M
+        if rs1 != 0:
+            rr[nr, 0] = RS_GP + rs1
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if rs2 != 0:
+            rr[nr, 0] = RS_GP + rs2
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        rr[nr, 0] = cv[TC_MTILE_BASE] + m // MM
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        rr[nr, 0] = VB + v // V
+        rr[nr, 1] = nv
+        rr[nr, 2] = 1
+        nr += 1
+        rr[nr, 0] = acc
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        wr[nw, 0] = acc
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_M_MM_WO or o == OP_M_MV_WO or o == OP_M_BMM_WO or o == OP_M_BMV_WO:
+        if rd != 0:
+            rr[nr, 0] = RS_GP + rd
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        addr = g_rd + imm18
+        vo = addr % M
+        if o == OP_M_MM_WO:
+            acc = RS_ACC_M
+            s = 1
+            if rs1 != 0:
+                s = g_rs1
+                rr[nr, 0] = RS_GP + rs1
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+            start = VB + (addr - vo) // V
+            cnt = cv[TC_B]
+            step = (M * s) // V
+            rdrow = True
+        elif o == OP_M_MV_WO:
+            acc = RS_ACC_V
+            start = VB + (addr - vo) // V
+            cnt = 1
+            step = 1
+            rdrow = True
+        elif o == OP_M_BMM_WO:
+            acc = RS_ACC_HM
+            start = VB + addr // V
+            cnt = cv[TC_BA] * M
+            step = 1
+            rdrow = False
+        else:
+            acc = RS_ACC_HV
+            start = VB + addr // V
+            cnt = cv[TC_BA]
+            step = 1
+            rdrow = False
+        rr[nr, 0] = acc
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        if rdrow:
+            rr[nr, 0] = start
+            rr[nr, 1] = cnt
+            rr[nr, 2] = step
+            nr += 1
+        wr[nw, 0] = start
+        wr[nw, 1] = cnt
+        wr[nw, 2] = step
+        nw += 1
+        wr[nw, 0] = acc
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_V_ADD_VV or o == OP_V_SUB_VV or o == OP_V_MUL_VV or o == OP_V_ADD_VF \
+            or o == OP_V_SUB_VF or o == OP_V_MUL_VF or o == OP_V_MAX_VF or o == OP_V_MIN_VF \
+            or o == OP_V_EXP_V or o == OP_V_RECI_V or o == OP_V_SHFT_V:
+        vv = o == OP_V_ADD_VV or o == OP_V_SUB_VV or o == OP_V_MUL_VV
+        vf = o == OP_V_ADD_VF or o == OP_V_SUB_VF or o == OP_V_MUL_VF or o == OP_V_MAX_VF \
+            or o == OP_V_MIN_VF
+        for g in (rd, rs1):
+            if g != 0:
+                rr[nr, 0] = RS_GP + g
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+        if (vv or o == OP_V_SHFT_V) and rs2 != 0:
+            rr[nr, 0] = RS_GP + rs2
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if vf and rs2 != 0:
+            rr[nr, 0] = RS_FP + rs2
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        rr[nr, 0] = VB + g_rs1 // V
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        if vv:
+            rr[nr, 0] = VB + g_rs2 // V
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if o != OP_V_SHFT_V and rs3 != 0:
+            rr[nr, 0] = RS_VMASK
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        wr[nw, 0] = VB + g_rd // V
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_V_RED_SUM or o == OP_V_RED_MAX:
+        if rd == 0:
+            return nr, nw
+        if rs1 != 0:
+            rr[nr, 0] = RS_GP + rs1
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        rr[nr, 0] = VB + g_rs1 // V
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        if rs3 != 0:
+            rr[nr, 0] = RS_VMASK
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        rr[nr, 0] = RS_FP + rd
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        wr[nw, 0] = RS_FP + rd
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_V_TOPK:
+        E = 32 if rs3 == 0 else 128
+        K = 4 if rs3 == 0 else 8
+        for g in (rd, rs1, rs2):
+            if g != 0:
+                rr[nr, 0] = RS_GP + g
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+        rr[nr, 0] = VB + g_rs1 // V
+        rr[nr, 1] = (E + V - 1) // V
+        rr[nr, 2] = 1
+        nr += 1
+        wr[nw, 0] = cv[TC_FPW_BASE] + g_rd
+        wr[nw, 1] = K
+        wr[nw, 2] = 1
+        nw += 1
+        wr[nw, 0] = cv[TC_INTW_BASE] + g_rs2
+        wr[nw, 1] = K
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP \
+            or o == OP_S_EXP_FP or o == OP_S_RECI_FP or o == OP_S_SQRT_FP:
+        if rd == 0:
+            return nr, nw
+        if rs1 != 0:
+            rr[nr, 0] = RS_FP + rs1
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if (o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP) and rs2 != 0:
+            rr[nr, 0] = RS_FP + rs2
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        wr[nw, 0] = RS_FP + rd
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_S_LD_FP or o == OP_S_ST_FP or o == OP_S_LD_INT or o == OP_S_ST_INT:
+        if rs1 != 0:
+            rr[nr, 0] = RS_GP + rs1
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        addr = g_rs1 + imm18
+        isfp = o == OP_S_LD_FP or o == OP_S_ST_FP
+        word = (cv[TC_FPW_BASE] if isfp else cv[TC_INTW_BASE]) + addr
+        reg = (RS_FP if isfp else RS_GP) + rd
+        if o == OP_S_LD_FP or o == OP_S_LD_INT:
+            rr[nr, 0] = word
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+            if rd != 0:
+                wr[nw, 0] = reg
+                wr[nw, 1] = 1
+                wr[nw, 2] = 1
+                nw += 1
+        else:
+            if rd != 0:
+                rr[nr, 0] = reg
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+            wr[nw, 0] = word
+            wr[nw, 1] = 1
+            wr[nw, 2] = 1
+            nw += 1
+        return nr, nw
+    if o == OP_S_MAP_V_FP:
+        for g in (rd, rs1):
+            if g != 0:
+                rr[nr, 0] = RS_GP + g
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+        rr[nr, 0] = cv[TC_FPW_BASE] + g_rs1 + imm18
+        rr[nr, 1] = V
+        rr[nr, 2] = 1
+        nr += 1
+        wr[nw, 0] = VB + g_rd // V
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT or o == OP_S_ADDI_INT \
+            or o == OP_S_LUI_INT:
+        if o != OP_S_LUI_INT and rs1 != 0:
+            rr[nr, 0] = RS_GP + rs1
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if (o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT) and rs2 != 0:
+            rr[nr, 0] = RS_GP + rs2
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if rd != 0:
+            wr[nw, 0] = RS_GP + rd
+            wr[nw, 1] = 1
+            wr[nw, 2] = 1
+            nw += 1
+        return nr, nw
+    if o == OP_H_PREFETCH_M or o == OP_H_PREFETCH_V or o == OP_H_STORE_V:
+        for g in (rd, rs1):
+            if g != 0:
+                rr[nr, 0] = RS_GP + g
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+        rr[nr, 0] = RS_A + rs2
+        rr[nr, 1] = 1
+        rr[nr, 2] = 1
+        nr += 1
+        if o == OP_H_PREFETCH_M:
+            t = 0 if f1 == 0 else 1
+        else:
+            t = 2 if f1 == 0 else 3
+        if cv[TC_MX + t] != 0:
+            rr[nr, 0] = RS_SCALE
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if rs3 == 1:
+            rr[nr, 0] = RS_STRIDE
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if o == OP_H_PREFETCH_M:
+            wr[nw, 0] = cv[TC_MTILE_BASE] + g_rd // MM
+            wr[nw, 1] = cv[TC_PM] // M
+            wr[nw, 2] = 1
+            nw += 1
+        elif o == OP_H_PREFETCH_V:
+            wr[nw, 0] = VB + g_rd // V
+            wr[nw, 1] = cv[TC_PV]
+            wr[nw, 2] = 1
+            nw += 1
+        else:
+            rr[nr, 0] = VB + g_rd // V
+            rr[nr, 1] = cv[TC_PW]
+            rr[nr, 2] = 1
+            nr += 1
+        return nr, nw
+    if o == OP_C_SET_ADDR_REG:
+        for g in (rs1, rs2):
+            if g != 0:
+                rr[nr, 0] = RS_GP + g
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+        wr[nw, 0] = RS_A + rd
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_C_SET_SCALE_REG or o == OP_C_SET_STRIDE_REG or o == OP_C_SET_V_MASK_REG:
+        if rd != 0:
+            rr[nr, 0] = RS_GP + rd
+            rr[nr, 1] = 1
+            rr[nr, 2] = 1
+            nr += 1
+        if o == OP_C_SET_SCALE_REG:
+            wr[nw, 0] = RS_SCALE
+        elif o == OP_C_SET_STRIDE_REG:
+            wr[nw, 0] = RS_STRIDE
+        else:
+            wr[nw, 0] = RS_VMASK
+        wr[nw, 1] = 1
+        wr[nw, 2] = 1
+        nw += 1
+        return nr, nw
+    if o == OP_C_LOOP_START or o == OP_C_LOOP_END or o == OP_C_BREAK:
+        g = aux if o == OP_C_BREAK else rd
+        if g != 0:
+            if o == OP_C_LOOP_END:
+                rr[nr, 0] = RS_GP + g
+                rr[nr, 1] = 1
+                rr[nr, 2] = 1
+                nr += 1
+            wr[nw, 0] = RS_GP + g
+            wr[nw, 1] = 1
+            wr[nw, 2] = 1
+            nw += 1
+        return nr, nw
+    return nr, nw
+
+
+def sb_issue_py(ts, unit, rr, nr, wr, nw, ready, rdone):
+    """Issue cycle of the next instruction (timing.md §4); also books its stall (unit / data)."""
+    prev = ts[T_LAST_ISSUE] + 1
+    uf = ts[T_UNIT_FREE + unit] if unit >= 0 else 0
+    data = 0
+    for i in range(nr):
+        idx = rr[i, 0]
+        for _k in range(rr[i, 1]):
+            if ready[idx] > data:
+                data = ready[idx]
+            idx += rr[i, 2]
+    for i in range(nw):
+        idx = wr[i, 0]
+        for _k in range(wr[i, 1]):
+            if ready[idx] > data:
+                data = ready[idx]
+            if idx >= MEM_FIRST and rdone[idx] > data:
+                data = rdone[idx]
+            idx += wr[i, 2]
+    issue = prev
+    if uf > issue:
+        issue = uf
+    if data > issue:
+        issue = data
+    stall = issue - prev
+    if stall > 0:
+        if uf >= data:
+            ts[T_STALL_UNIT] += stall
+        else:
+            ts[T_STALL_DATA] += stall
+    return issue
+
+
+def sb_commit_py(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone):
+    """Book an issued instruction: unit busy, ready[] of its writes, read_done[] of its memory reads."""
+    done = issue + lat
+    ts[T_LAST_ISSUE] = issue
+    if unit >= 0:
+        ts[T_UNIT_FREE + unit] = done
+        ts[T_BUSY + unit] += lat
+    for i in range(nw):
+        idx = wr[i, 0]
+        for _k in range(wr[i, 1]):
+            ready[idx] = done
+            idx += wr[i, 2]
+    for i in range(nr):
+        idx = rr[i, 0]
+        if idx + (rr[i, 1] - 1) * rr[i, 2] >= MEM_FIRST:
+            for _k in range(rr[i, 1]):
+                if idx >= MEM_FIRST and rdone[idx] < done:
+                    rdone[idx] = done
+                idx += rr[i, 2]
+    if done > ts[T_CYCLES]:
+        ts[T_CYCLES] = done
+    return done
+
+
+def dest_reg_py(o, rd, aux):
+    """(REG_* kind, index) of the architectural register an instruction writes (for the trace)."""
+    if o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT or o == OP_S_ADDI_INT \
+            or o == OP_S_LUI_INT or o == OP_S_LD_INT or o == OP_C_LOOP_START or o == OP_C_LOOP_END:
+        return (REG_GP, rd) if rd != 0 else (REG_NONE, 0)
+    if o == OP_C_BREAK:
+        return (REG_GP, aux) if aux > 0 else (REG_NONE, 0)
+    if o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP or o == OP_S_EXP_FP \
+            or o == OP_S_RECI_FP or o == OP_S_SQRT_FP or o == OP_S_LD_FP or o == OP_V_RED_SUM \
+            or o == OP_V_RED_MAX:
+        return (REG_FP, rd) if (rd != 0 and rd < 8) else (REG_NONE, 0)
+    if o == OP_C_SET_ADDR_REG:
+        return REG_A, rd
+    if o == OP_C_SET_SCALE_REG:
+        return REG_SCALE, 0
+    if o == OP_C_SET_STRIDE_REG:
+        return REG_STRIDE, 0
+    if o == OP_C_SET_V_MASK_REG:
+        return REG_VMASK, 0
+    return REG_NONE, 0
+
+
+def trace_record_py(tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv,
+                    hbm_addr, hbm_span, hbm_bytes):
+    """Append one record (REC_FIELDS) to the ring ``tbuf``; ``wr[:nw]`` = the instruction's write set."""
+    cap = tbuf.shape[0]
+    r = tbuf[tcount[0] % cap]
+    tcount[0] += 1
+    for k in range(REC_N):
+        r[k] = 0
+    r[RC_SEQ] = seq
+    r[RC_PC] = pc
+    r[RC_OP] = o
+    r[RC_UNIT] = unit
+    r[RC_ISSUE] = issue
+    r[RC_START] = issue
+    r[RC_END] = issue + lat
+    r[RC_RKIND] = rkind
+    r[RC_RIDX] = ridx
+    r[RC_ROLD] = old
+    r[RC_RNEW] = new
+    slot = 0
+    for i in range(nw):
+        idx = wr[i, 0]
+        k = MEM_NONE
+        s = 0
+        if idx >= cv[TC_INTW_BASE]:
+            k = MEM_INTW
+            s = idx - cv[TC_INTW_BASE]
+        elif idx >= cv[TC_FPW_BASE]:
+            k = MEM_FPW
+            s = idx - cv[TC_FPW_BASE]
+        elif idx >= cv[TC_MTILE_BASE]:
+            k = MEM_MTILE
+            s = idx - cv[TC_MTILE_BASE]
+        elif idx >= cv[TC_VROW_BASE]:
+            k = MEM_VROW
+            s = idx - cv[TC_VROW_BASE]
+        if k != MEM_NONE and slot < 2:
+            r[RC_M1K + 3 * slot] = k
+            r[RC_M1S + 3 * slot] = s
+            r[RC_M1C + 3 * slot] = wr[i, 1] if wr[i, 2] == 1 else -wr[i, 1]
+            slot += 1
+    r[RC_HADDR] = hbm_addr
+    r[RC_HSPAN] = hbm_span
+    r[RC_HBYTES] = hbm_bytes
+
+
+resources_nb = njit(cache=True)(resources_py)
+trace_record_nb = njit(cache=True)(trace_record_py)
+sb_issue_nb = njit(cache=True)(sb_issue_py)
+sb_commit_nb = njit(cache=True)(sb_commit_py)
+dest_reg_nb = njit(cache=True)(dest_reg_py)
+
+
+# =============================================================================== per-run state
+
+class TimingState:
+    """All timing state of one run (see the module docstring)."""
+
+    def __init__(self, cfg, mode: str = "serial", trace_capacity: int = 0, backend: str = "numba"):
+        from .hbm_timing import (dma_geometry_table, max_dma_blocks, new_dma_scratch, new_stats,
+                                 new_timing_state, timing_params)
+        self.cfg = cfg
+        self.mode = mode
+        self.mode_code = check_mode(mode)
+        self.ts = np.zeros(T_N, dtype=np.int64)
+        self.ts[T_LAST_ISSUE] = -1
+        self.ts[T_MODE] = self.mode_code
+        self.cv = self.cfg_vector(cfg)
+        total = int(self.cv[TC_TOTAL]) if self.mode_code == MODE_OVERLAP else 1
+        self.ready = np.zeros(total, dtype=np.int64)
+        self.rdone = np.zeros(total, dtype=np.int64)
+        self.params = timing_params(cfg)
+        self.hp = self.params.as_array()
+        self.geom = dma_geometry_table(cfg)
+        self.ch, self.bank = new_timing_state(self.params)
+        self.hstats = new_stats(self.params)
+        self.max_blocks = max_dma_blocks(cfg, self.params)
+        self.blocks, self.hset, self.work = new_dma_scratch(self.params, self.max_blocks)
+        self.payload = np.zeros(2, dtype=np.int64)      # exact bytes read / written (H_*)
+        cap = int(trace_capacity)
+        if cap < 0:
+            raise ValueError("trace capacity must be >= 0")
+        self.trace_capacity = cap
+        self.tbuf = np.zeros((max(cap, 1), REC_N), dtype=np.int64)
+        self.tcount = np.zeros(1, dtype=np.int64)
+        if backend == "reference":
+            from .hbm_timing import PyTimingState, new_stats_py
+            self.py_hbm = PyTimingState(self.params)
+            self.py_hstats = new_stats_py(self.params)
+
+    @staticmethod
+    def cfg_vector(cfg) -> np.ndarray:
+        cv = np.zeros(TC_N, dtype=np.int64)
+        cv[TC_M], cv[TC_V], cv[TC_B], cv[TC_BA] = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
+        cv[TC_PM], cv[TC_PV], cv[TC_PW] = cfg.P_M, cfg.P_V, cfg.P_W
+        for t, name in enumerate(("HBM_M_WEIGHT_TYPE", "HBM_M_KV_TYPE", "HBM_V_ACT_TYPE", "HBM_V_KV_TYPE")):
+            cv[TC_MX + t] = 1 if cfg.hbm_type(name).is_mx else 0
+        cv[TC_VROW_BASE] = N_REGRES
+        cv[TC_MTILE_BASE] = cv[TC_VROW_BASE] + cfg.VECTOR_SRAM_SIZE
+        cv[TC_FPW_BASE] = cv[TC_MTILE_BASE] + cfg.mram_tiles
+        cv[TC_INTW_BASE] = cv[TC_FPW_BASE] + cfg.FP_SRAM_SIZE
+        cv[TC_TOTAL] = cv[TC_INTW_BASE] + cfg.INT_SRAM_SIZE
+        return cv
+
+    # ---- results
+    @property
+    def cycles(self) -> int:
+        return int(self.ts[T_CYCLES])
+
+    def busy(self) -> dict:
+        return {u: int(self.ts[T_BUSY + k]) for k, u in enumerate(UNIT_NAMES)}
+
+    def hbm_counts(self) -> dict:
+        """hbm_timing.stats_dict of this run (either backend)."""
+        from .hbm_timing import stats_dict
+        if hasattr(self, "py_hstats"):
+            d = dict(self.py_hstats)
+            d["per_channel_requests"] = [int(x) for x in d["per_channel_requests"]]
+            return d
+        return stats_dict(self.hstats)
+
+    def trace_records(self) -> np.ndarray:
+        """The retained trace records, oldest first (int64[n, REC_N])."""
+        n = int(self.tcount[0])
+        cap = self.trace_capacity
+        if cap == 0 or n == 0:
+            return np.zeros((0, REC_N), dtype=np.int64)
+        if n <= cap:
+            return self.tbuf[:n].copy()
+        k = n % cap
+        return np.concatenate([self.tbuf[k:], self.tbuf[:k]])
