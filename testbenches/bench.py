@@ -1,0 +1,539 @@
+"""The performance benchmark suite of plena-sim (``plena-sim bench``; docs/performance.md).
+
+A fixed, versioned list of workloads (:data:`WORKLOADS`, :data:`SUITE_VERSION`).  Every workload runs in
+a fresh subprocess (``python -m testbenches.bench --worker NAME``) so that its peak RSS and its first-call
+JIT time are its own; the parent repeats each workload ``repeat`` times and reports the median with the
+min/max spread.  Measured per workload: instructions, simulated cycles, wall seconds of the simulation
+alone (``Machine.run`` only: JIT, case building, assembling and judging excluded), the first call of the
+core in the fresh process (JIT cache load, or compile when the cache is cold), instructions/s, simulated
+cycles/s, simulated matrix MACs/s and the peak RSS (VmHWM) of the worker.  Suite-level: the compile time
+with an empty JIT cache and the end-to-end time of ``plena-sim run flashattn_prefill`` (process start to
+exit) with a warm and with an empty cache.
+
+Nothing here asserts on timings; the numbers are printed (rich table) or returned (``--json``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: bump when a workload's definition changes (numbers of different versions are not comparable)
+SUITE_VERSION = 1
+
+_PREFILL_1K = {"batch": 1, "q_len": 1024, "kv_len": 1024, "hq": 8, "hkv": 2, "d": 64, "causal": True}
+_PREFILL_Q = {"batch": 1, "q_len": 128, "kv_len": 128, "hq": 2, "hkv": 1, "d": 64, "causal": True}
+_REF_SMALL = {"batch": 1, "q_len": 64, "kv_len": 128, "hq": 2, "hkv": 1, "d": 16, "causal": True}
+_REF_Q = {"batch": 1, "q_len": 17, "kv_len": 64, "hq": 1, "hkv": 1, "d": 16, "causal": True}
+
+#: name -> definition.  kind: testbench (build a testbench case, run it), scalar (generated scalar loop),
+#: reference (a testbench case on both backends), floor (the tile products of prefill_1k in one loop).
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "prefill_1k": dict(kind="testbench", tb="flashattn_prefill", params=_PREFILL_1K, quick=_PREFILL_Q,
+                       timing="serial",
+                       what="flash-attention prefill b1 q=kv=1024 hq8 hkv2 d64 causal, serial"),
+    "prefill_1k_overlap": dict(kind="testbench", tb="flashattn_prefill", params=_PREFILL_1K, quick=_PREFILL_Q,
+                               timing="overlap", what="prefill_1k in overlap timing"),
+    "decode_32k": dict(kind="testbench", tb="flashattn_decode",
+                       params={"batch": 1, "q_len": 1, "kv_len": 32768, "hq": 32, "hkv": 8, "d": 64},
+                       quick={"batch": 1, "q_len": 1, "kv_len": 1024, "hq": 8, "hkv": 2, "d": 64},
+                       timing="serial", what="flash-attention decode kv=32768 hq32 hkv8 d64"),
+    "linear_4k": dict(kind="testbench", tb="linear", params={"rows": 64, "K": 4096, "N": 4096},
+                      quick={"rows": 64, "K": 512, "N": 512}, timing="serial",
+                      what="linear 64x4096 @ 4096x4096 (DMA heavy)"),
+    "scalar_loop": dict(kind="scalar", params={"outer": 1200, "inner": 5000}, quick={"outer": 20, "inner": 5000},
+                        timing="serial", what="nested loops of integer + FP scalar work"),
+    "reference_ratio": dict(kind="reference", tb="flashattn_prefill", params=_REF_SMALL, quick=_REF_Q,
+                            timing="serial", what="small prefill: reference interpreter time / Numba time"),
+    "arith_floor": dict(kind="floor", tb="flashattn_prefill", params=_PREFILL_1K, quick=_PREFILL_Q,
+                        timing="serial",
+                        what="prefill_1k's BxM @ MxB tile products back to back in one Numba loop"),
+}
+
+
+# ==================================================================================== worker side
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (VmHWM; ru_maxrss as a fallback)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r) * (1 if sys.platform == "darwin" else 1024)
+
+
+def _warm_up() -> float:
+    from plena_sim import core
+    return core.warm_up()
+
+
+def _build_case(tb: str, params: dict):
+    import testbenches
+    from testbenches.variants import get_config
+    mod = testbenches.get(tb)
+    p = dict(mod.DEFAULTS)
+    p.update(params)
+    return mod.build(p, get_config("default"))
+
+
+def _machine_for(case, backend: str):
+    from isa.assembler import assemble
+    from testbenches.harness import _prepare
+    prog = assemble(case.program, f"{case.testbench}.asm")
+    return _prepare(case, backend), prog
+
+
+def _timing_supported(m, mode: str) -> bool:
+    import inspect
+    if mode == "serial":
+        return True
+    try:
+        from plena_sim.timing import TIMING_MODES
+    except ImportError:
+        return False
+    return mode in TIMING_MODES and "timing" in inspect.signature(m.run).parameters
+
+
+def _run_machine(m, prog, mode: str) -> tuple[Any, float]:
+    kw = {"raise_on_fault": False}
+    if mode != "serial":
+        kw["timing"] = mode
+    t0 = time.perf_counter()
+    res = m.run(prog, **kw)
+    return res, time.perf_counter() - t0
+
+
+def _result_fields(res, wall: float) -> dict:
+    st = res.stats
+    macs = int(st.get("matrix_macs", 0))
+    n, cyc = int(res.instructions), int(res.cycles)
+    return {"instructions": n, "cycles": cyc, "matrix_macs": macs, "sim_s": wall,
+            "instr_per_s": n / wall if wall > 0 else None, "cycles_per_s": cyc / wall if wall > 0 else None,
+            "macs_per_s": macs / wall if wall > 0 else None,
+            "fault": None if res.fault is None else str(res.fault).splitlines()[0],
+            "by_opcode": {k: int(v) for k, v in st.get("by_opcode", {}).items()}}
+
+
+def scalar_loop_program(outer: int, inner: int) -> str:
+    """A control/scalar-heavy program: ``outer x inner`` iterations of 9 integer and FP scalar
+    instructions (about ``9 * outer * inner`` instructions retired)."""
+    return "\n".join([
+        "S_ADDI_INT gp3, gp0, 3",
+        "S_ADDI_INT gp4, gp0, 0",
+        "S_LD_FP f1, gp0, 1",          # FP constants of the default image (slot 1, 2)
+        "S_LD_FP f2, gp0, 2",
+        f"C_LOOP_START gp1, {outer}",
+        f"C_LOOP_START gp2, {inner}",
+        "S_ADD_INT gp4, gp4, gp3",
+        "S_MUL_INT gp5, gp4, gp3",
+        "S_SUB_INT gp6, gp5, gp4",
+        "S_ADDI_INT gp7, gp6, 17",
+        "S_ADD_FP f3, f1, f2",
+        "S_MUL_FP f4, f3, f2",
+        "S_MAX_FP f5, f4, f1",
+        "S_SUB_FP f6, f5, f3",
+        "C_LOOP_END gp2",
+        "S_ST_INT gp4, gp0, 0",
+        "C_LOOP_END gp1",
+        "S_ST_FP f6, gp0, 100",
+    ]) + "\n"
+
+
+def _floor_kernel():
+    import numpy as np
+    from numba import njit
+
+    @njit(cache=True)
+    def floor(xs, ws, n, B, M):
+        """``n`` B x M by M x B products with the core's arithmetic (float64 sequential dot from +0.0,
+        f32 round, f32 accumulate), operands cycling through the tile pools ``xs`` / ``ws``."""
+        acc = np.zeros((B, B), dtype=np.float32)
+        P = xs.shape[0]
+        for t in range(n):
+            x = xs[t % P]
+            w = ws[(t * 7) % P]
+            for i in range(B):
+                for j in range(B):
+                    p = 0.0
+                    for k in range(M):
+                        p = p + x[i, k] * w[j, k]
+                    acc[i, j] = np.float32(acc[i, j] + np.float32(p))
+        return acc
+    return floor
+
+
+def worker(name: str, quick: bool) -> dict:
+    spec = WORKLOADS[name]
+    params = dict(spec["quick"] if quick else spec["params"])
+    out: dict[str, Any] = {"name": name, "what": spec["what"], "params": params, "quick": quick,
+                           "timing": spec["timing"]}
+    t_proc = time.perf_counter()
+    jit = _warm_up()
+    out["jit_first_call_s"] = jit
+    kind = spec["kind"]
+    if kind == "scalar":
+        from isa.assembler import assemble
+        from plena_sim.machine import Machine
+        from testbenches.variants import get_config
+        t0 = time.perf_counter()
+        prog = assemble(scalar_loop_program(params["outer"], params["inner"]), "scalar_loop.asm")
+        m = Machine(get_config("default"))
+        m.write_fp_sram(0, [0.0, 1.5, 0.75])
+        out["build_s"] = time.perf_counter() - t0
+        res, wall = _run_machine(m, prog, "serial")
+        out.update(_result_fields(res, wall))
+    elif kind in ("testbench", "floor"):
+        t0 = time.perf_counter()
+        case = _build_case(spec["tb"], params)
+        m, prog = _machine_for(case, "numba")
+        out["build_s"] = time.perf_counter() - t0
+        if not _timing_supported(m, spec["timing"]):
+            out["unavailable"] = f"timing={spec['timing']!r} is not available in this simulator yet"
+        else:
+            res, wall = _run_machine(m, prog, spec["timing"])
+            out.update(_result_fields(res, wall))
+            if kind == "floor":
+                out.update(_floor(res, m.cfg))
+    elif kind == "reference":
+        case = _build_case(spec["tb"], params)
+        m, prog = _machine_for(case, "numba")
+        res, wall = _run_machine(m, prog, "serial")
+        out.update(_result_fields(res, wall))
+        m2, prog2 = _machine_for(case, "reference")
+        res2, wall2 = _run_machine(m2, prog2, "serial")
+        same = (res2.instructions == res.instructions and res2.cycles == res.cycles
+                and bool((m.vram.bits == m2.vram.bits).all()))
+        out.update({"reference_s": wall2, "ratio": wall2 / wall if wall > 0 else None, "identical": same})
+    out["worker_s"] = time.perf_counter() - t_proc
+    out["peak_rss_bytes"] = peak_rss_bytes()
+    out.pop("by_opcode", None) if kind != "floor" else None
+    return out
+
+
+def _floor(res, cfg) -> dict:
+    import numpy as np
+    B, M = cfg.BLEN, cfg.MLEN
+    bo = res.stats.get("by_opcode", {})
+    n = int(bo.get("M_MM", 0)) + int(bo.get("M_TMM", 0))
+    other = {k: v for k, v in bo.items() if k.startswith("M_") and not k.endswith("_WO")
+             and k not in ("M_MM", "M_TMM") and v}
+    rng = np.random.default_rng(0)
+    P = 64
+    # bf16-valued operands (as the core sees them): round f32 randoms to 8 mantissa bits
+    xs = (rng.standard_normal((P, B, M)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)) \
+        .view(np.float32).astype(np.float64)
+    ws = rng.standard_normal((P, B, M)).astype(np.float32).astype(np.float64)
+    floor = _floor_kernel()
+    floor(xs, ws, 1, B, M)                       # compile / cache load outside the timing
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        floor(xs, ws, n, B, M)
+        times.append(time.perf_counter() - t0)
+    f = statistics.median(times)
+    return {"tile_products": n, "other_matrix_ops": other, "floor_s": f,
+            "prefill_over_floor": None, "floor_products_per_s": n / f if f > 0 else None}
+
+
+# ==================================================================================== parent side
+
+def machine_description() -> dict:
+    cpu = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import numba
+        import numpy
+        versions = {"numpy": numpy.__version__, "numba": numba.__version__}
+    except ImportError:
+        versions = {}
+    commit = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"cpu": cpu or platform.processor() or platform.machine(), "logical_cores": os.cpu_count(),
+            "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "platform": platform.platform(), "python": platform.python_version(), **versions,
+            "git_commit": commit, "loadavg_at_start": load}
+
+
+def _spawn(args: list[str], env: dict | None = None, timeout: float = 3600) -> tuple[int, str, str, float]:
+    t0 = time.perf_counter()
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout,
+                       cwd=str(Path(__file__).resolve().parent.parent))
+    return p.returncode, p.stdout, p.stderr, time.perf_counter() - t0
+
+
+def _run_worker(name: str, quick: bool, env: dict | None = None) -> dict:
+    args = [sys.executable, "-m", "testbenches.bench", "--worker", name] + (["--quick"] if quick else [])
+    rc, so, se, wall = _spawn(args, env=env)
+    lines = [ln for ln in so.splitlines() if ln.startswith("{")]
+    if rc != 0 or not lines:
+        tail = (se.strip().splitlines() or ["(no output)"])[-1]
+        return {"name": name, "error": f"worker exit {rc}: {tail}", "process_s": wall}
+    d = json.loads(lines[-1])
+    d["process_s"] = wall
+    return d
+
+
+_MEDIAN_KEYS = ("sim_s", "instr_per_s", "cycles_per_s", "macs_per_s", "jit_first_call_s", "peak_rss_bytes",
+                "build_s", "worker_s", "process_s", "reference_s", "ratio", "floor_s", "prefill_over_floor")
+
+
+def _aggregate(runs: list[dict]) -> dict:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return dict(runs[0], runs=len(runs))
+    agg = dict(ok[-1])
+    agg["runs"] = len(ok)
+    spread = {}
+    for k in _MEDIAN_KEYS:
+        vals = [r[k] for r in ok if isinstance(r.get(k), (int, float))]
+        if vals:
+            agg[k] = statistics.median(vals)
+            spread[k] = [min(vals), max(vals)]
+    agg["spread"] = spread
+    if len(ok) < len(runs):
+        agg["failed_runs"] = len(runs) - len(ok)
+    return agg
+
+
+def _e2e(cold: bool) -> dict:
+    """``plena-sim run flashattn_prefill``, process start to exit (cold: an empty NUMBA_CACHE_DIR)."""
+    env = dict(os.environ)
+    tmp = None
+    if cold:
+        tmp = tempfile.TemporaryDirectory(prefix="plena-bench-cold-")
+        env["NUMBA_CACHE_DIR"] = tmp.name
+    try:
+        rc, _so, se, wall = _spawn([sys.executable, "-m", "plena_sim.cli", "run", "flashattn_prefill"], env=env)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    d = {"seconds": wall, "exit": rc}
+    if rc != 0:
+        d["error"] = (se.strip().splitlines() or ["?"])[-1]
+    return d
+
+
+def _cold_compile() -> dict:
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="plena-bench-cold-") as tmp:
+        env["NUMBA_CACHE_DIR"] = tmp
+        rc, so, se, wall = _spawn([sys.executable, "-m", "testbenches.bench", "--worker", "_compile"], env=env)
+    if rc != 0:
+        return {"error": (se.strip().splitlines() or ["?"])[-1]}
+    return dict(json.loads([ln for ln in so.splitlines() if ln.startswith("{")][-1]), process_s=wall)
+
+
+def run_suite(*, quick: bool = False, only: list[str] | None = None, repeat: int | None = None,
+              cold: bool | None = None, progress=None) -> dict:
+    """Run the suite; returns the JSON-able result dict (see the module docstring)."""
+    names = list(WORKLOADS) if not only else only
+    for n in names:
+        if n not in WORKLOADS:
+            raise KeyError(f"unknown workload {n!r} (known: {', '.join(WORKLOADS)})")
+    repeat = repeat if repeat is not None else (1 if quick else 3)
+    cold = (not quick) if cold is None else cold
+    result: dict[str, Any] = {"suite": "plena-sim-bench", "suite_version": SUITE_VERSION, "quick": quick,
+                              "repeat": repeat, "machine": machine_description(),
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "workloads": {}}
+    for n in names:
+        runs = []
+        for k in range(repeat):
+            if progress:
+                progress(f"{n} run {k + 1}/{repeat}")
+            runs.append(_run_worker(n, quick))
+        result["workloads"][n] = _aggregate(runs)
+    wl = result["workloads"]
+    if "arith_floor" in wl and "floor_s" in wl["arith_floor"]:
+        base = wl.get("prefill_1k", wl["arith_floor"])
+        if base.get("sim_s") and wl["arith_floor"].get("floor_s"):
+            wl["arith_floor"]["prefill_over_floor"] = base["sim_s"] / wl["arith_floor"]["floor_s"]
+            wl["arith_floor"]["prefill_sim_s_used"] = base["sim_s"]
+    if cold:
+        if progress:
+            progress("compile with an empty JIT cache")
+        comp = {"cold_compile": _cold_compile()}
+        e2e_w = []
+        for k in range(repeat):
+            if progress:
+                progress(f"plena-sim run flashattn_prefill, warm cache {k + 1}/{repeat}")
+            e2e_w.append(_e2e(False))
+        secs = [d["seconds"] for d in e2e_w]
+        comp["e2e_run_warm_s"] = statistics.median(secs)
+        comp["e2e_run_warm_spread"] = [min(secs), max(secs)]
+        if progress:
+            progress("plena-sim run flashattn_prefill, empty JIT cache")
+        comp["e2e_run_cold"] = _e2e(True)
+        result["compile"] = comp
+    result["targets"] = targets(result)
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return result
+
+
+def targets(result: dict) -> list[dict]:
+    """The issue's targets, each with the measured value and met/not met (None: not measured)."""
+    wl = result["workloads"]
+    comp = result.get("compile", {})
+    out = []
+
+    def add(name, value, limit, ok_if, unit):
+        met = None if value is None else (value >= limit if ok_if == ">=" else value <= limit)
+        out.append({"target": name, "value": value, "limit": limit, "op": ok_if, "unit": unit, "met": met})
+
+    full = not result.get("quick")
+    g = lambda w, k: wl.get(w, {}).get(k) if full else None   # noqa: E731 (targets hold for full sizes)
+    add("prefill_1k simulated cycles/s", g("prefill_1k", "cycles_per_s"), 20e6, ">=", "cycles/s")
+    add("prefill_1k wall / arith_floor", g("arith_floor", "prefill_over_floor"), 2.0, "<=", "x")
+    add("scalar_loop instructions/s", g("scalar_loop", "instr_per_s"), 50e6, ">=", "instr/s")
+    add("reference_ratio", g("reference_ratio", "ratio"), 100.0, ">=", "x")
+    add("plena-sim run flashattn_prefill, warm cache", comp.get("e2e_run_warm_s"), 3.0, "<=", "s")
+    add("plena-sim run flashattn_prefill, empty cache", comp.get("e2e_run_cold", {}).get("seconds"), 60.0, "<=", "s")
+    rss = lambda w: None if g(w, "peak_rss_bytes") is None else g(w, "peak_rss_bytes") / 2**20  # noqa: E731
+    add("prefill_1k peak RSS", rss("prefill_1k"), 400.0, "<=", "MiB")
+    add("decode_32k peak RSS", rss("decode_32k"), 600.0, "<=", "MiB")
+    return out
+
+
+# ==================================================================================== output
+
+def _si(x, unit=""):
+    if x is None:
+        return "-"
+    for f, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= f:
+            return f"{x / f:.3g} {p}{unit}".rstrip()
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def _sec(x):
+    return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s")
+
+
+def _spr(w, k, fmt):
+    s = w.get("spread", {}).get(k)
+    if not s or w.get("runs", 1) < 2:
+        return ""
+    return f" [{fmt(s[0])}..{fmt(s[1])}]"
+
+
+def render(result: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = console or Console()
+    mach = result["machine"]
+    con.print(f"[bold]plena-sim bench[/] suite v{result['suite_version']}"
+              f"{' (quick)' if result['quick'] else ''}, median of {result['repeat']} run(s) [min..max]; "
+              f"{mach['cpu']}, {mach['logical_cores']} cores, Python {mach['python']}, numba {mach.get('numba')}, "
+              f"load {mach['loadavg_at_start']}, commit {mach['git_commit']}")
+    t = Table(show_lines=False)
+    for col in ("workload", "instructions", "cycles", "sim wall", "first call (JIT)", "instr/s", "cycles/s",
+                "MACs/s", "peak RSS", "notes"):
+        t.add_column(col, justify="left" if col in ("workload", "notes") else "right")
+    for name, w in result["workloads"].items():
+        if "error" in w or "unavailable" in w:
+            t.add_row(name, *["-"] * 8, w.get("error") or w.get("unavailable"))
+            continue
+        note = ""
+        if "ratio" in w:
+            note = f"reference {_sec(w['reference_s'])}: ratio {w['ratio']:.0f}x" \
+                   f"{_spr(w, 'ratio', lambda v: f'{v:.0f}')}{'' if w.get('identical') else ' (STATE DIFFERS)'}"
+        if "floor_s" in w:
+            pf = w.get("prefill_over_floor")
+            note = (f"{w['tile_products']} tile products: floor {_sec(w['floor_s'])}"
+                    + (f", prefill/floor {pf:.2f}x" if pf else ""))
+        if w.get("fault"):
+            note += f" FAULT {w['fault']}"
+        t.add_row(name, f"{w['instructions']:,}", f"{w['cycles']:,}",
+                  _sec(w["sim_s"]) + _spr(w, "sim_s", _sec),
+                  _sec(w["jit_first_call_s"]) + _spr(w, "jit_first_call_s", _sec),
+                  _si(w["instr_per_s"]), _si(w["cycles_per_s"]), _si(w["macs_per_s"]),
+                  f"{w['peak_rss_bytes'] / 2**20:.0f} MiB" + _spr(w, "peak_rss_bytes", lambda v: f"{v / 2**20:.0f}"),
+                  note)
+    con.print(t)
+    comp = result.get("compile")
+    if comp:
+        cc = comp.get("cold_compile", {})
+        cold = comp.get("e2e_run_cold", {})
+        con.print(f"compile with an empty JIT cache: {_sec(cc.get('jit_first_call_s'))} "
+                  f"(process {_sec(cc.get('process_s'))}); `plena-sim run flashattn_prefill` end to end: warm cache "
+                  f"{_sec(comp['e2e_run_warm_s'])} [{_sec(comp['e2e_run_warm_spread'][0])}.."
+                  f"{_sec(comp['e2e_run_warm_spread'][1])}], empty cache {_sec(cold.get('seconds'))}"
+                  + (f" (exit {cold.get('exit')})" if cold.get("exit") else ""))
+    tt = Table(title="targets")
+    for col in ("target", "measured", "limit", "met"):
+        tt.add_column(col)
+    for tg in result["targets"]:
+        v = tg["value"]
+        vs = "-" if v is None else (_si(v, tg["unit"]) if tg["unit"] in ("cycles/s", "instr/s") else f"{v:.2f} {tg['unit']}")
+        met = {True: "[green]met[/]", False: "[red]NOT met[/]", None: "not measured"}[tg["met"]]
+        tt.add_row(tg["target"], vs, f"{tg['op']} {_si(tg['limit']) if tg['limit'] >= 1e3 else tg['limit']}", met)
+    con.print(tt)
+
+
+# ==================================================================================== entry points
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testbenches.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--only", action="append", metavar="NAME", help="run only this workload (repeatable, or a,b)")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per workload (default 3; 1 with --quick)")
+    ap.add_argument("--cold", action=argparse.BooleanOptionalAction, default=None,
+                    help="measure the empty-cache compile and the end-to-end run (default: on, off with --quick)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        if a.worker == "_compile":
+            t0 = time.perf_counter()
+            d = {"jit_first_call_s": _warm_up(), "peak_rss_bytes": peak_rss_bytes()}
+            d["worker_s"] = time.perf_counter() - t0
+        else:
+            d = worker(a.worker, a.quick)
+        print(json.dumps(d))
+        return 0
+    only = [x for o in (a.only or []) for x in o.split(",") if x] or None
+    return run_and_print(quick=a.quick, as_json=a.json, only=only, repeat=a.repeat, cold=a.cold)
+
+
+def run_and_print(*, quick=False, as_json=False, only=None, repeat=None, cold=None) -> int:
+    if as_json:
+        res = run_suite(quick=quick, only=only, repeat=repeat, cold=cold)
+        print(json.dumps(res, indent=1))
+    else:
+        from rich.console import Console
+        con = Console(stderr=True)
+        res = run_suite(quick=quick, only=only, repeat=repeat, cold=cold,
+                        progress=lambda s: con.print(f"[dim]bench: {s}[/]"))
+        render(res)
+    bad = [n for n, w in res["workloads"].items() if "error" in w]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
