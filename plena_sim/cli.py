@@ -212,7 +212,7 @@ def _run_summary(res, cfg, out, title: str) -> None:
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("instructions", f"{res.instructions:,}")
-    t.add_row("cycles (serial)", f"{res.cycles:,}")
+    t.add_row(f"cycles ({st.get('timing_mode', 'serial')})", f"{res.cycles:,}")
     for unit, n in st.get("by_unit", {}).items():
         t.add_row(f"unit {unit}", f"{n:,}")
     t.add_row("matrix MACs", f"{st.get('matrix_macs', 0):,}")
@@ -225,6 +225,21 @@ def _run_summary(res, cfg, out, title: str) -> None:
         for name, n in sorted(st["by_opcode"].items(), key=lambda kv: -kv[1]):
             ops.add_row(name, f"{n:,}")
         out.print(ops)
+
+
+def upstream_lines(stats: dict) -> list[str]:
+    """The upstream emulator's summary lines (timing.md §6) from a run's statistics."""
+    cycles = int(stats.get("cycles", 0))
+    h = stats.get("hbm", {})
+    r, w = int(h.get("bytes_read", 0)), int(h.get("bytes_written", 0))
+    util = (r + w) / (cycles * 1e-9) if cycles else 0.0
+    return [f"Simulation completed. Latency {cycles}.000ns",
+            f"HBM Statistics - Bytes read: {r} | Bytes written: {w} | Utilization: {util:.6g} bytes/sec"]
+
+
+def _write_perfetto(path: str, trace, what: str = "--perfetto") -> None:
+    p = _out_path(path, what)
+    _write_out(p, json.dumps(trace.to_perfetto()).encode(), what)
 
 
 def _dump_specs(specs, flag: str, form: str) -> list[tuple[int, int, Path]]:
@@ -262,7 +277,7 @@ def cmd_exec(args, out, err):
         if addr + n > cfg.HBM_SIZE:
             raise UsageError(f"--dump-hbm: [{addr}, +{n}) exceeds HBM_SIZE={cfg.HBM_SIZE}")
 
-    m = Machine(cfg, backend=args.backend)
+    m = Machine(cfg, backend=args.backend, timing=args.timing)
     if args.hbm:
         load_raw_image(args.hbm, m.hbm, 0)
     for spec in args.hbm_at or []:
@@ -293,8 +308,12 @@ def cmd_exec(args, out, err):
         doc = dict(res.stats)
         doc["program"] = str(args.program)
         out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
+        for line in upstream_lines(res.stats):
+            err.print(line, markup=False, highlight=False)
     else:
         _run_summary(res, cfg, out, f"plena-sim exec {args.program}")
+        for line in upstream_lines(res.stats):
+            out.print(line, markup=False, highlight=False)
     if res.fault is not None:
         err.print("[red]fault:[/] ", end="")
         err.print(str(res.fault), markup=False)
@@ -535,7 +554,9 @@ def cmd_run(args, out, err):
         if status is not None:
             status.update("assemble + simulate + compare ...")
         with tempfile.TemporaryDirectory(prefix="plena-run-") as tmp:
-            rep = run_case_obj(case, backend=args.backend, workdir=tmp)
+            want_trace = bool(getattr(args, "trace", False) or getattr(args, "perfetto", None))
+            rep = run_case_obj(case, backend=args.backend, workdir=tmp, timing=getattr(args, "timing", None),
+                               trace=want_trace)
             sim = np.load(Path(tmp) / "sim.npy") if (Path(tmp) / "sim.npy").exists() else None
             program_mem = (Path(tmp) / "program.mem").read_text() if (Path(tmp) / "program.mem").exists() else None
     doc = _result_json(name, params, cfg, rep, _tol_info(case))
@@ -554,10 +575,14 @@ def cmd_run(args, out, err):
         np.savez(buf, **arrays)
         atomic_write(save_dir / "arrays.npz", buf.getvalue())
         atomic_write(save_dir / "result.json", json.dumps(doc, default=_json_default, indent=1) + "\n")
+    if getattr(args, "perfetto", None) and rep.trace is not None:
+        _write_perfetto(args.perfetto, rep.trace)
     if args.json:
         out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
     else:
         _render_report(out, rep, doc)
+        if getattr(args, "trace", False) and rep.trace is not None:
+            _render_trace(out, rep.trace, rep.stats, last=50)
     if rep.fault is not None and not rep.passed:
         if not args.json:
             err.print("[red]fault:[/] ", end="")
@@ -680,6 +705,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dump-fp-sram", metavar="OUT.npy", help="save FP SRAM (float32)")
     e.add_argument("--dump-hbm", action="append", metavar="ADDR:LEN=OUT.bin", help="save HBM bytes")
     e.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
+    e.add_argument("--timing", choices=("serial", "overlap"), default="serial",
+                   help="cycle accounting (timing.md §3 serial / §4 overlap scoreboard)")
     e.add_argument("--json", action="store_true", help="print one JSON object (run statistics)")
     e.set_defaults(func=cmd_exec)
 
@@ -711,8 +738,147 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=("numba", "reference"), default="numba")
     r.add_argument("--save", metavar="DIR", help="write program.asm, program.mem, result.json, arrays.npz")
     r.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    r.add_argument("--timing", choices=("serial", "overlap"), default="serial",
+                   help="cycle accounting (timing.md §3 serial / §4 overlap scoreboard)")
+    r.add_argument("--trace", action="store_true", help="record an execution trace; show its last 50 rows")
+    r.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
     r.set_defaults(func=cmd_run)
+
+    tr = sub.add_parser("trace", help="run a program or testbench with tracing and show the trace")
+    tr.add_argument("program", metavar="PROGRAM", nargs="?", help=".asm or .mem program")
+    tr.add_argument("--testbench", metavar="NAME", help="trace a testbench instead of a program file")
+    tr.add_argument("--case", metavar="ID", help="a required/stretch case id of --testbench")
+    tr.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="testbench parameter with --testbench, else a CONFIG key override (repeatable)")
+    tr.add_argument("--variant", default=None, help="hardware variant of --testbench")
+    tr.add_argument("--config", "--settings", dest="config", metavar="FILE", help="hardware config file")
+    tr.add_argument("--section", default="TRANSACTIONAL", help="TOML section of --config")
+    tr.add_argument("--set-hw", action="append", metavar="KEY=VALUE", help="override one hardware key")
+    tr.add_argument("--seed", type=int, default=None)
+    tr.add_argument("--backend", choices=("numba", "reference"), default="numba")
+    tr.add_argument("--timing", choices=("serial", "overlap"), default="serial")
+    tr.add_argument("--capacity", type=int, default=1 << 16, metavar="N",
+                    help="trace ring capacity (the newest N instructions are kept)")
+    tr.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
+    tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
+    tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
+    tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
+    tr.add_argument("--last", type=int, default=None, metavar="N", help="only the last N rows (default 200)")
+    tr.add_argument("--around-fault", type=int, default=None, metavar="N",
+                    help="N instructions either side of the faulting pc's last execution")
+    tr.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
+    tr.add_argument("--json", action="store_true", help="print the selected rows and stats as one JSON object")
+    tr.set_defaults(func=cmd_trace)
     return p
+
+
+def _render_trace(out, trace, stats: dict, last: int | None = None, title: str | None = None,
+                  full=None) -> None:
+    """Table of ``trace`` (its last ``last`` rows), per-opcode summary of ``full`` (default: ``trace``)
+    and the per-unit utilization bars of the run."""
+    from rich.markup import escape
+    from .trace import render_summary, render_table, render_utilization
+    shown = trace.filter(last=last) if last is not None else trace
+    out.print(render_table(shown, title=escape(title) if title else None))
+    out.print(render_summary(full if full is not None else trace))
+    out.print(render_utilization(stats.get("unit_busy_cycles", trace.unit_busy()), int(stats.get("cycles", 0))))
+
+
+def cmd_trace(args, out, err):
+    """``plena-sim trace``: run with the in-loop trace ring, filter and render it."""
+    import tempfile
+    from .trace import parse_units
+    if (args.program is None) == (args.testbench is None):
+        raise UsageError("trace: give exactly one of PROGRAM or --testbench NAME")
+    if args.capacity <= 0:
+        raise UsageError(f"--capacity: {args.capacity} must be > 0")
+    if args.max_instructions is not None and args.max_instructions < 0:
+        raise UsageError(f"--max-instructions: {args.max_instructions} must be >= 0")
+    pc_range = None
+    if args.pc:
+        a, sep, b = args.pc.partition(":")
+        if not sep:
+            raise UsageError(f"--pc: {args.pc!r} must look like A:B")
+        pc_range = (_int_arg(a, "--pc A") if a else 0, _int_arg(b, "--pc B") if b else 1 << 62)
+    try:
+        units = parse_units(args.unit) if args.unit else None
+    except ValueError as exc:
+        raise UsageError(f"--unit: {exc}") from None
+    ops = None
+    if args.op:
+        from isa.table import BY_MNEMONIC
+        ops = {o.strip().upper() for o in args.op.split(",") if o.strip()}
+        bad = sorted(o for o in ops if o not in BY_MNEMONIC)
+        if bad:
+            raise UsageError(f"--op: unknown mnemonic(s) {', '.join(bad)}")
+    perf = _out_path(args.perfetto, "--perfetto") if args.perfetto else None
+    if args.testbench:
+        from testbenches.harness import run as run_case_obj
+        mod = _get_testbench(args.testbench)
+        params = dict(mod.DEFAULTS)
+        variant = args.variant
+        if args.case:
+            cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
+            if args.case not in cases:
+                raise UsageError(f"--case: unknown case {args.case!r} of {args.testbench} "
+                                 f"(valid: {', '.join(cases)})")
+            _, ov, case_variant = cases[args.case]
+            params.update(ov)
+            if variant is None and not args.config:
+                variant = case_variant
+        args.variant = variant
+        params = _testbench_params(mod, params, args.set, args.seed)
+        cfg = _testbench_config(args)
+        try:
+            case = mod.build(params, cfg)
+        except (ValueError, AssertionError, KeyError) as exc:
+            raise UsageError(f"{args.testbench}: unsupported parameters: {exc}") from None
+        case.case_id = args.case or "custom"
+        case.variant = variant or ""
+        with tempfile.TemporaryDirectory(prefix="plena-trace-") as tmp:
+            rep = run_case_obj(case, backend=args.backend, workdir=tmp, timing=args.timing,
+                               max_instructions=args.max_instructions, trace=int(args.capacity))
+        trace, stats, fault = rep.trace, rep.stats, rep.fault
+        title = f"{args.testbench} [{case.case_id}] ({args.timing})"
+        fault_pc = (fault or {}).get("pc") if isinstance(fault, dict) else None
+        fault_text = None if fault is None else (fault.get("text") if isinstance(fault, dict) else str(fault))
+        if trace is None:
+            raise UsageError(f"{args.testbench}: the program did not run ({rep.summary or rep.error})")
+    else:
+        from .machine import Machine
+        args.set = list(args.set or []) + list(args.set_hw or [])
+        cfg = _config_from_args(args)
+        prog = _read_program(args.program)
+        m = Machine(cfg, backend=args.backend, timing=args.timing)
+        res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=int(args.capacity))
+        trace, stats = res.trace, res.stats
+        fault_pc = res.fault.pc if res.fault is not None else None
+        fault_text = str(res.fault) if res.fault is not None else None
+        title = f"{args.program} ({args.timing})"
+    around = None
+    if args.around_fault is not None:
+        if fault_pc is None:
+            raise UsageError("--around-fault: the run did not fault")
+        around = (int(fault_pc), int(args.around_fault))
+    last = args.last if args.last is not None else (None if (around or pc_range or ops or units) else 200)
+    sel = trace.filter(pc=pc_range, ops=ops, units=units, last=last, around=around)
+    if perf is not None:
+        _write_out(perf, json.dumps(trace.to_perfetto()).encode(), "--perfetto")
+    if args.json:
+        doc = {"rows": sel.rows(), "summary": trace.opcode_summary(), "stats": stats,
+               "records": len(trace), "dropped": trace.dropped}
+        out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
+    else:
+        _render_trace(out, sel, stats, title=f"{title}: {len(sel)} of {trace.total} instructions", full=trace)
+        if trace.dropped:
+            out.print(f"(ring buffer kept the newest {len(trace)} of {trace.total} instructions)")
+        for line in upstream_lines(stats):
+            out.print(line, markup=False, highlight=False)
+    if fault_text is not None:
+        err.print("[red]fault:[/] ", end="")
+        err.print(fault_text, markup=False)
+        return EXIT_FAULT
+    return EXIT_OK
 
 
 def _user_error_types():

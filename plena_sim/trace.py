@@ -240,7 +240,7 @@ def render_summary(trace: Trace):
     return t
 
 
-def render_utilization(busy: dict, cycles: int, width: int = 40):
+def render_utilization(busy: dict, cycles: int, width: int = 30):
     """One bar per unit: busy cycles / total cycles."""
     from rich.table import Table
     t = Table(title=f"unit utilization ({cycles} cycles)")

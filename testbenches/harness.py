@@ -47,7 +47,7 @@ Readback specs (``read(machine) -> ndarray``, all SRAMs decoded as **bf16**):
 
 Running: :func:`run`
 --------------------
-``run(case, *, backend="numba", workdir=None, timing=None, max_instructions=None) -> Report``
+``run(case, *, backend="numba", workdir=None, timing=None, max_instructions=None, trace=False) -> Report``
 (``timing``: ``None``/``"serial"`` or a timing mode the Machine accepts, e.g. ``"overlap"``):
 
 1. assembles ``case.program`` (an ``AssemblerError`` is a failure unless the case expects it);
@@ -273,6 +273,7 @@ class Report:
     expected: tuple[str, ...] | None = None
     summary: str = ""
     workdir: str | None = None
+    trace: object = field(default=None, repr=False)    # plena_sim.trace.Trace with run(trace=...)
 
     @property
     def label(self) -> str:
@@ -286,7 +287,7 @@ class Report:
 
     def to_dict(self) -> dict:
         from .compare import _jsonable
-        d = {k: v for k, v in self.__dict__.items() if k != "checks"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("checks", "trace")}
         d["checks"] = [c.to_dict() for c in self.checks]
         return _jsonable(d)
 
@@ -549,7 +550,7 @@ def _primary_fill(rep: Report, res: CheckResult) -> None:
     rep.worst_ratio, rep.group_fail = res.worst_ratio, res.group_fail
 
 
-def _simulate(case: Case, backend: str, timing, max_instructions):
+def _simulate(case: Case, backend: str, timing, max_instructions, trace=False):
     """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw)."""
     from isa.assembler import assemble
     prog = assemble(case.program, f"{case.testbench}.asm")
@@ -570,25 +571,28 @@ def _simulate(case: Case, backend: str, timing, max_instructions):
             kwargs[key] = timing
         elif timing != "serial":
             raise ValueError(f"timing={timing!r}: this simulator supports only serial timing")
+    if trace:
+        kwargs["trace"] = trace
     res = m.run(prog, **kwargs)
     return m, res, prog, before, hbm_before, hw
 
 
 def run(case: Case, *, backend: str = "numba", workdir: str | Path | None = None, timing=None,
-        max_instructions: int | None = None) -> Report:
+        max_instructions: int | None = None, trace=False) -> Report:
     """Assemble, simulate and judge ``case`` (see the module docstring)."""
     from isa.assembler import AssemblerError
     t0 = time.perf_counter()
     expect = case.expect
     try:
         _regions_check(case)
-        m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions)
+        m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions, trace)
     except AssemblerError as exc:
         return _fail_report(case, "assembler", " | ".join(str(exc).splitlines()) or repr(exc), t0, expect)
     except ValueError as exc:
         return _fail_report(case, "plan", str(exc), t0, expect)
     rep = Report(case.testbench, case.case_id, case.variant, cycles=int(res.cycles),
-                 instructions=int(res.instructions), stats=dict(res.stats), expected=expect)
+                 instructions=int(res.instructions), stats=dict(res.stats), expected=expect,
+                 trace=getattr(res, "trace", None))
     if res.fault is not None:
         f = res.fault
         rep.fault = f.to_dict() if hasattr(f, "to_dict") else {"text": str(f)}
