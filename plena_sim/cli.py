@@ -666,6 +666,24 @@ def cmd_mutants(args, out, err):
     return EXIT_OK if all_caught else EXIT_MISMATCH
 
 
+def cmd_bench(args, out, err):
+    from testbenches import bench
+    only = [x.strip() for o in (args.only or []) for x in o.split(",") if x.strip()] or None
+    unknown = [n for n in (only or []) if n not in bench.WORKLOADS]
+    if unknown:
+        raise UsageError(f"--only: unknown workload(s) {', '.join(unknown)} (valid: {', '.join(bench.WORKLOADS)})")
+    if args.repeat is not None and args.repeat < 1:
+        raise UsageError("--repeat must be >= 1")
+    if args.json:
+        res = bench.run_suite(quick=args.quick, only=only, repeat=args.repeat, cold=args.cold)
+        out.file.write(json.dumps(res, default=_json_default) + "\n")
+    else:
+        res = bench.run_suite(quick=args.quick, only=only, repeat=args.repeat, cold=args.cold,
+                              progress=lambda s: err.print(f"[dim]bench: {s}[/]"))
+        bench.render(res, out)
+    return EXIT_BUG if any("error" in w for w in res["workloads"].values()) else EXIT_OK
+
+
 # ----------------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -722,6 +740,15 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument("--backend", choices=("numba", "reference"), default="numba")
     mu.add_argument("--json", action="store_true", help="print one JSON object")
     mu.set_defaults(func=cmd_mutants)
+
+    be = sub.add_parser("bench", help="run the benchmark suite (speed, JIT, peak RSS; docs/performance.md)")
+    be.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
+    be.add_argument("--json", action="store_true", help="print one JSON object")
+    be.add_argument("--only", action="append", metavar="NAME", help="only this workload (repeatable, or a,b)")
+    be.add_argument("--repeat", type=int, default=None, help="runs per workload (default 3, 1 with --quick)")
+    be.add_argument("--cold", action=argparse.BooleanOptionalAction, default=None,
+                    help="also measure the empty-JIT-cache compile and end-to-end run (default: on unless --quick)")
+    be.set_defaults(func=cmd_bench)
 
     ls = sub.add_parser("list", help="list the testbenches")
     ls.set_defaults(func=cmd_list)

@@ -446,6 +446,8 @@ def render(result: dict, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
     con = console or Console()
+    if not con.is_terminal and con.width < 200:     # piped / captured: do not wrap the table at 80 columns
+        con.width = 200
     mach = result["machine"]
     con.print(f"[bold]plena-sim bench[/] suite v{result['suite_version']}"
               f"{' (quick)' if result['quick'] else ''}, median of {result['repeat']} run(s) [min..max]; "
