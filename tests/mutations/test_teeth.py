@@ -17,6 +17,21 @@ from testbenches.harness import run_case
 ALL = [(h, e) for h in mut.MUTATIONS for e in mut.exposures(h)]
 
 
+def test_every_hook_is_placed_in_generator_code():
+    from pathlib import Path
+    src = "\n".join(p.read_text() for p in (Path(__file__).resolve().parents[2] / "programs").glob("*.py")
+                    if p.name != "faults.py")
+    for h in mut.MUTATIONS:
+        assert f'"{h}"' in src, f"hook {h} is not referenced by any generator"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hook,exp", ALL, ids=[f"clean-{h}-{e.label}" for h, e in ALL])
+def test_exposing_case_passes_without_the_mutation(hook, exp):
+    rep = run_case(exp.testbench, exp.case_id, exp.overrides, exp.variant)
+    assert rep.passed, f"{exp.label} must pass without {hook}: {rep.summary}"
+
+
 def test_table_covers_every_hook_exactly():
     assert set(mut.MUTATIONS) == set(faults.HOOKS)
     assert len(mut.MUTATIONS) == len(set(mut.MUTATIONS)) == 50

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -27,26 +26,15 @@ from programs import faults  # noqa: E402
 from programs import flash_attention as fa  # noqa: E402
 from programs.asm import Asm  # noqa: E402
 from programs.hbm import HbmTensor, ceil_div  # noqa: E402
-from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt  # noqa: E402
+from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt, mutations  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
 
 GP = tuple(range(1, 13))
 FP = tuple(range(1, 7))
 
-# kernels.md §6.2: hook -> the cases that must expose it
-HOOK_CASES = {
-    "kv_tile_offset_ignored": "P1 P2 P3 D1 D4", "state_reset_per_tile": "P1 P3 D1",
-    "normalize_per_tile": "P1 D1", "normalize_mask_stale": "P1 P6 D1", "pv_v_step_blen": "P1",
-    "mv_v_step_row": "D1 D2", "tile_step_not_batch_aware": "P3 D3", "batch_base_missing": "P3 D1",
-    "contiguous_kv_prefetch": "P1 P8 D1", "raw_large_immediate": "P8 D4 P10", "truncated_immediate": "P8 D4",
-    "causal_ignored": "P1 P3", "causal_offset_zero": "P1 D1", "tail_mask_missing": "P2 D7",
-    "tail_tile_dropped": "P2 P3 D1 D4", "causal_break_early": "P1", "bmm_scale_uncorrected": "P7 D5",
-    "qk_scale_missing": "P1 D1", "decode_s_stride_tile": "D1 D3", "per_head_p_offset": "P4 P6",
-    "qkt_sum_key_blocks": "P4 P6", "tmv_operands_swapped": "D2 D6", "q_group_offset_doubled": "P3 P5 D3",
-    "o_group_offset_missing": "P3 P5", "q_lanes_not_zeroed": "P6 D6", "mres_not_applied_l": "P1 D1",
-    "mres_not_applied_o": "P1", "q_tile_index_ignored": "P1 P3", "stale_scale": "P1", "stale_stride": "P1",
-    "o_not_zeroed": "P1", "fp_state_overlap": "P1", "hardcoded_tile_64": "P9",
-}
+# kernels.md §6.2: hook -> the cases that must expose it (the one table in testbenches.mutations)
+HOOK_CASES = {h: " ".join(e.case_id for e in mutations.exposures(h)) for h in mutations.MUTATIONS
+              if mutations.exposures(h)[0].testbench.startswith("flashattn")}
 
 
 # ----------------------------------------------------------------------------- helpers

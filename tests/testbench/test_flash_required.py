@@ -1,6 +1,6 @@
 """Flash attention end to end on the machine (Numba backend): every required case P1-P10, D1-D7 and the
 flashattn_qkt cases, the stretch case P11, a CI subset of the §4.5 grid, and (``-m slow``) the full grid
-and the §6.2 mutation table (each hook must make each of its listed cases fail).
+(the §6.2 mutation table is in tests/mutations/test_teeth.py).
 
 A simulator fault, an assembler error or a plan ValueError in a required case is a failure, never a skip.
 """
@@ -11,10 +11,8 @@ import itertools
 import pytest
 
 import testbenches
-from programs import faults
 from programs import flash_attention as fa
 from testbenches.harness import run_case
-from testbenches.variants import get_config
 
 FLASH = ("flashattn_prefill", "flashattn_decode", "flashattn_qkt")
 REQUIRED = [(tb, cid, ov, var) for tb in FLASH for (cid, ov, var) in testbenches.get(tb).REQUIRED_CASES]
@@ -139,82 +137,4 @@ def test_grid_full(combo):
     _run_grid(combo)
 
 
-# ----------------------------------------------------------------------------- §6.2 mutations
-
-HOOK_CASES = {
-    "kv_tile_offset_ignored": "P1 P2 P3 D1 D4", "state_reset_per_tile": "P1 P3 D1",
-    "normalize_per_tile": "P1 D1", "normalize_mask_stale": "P1 P6 D1", "pv_v_step_blen": "P1",
-    "mv_v_step_row": "D1 D2", "tile_step_not_batch_aware": "P3 D3", "batch_base_missing": "P3 D1",
-    "contiguous_kv_prefetch": "P1 P8 D1", "raw_large_immediate": "P8 D4 P10", "truncated_immediate": "P8 D4",
-    "causal_ignored": "P1 P3", "causal_offset_zero": "P1 D1", "tail_mask_missing": "P2 D7",
-    "tail_tile_dropped": "P2 P3 D1 D4", "causal_break_early": "P1", "bmm_scale_uncorrected": "P7 D5",
-    "qk_scale_missing": "P1 D1", "decode_s_stride_tile": "D1 D3", "per_head_p_offset": "P4 P6",
-    "qkt_sum_key_blocks": "P4 P6", "tmv_operands_swapped": "D2 D6", "q_group_offset_doubled": "P3 P5 D3",
-    "o_group_offset_missing": "P3 P5", "q_lanes_not_zeroed": "P6 D6", "mres_not_applied_l": "P1 D1",
-    "mres_not_applied_o": "P1", "q_tile_index_ignored": "P1 P3", "stale_scale": "P1", "stale_stride": "P1",
-    "o_not_zeroed": "P1", "fp_state_overlap": "P1", "hardcoded_tile_64": "P9",
-}
-_BY_ID = {cid: (tb, ov, var) for tb, cid, ov, var in REQUIRED}
-TEETH = [(h, cid) for h, cases in HOOK_CASES.items() for cid in cases.split()]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("hook,cid", TEETH, ids=[f"{h}-{c}" for h, c in TEETH])
-def test_mutation_is_detected(hook, cid):
-    tb, ov, var = _BY_ID[cid]
-    with faults.inject(hook):
-        rep = run_case(tb, cid, ov, var)
-    assert not rep.passed, f"mutation {hook} not detected by {cid}: {rep.summary}"
-
-
-# ----------------------------------------------------------------------------- RANGES sweep (slow)
-
-def _valid(ov, cfg):
-    M, H, BA = cfg.MLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
-    hq, hkv, d = ov["hq"], ov["hkv"], ov["d"]
-    if hq % hkv or (d <= M and cfg.VLEN % d) or (d > M and (d % M or not fa.SUPPORTS_HEAD_DIM_CHUNKS)):
-        return False
-    if ov.get("causal") and ov["q_len"] > ov["kv_len"]:
-        return False
-    wp = ov.get("Wp")
-    wp = cfg.MLEN if wp == "M" else wp
-    if isinstance(wp, int) and wp < hkv * d:
-        return False
-    if ov.get("path") == "batched" and not (d == H and hq // hkv <= BA and BA * H == M):
-        return False
-    return True
-
-
-def _range_points(tb, n, seed):
-    import random
-    mod = testbenches.get(tb)
-    rng = random.Random(seed)
-    pts, tries = [], 0
-    while len(pts) < n and tries < 20000:
-        tries += 1
-        ov = {k: rng.choice(list(v)) for k, v in sorted(mod.RANGES.items())}
-        var = ov.pop("cfg", "default")
-        cfg = get_config(var)
-        ov["hkv"] = min(ov["hkv"], ov["hq"])
-        while ov["hq"] % ov["hkv"]:
-            ov["hkv"] //= 2
-        if not _valid(ov, cfg):
-            continue
-        M = cfg.MLEN
-        cost = ov.get("batch", 1) * ov["hq"] * -(-ov["q_len"] // M) * -(-ov["kv_len"] // M)
-        if cost > 800:
-            continue
-        if rng.random() < 0.3 and ov.get("kv_layout") == "bshd":
-            ov["kv_capacity"] = ov["kv_len"] + rng.choice([1, 7, 64])
-        pts.append((ov, var))
-    return pts
-
-
-SWEEP = [(tb, k, ov, var) for tb in FLASH for k, (ov, var) in enumerate(_range_points(tb, 30, 7 + len(tb)))]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tb,k,ov,var", SWEEP, ids=[f"{t}-{k}-{v}" for t, k, _, v in SWEEP])
-def test_ranges_sweep(tb, k, ov, var):
-    rep = run_case(tb, f"sweep{k}", ov, var)
-    assert rep.passed, f"{ov} [{var}]: {rep.summary}"
+# The §6.2 mutation table runs in tests/mutations/test_teeth.py (one table: testbenches.mutations).
