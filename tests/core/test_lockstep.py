@@ -536,9 +536,14 @@ def run_lockstep(cfg, words, seed, pool_pages=16, budget=BUDGET, *, what=""):
     """Run both backends; assert identical outcome and state. Returns the (reference) outcome."""
     s_ref = make_state(cfg, seed, pool_pages)
     s_jit = clone_state(s_ref)
-    o_ref = reference.execute(s_ref, words, budget)
-    o_jit = core.execute(s_jit, words, budget)
+    timing = "overlap" if seed % 2 else "serial"      # both accountings (timing.md §3 / §4) in lock step
+    o_ref = reference.execute(s_ref, words, budget, timing=timing)
+    o_jit = core.execute(s_jit, words, budget, timing=timing)
     diffs = diff_outcomes(o_ref, o_jit) + diff_states(s_ref, s_jit)
+    if not np.array_equal(s_ref.timing.ts, s_jit.timing.ts):
+        diffs.append(f"timing state ({timing}): ref {list(s_ref.timing.ts)} jit {list(s_jit.timing.ts)}")
+    if s_ref.timing.hbm_counts() != s_jit.timing.hbm_counts():
+        diffs.append(f"hbm counters: ref {s_ref.timing.hbm_counts()} jit {s_jit.timing.hbm_counts()}")
     if diffs:
         rule = RULE_BY_CODE[o_ref.fault[0]].id if o_ref.fault else None
         raise AssertionError(
