@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 from plena_sim.config import HardwareConfig, MxType
 
 from . import faults
-from .asm import Asm, add_imm, fp, gp, areg, load_imm
+from .asm import Asm, add_imm, fp, gp, areg, load_imm, LOOP_COUNT_MAX
 from .common import Footprint, check_disjoint, check_fp_range, take_regs
 from .hbm import HbmTensor, ceil_div, round_up, row_pad
 
@@ -43,7 +43,7 @@ SUPPORTS_HEAD_DIM_CHUNKS = True
 GP_NEEDED = 8
 FP_NEEDED = 6
 _U32 = 1 << 32
-_LOOP_COUNT_MAX = (1 << 22) - 1
+_LOOP_COUNT_MAX = LOOP_COUNT_MAX   # the imm22 field (isa table)
 
 
 def _fail(kernel: str, param: str, value, rule: str):

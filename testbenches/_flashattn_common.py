@@ -41,7 +41,7 @@ def make_inputs(cb: CaseBuilder, sp: dict, req: dict, scale: float):
     S, L = sp["q_len"], sp["kv_len"]
     S_cap, Wp, layout = sp["kv_capacity"], sp["kv_row_elems"], sp["kv_layout"]
     q_host = cb.randn((B_, S, hq, d), scale).reshape(B_ * S, hq * d)
-    q_t, q_deq = cb.tensor("q", q_host, "act", alloc_elems=req["q"])
+    q_t, q_deq = cb.tensor("q", q_host, "act", alloc_elems=req["q"], shape=(B_, S, hq, d))
     Q = q_deq.reshape(B_, S, hq, d)
     n_rows = ceil_div(req["k"], Wp)
     cache_rows = B_ * S_cap
@@ -55,6 +55,7 @@ def make_inputs(cb: CaseBuilder, sp: dict, req: dict, scale: float):
             for s in range(L):
                 row = _cache_row(layout, B_, S_cap, b, s)
                 X[b, s] = deq[row, :hkv * d].reshape(hkv, d)
+        cb.inputs[name] = X          # the logical [batch, kv_len, hkv, d] values the device saw
         out.append((t, X))
     (k_t, K), (v_t, Vv) = out
     return q_t, k_t, v_t, Q, K, Vv
