@@ -792,7 +792,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
     tr.add_argument("--last", type=int, default=None, metavar="N", help="only the last N rows (default 200)")
     tr.add_argument("--around-fault", type=int, default=None, metavar="N",
-                    help="N instructions either side of the faulting pc's last execution")
+                    help="the N instructions retired just before the fault")
     tr.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
     tr.add_argument("--json", action="store_true", help="print the selected rows and stats as one JSON object")
     tr.set_defaults(func=cmd_trace)
@@ -882,13 +882,16 @@ def cmd_trace(args, out, err):
         fault_pc = res.fault.pc if res.fault is not None else None
         fault_text = str(res.fault) if res.fault is not None else None
         title = f"{args.program} ({args.timing})"
-    around = None
     if args.around_fault is not None:
+        # the faulting instruction does not retire: show the N instructions retired just before it
         if fault_pc is None:
             raise UsageError("--around-fault: the run did not fault")
-        around = (int(fault_pc), int(args.around_fault))
-    last = args.last if args.last is not None else (None if (around or pc_range or ops or units) else 200)
-    sel = trace.filter(pc=pc_range, ops=ops, units=units, last=last, around=around)
+        if args.around_fault < 0:
+            raise UsageError(f"--around-fault: {args.around_fault} must be >= 0")
+        last = args.around_fault if args.last is None else min(args.last, args.around_fault)
+    else:
+        last = args.last if args.last is not None else (None if (pc_range or ops or units) else 200)
+    sel = trace.filter(pc=pc_range, ops=ops, units=units, last=last)
     if perf is not None:
         _write_out(perf, json.dumps(trace.to_perfetto()).encode(), "--perfetto")
     if args.json:
