@@ -200,6 +200,25 @@ def _assemble_line(code: str) -> int | None:
     return encode(mnem, **fields)
 
 
+#: line text -> encoded word (None: blank/comment) of lines that assembled without error. Generated
+#: programs repeat most lines (and ``programs.asm.Asm`` validates every line before the whole text is
+#: assembled), so this memo removes most of the parsing; bounded (cleared when full) to cap its memory.
+_LINE_MEMO: dict[str, int | None] = {}
+_LINE_MEMO_MAX = 1 << 17
+_MISS = object()
+
+
+def assemble_line_cached(line: str) -> int | None:
+    """The word of one source line (None if blank/comment); raises _LineError. Memoized (see above)."""
+    word = _LINE_MEMO.get(line, _MISS)
+    if word is _MISS:
+        word = _assemble_line(strip_comment(line))
+        if len(_LINE_MEMO) >= _LINE_MEMO_MAX:
+            _LINE_MEMO.clear()
+        _LINE_MEMO[line] = word
+    return word
+
+
 def assemble(text: str, filename: str = "<asm>") -> Program:
     """Assemble ``text``. Raises :class:`AssemblerError` listing every error of the text."""
     words: list[int] = []
@@ -207,7 +226,7 @@ def assemble(text: str, filename: str = "<asm>") -> Program:
     errors: list[AsmDiagnostic] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         try:
-            word = _assemble_line(strip_comment(line))
+            word = assemble_line_cached(line)
         except _LineError as e:
             errors.append(AsmDiagnostic(filename, lineno, e.column, e.token, e.reason, line))
             continue

@@ -11,7 +11,7 @@ ints are immediates or flags.
 """
 from __future__ import annotations
 
-from isa.assembler import AssemblerError, assemble
+from isa.assembler import _LineError, assemble_line_cached
 from isa.table import BY_MNEMONIC, FIELDS
 
 from . import faults
@@ -66,8 +66,8 @@ class Asm:
         line = mnemonic + (" " + ", ".join(ops) if ops else "")
         self._check_rules(mnemonic, ops, line)
         try:
-            assemble(line, "<Asm>")
-        except AssemblerError as exc:
+            assemble_line_cached(line)
+        except _LineError as exc:
             raise ValueError(f"Asm: {line}: {exc.reason}") from None
         self._lines.append(line)
         self.n_instructions += 1
