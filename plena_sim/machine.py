@@ -41,17 +41,29 @@ State accessors
 
 Running
 -------
-``m.run(program, max_instructions=None, trace=False, raise_on_fault=True, resume=False)`` starts at
-pc 0 with an empty loop stack (``resume=True`` continues from the current pc and loop stack instead,
-e.g. after a BUDGET fault) and returns a :class:`RunResult`:
+``m = Machine(cfg, backend="numba", timing="serial")`` sets the default timing mode;
+``m.run(program, max_instructions=None, trace=False, raise_on_fault=True, resume=False, name="<asm>",
+timing=None)`` starts at pc 0 with an empty loop stack and a fresh timing state (cycle 0, cold HBM;
+``resume=True`` continues from the current pc, loop stack *and* timing state instead, e.g. after a
+BUDGET fault) and returns a :class:`RunResult`:
 
-* ``instructions`` (retired), ``cycles`` (serial mode), ``stats`` dict with keys ``backend``,
-  ``instructions``, ``cycles``, ``time_ns``, ``by_opcode`` (mnemonic -> count, executed opcodes only),
-  ``by_unit`` (M/V/S/H/C -> count), ``matrix_macs``,
-  ``mx`` (``nan_encoded``, ``saturated``), ``host_seconds``, ``fault`` (None or the fault's dict);
+* ``timing``: ``"serial"`` (timing.md §3, Σ latencies) or ``"overlap"`` (§4 scoreboard); None = the
+  Machine's default. Both are computed inside the run loop; H_* latencies come from the HBM bank model
+  (:mod:`plena_sim.hbm_timing`) with t0 = the instruction's start / issue cycle.
+* ``instructions`` (retired), ``cycles`` (this call, in the selected mode), ``stats`` dict (timing.md
+  §6): ``schema``, ``backend``, ``timing_mode``, ``config`` (topology, DC_EN, BMM_SCALE, preset),
+  ``instructions``, ``cycles``, ``time_ns``, ``by_opcode`` (mnemonic -> count), ``by_unit`` (M/V/S/H/C
+  -> count), ``unit_busy_cycles``, ``unit_utilization``, ``matrix_macs``, ``hbm`` (``read_requests``,
+  ``write_requests``, ``bytes_read``, ``bytes_written``, ``payload_bytes_read``,
+  ``payload_bytes_written``, ``row_hits``, ``row_misses``, ``row_conflicts``, ``per_channel_requests``,
+  ``achieved_bandwidth_GBps``, ``dma_bandwidth_GBps``, ``peak_bandwidth_GBps``), ``mx``
+  (``nan_encoded``, ``saturated``), ``overlap`` (overlap mode only: ``stall_unit``, ``stall_data``,
+  ``issue_cycles``), ``host_seconds``, ``sim_cycles_per_second``, ``jit_compile_seconds``, ``fault``
+  (None or the fault's dict);
 * ``fault``: None, or the :class:`~plena_sim.faults.SimFault` (only with ``raise_on_fault=False``);
-* ``trace``: with ``trace=True``, a list of ``(pc, text, cycles_before)`` per retired instruction
-  (the run is then stepped one instruction at a time -- slow, for debugging).
+* ``trace``: with ``trace=True`` (capacity :data:`DEFAULT_TRACE_CAPACITY`) or ``trace=N`` (ring of the
+  newest N records), a :class:`plena_sim.trace.Trace` recorded inside the run loop (both backends,
+  identical records); None otherwise (no cost beyond one branch per instruction).
 
 On a fault (default) the typed :class:`~plena_sim.faults.SimFault` subclass is raised with the
 statistics so far attached as ``exc.stats`` (and the RunResult as ``exc.result``); the message names
