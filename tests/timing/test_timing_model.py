@@ -254,3 +254,14 @@ def test_stats_keys():
         assert k in s["hbm"]
     assert s["hbm"]["peak_bandwidth_GBps"] == 256
     assert "overlap" not in run(SERIAL_PROG)[1].stats
+
+
+@pytest.mark.parametrize("timing", ["serial", "overlap"])
+def test_tracing_changes_nothing_but_the_trace(timing):
+    regs = {"gp6": 2048, "gp8": 16}
+    _, off = run(LOOP_PROG, timing, **regs)
+    _, on = run(LOOP_PROG, timing, trace=True, **regs)
+    assert off.trace is None and on.trace is not None
+    assert _core_stats(off) == _core_stats(on)
+    rows = on.trace.rows()
+    assert rows[-1]["end"] <= on.cycles and max(r["end"] for r in rows) == on.cycles
