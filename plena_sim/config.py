@@ -161,6 +161,7 @@ _OPTIONAL_LATENCY_KEYS = ("VECTOR_LONGEST_OPERATE_CYCLES", "VECTOR_BASIC_CYCLES"
 
 _POW2_KEYS = ("MLEN", "VLEN", "BLEN", "HLEN")
 _MAX_HBM_SIZE = 1 << 50  # 1 PiB of sparse address space; larger is certainly a typo
+_MAX_DMA_ROWS = 1 << 32  # rows per H_* transfer (keeps P_M = ceil(value/MLEN)*MLEN and row offsets in int64)
 
 
 # --------------------------------------------------------------------------- the config object
@@ -387,6 +388,9 @@ def _validate(cfg: HardwareConfig) -> None:
             "BROADCAST_AMOUNT",
             f"BROADCAST_AMOUNT*HLEN = {cfg.BROADCAST_AMOUNT}*{cfg.HLEN} = "
             f"{cfg.BROADCAST_AMOUNT * cfg.HLEN} must equal MLEN={cfg.MLEN}")
+    for k in ("HBM_M_Prefetch_Amount", "HBM_V_Prefetch_Amount", "HBM_V_Writeback_Amount"):
+        if getattr(cfg, k) > _MAX_DMA_ROWS:
+            raise ConfigError(k, f"must be at most 2^32 rows per DMA, got {_shown(getattr(cfg, k))}")
     if cfg.HBM_SIZE > _MAX_HBM_SIZE:
         raise ConfigError("HBM_SIZE", f"{cfg.HBM_SIZE} bytes exceeds the modelled maximum 2^50")
     # preset file exists and is valid; [S.HBM_TIMING] keys are preset keys with valid values

@@ -186,3 +186,19 @@ def test_cli_host_out_of_memory_is_a_clear_error(prog, capsys, monkeypatch):
     monkeypatch.setattr(machine.Machine, "run", oom)
     code, out, err = _cli(["exec", prog, *_small_set()], capsys)
     assert code == 2 and "out of host memory" in err and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("key", ["HBM_M_Prefetch_Amount", "HBM_V_Prefetch_Amount", "HBM_V_Writeback_Amount"])
+def test_dma_amounts_are_bounded(key):
+    """P_M = ceil(value / MLEN) * MLEN and the row offsets of one transfer must stay in int64."""
+    with pytest.raises(ConfigError) as ei:
+        load_config(overrides={key: (1 << 63) - 1})
+    assert ei.value.key == key and "2^32 rows" in str(ei.value)
+    load_config(overrides={key: 1 << 32})
+
+
+def test_config_integers_fit_int64():
+    for key in ("MAX_LOOP_INSTRUCTIONS", "DC_EN", "HBM_WIDTH"):
+        with pytest.raises(ConfigError, match="< 2\\^63") as ei:
+            load_config(overrides={key: 1 << 63})
+        assert ei.value.key == key
