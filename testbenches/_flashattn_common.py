@@ -71,22 +71,33 @@ def allowed_mask(q_len: int, kv_len: int, causal: bool) -> np.ndarray:
 
 
 def attention_golden(Q, K, V, qk: float, causal: bool):
-    """float64 golden O [b,s,h,d], envelope A = p@|V|, smax_r [b,s,h], scores [b,h,s,c], allowed [s,c]."""
+    """float64 golden O [b,s,h,d], envelope A = p@|V|, smax_r [b,s,h], scores [b,h,s,c], allowed [s,c].
+
+    Computed one (batch, head) at a time: the peak host memory is the scores array plus one head's
+    [s, c] temporaries (no repeated K/V, no [b,h,s,c] temporaries)."""
     B_, S, hq, d = Q.shape
     L, hkv = K.shape[1], K.shape[2]
     ratio = hq // hkv
-    Kr = np.repeat(K, ratio, axis=2)
-    Vr = np.repeat(V, ratio, axis=2)
-    scores = qk * np.einsum("bshk,bchk->bhsc", Q, Kr)
     allowed = allowed_mask(S, L, causal)
-    sm = np.where(allowed[None, None], scores, -np.inf)
-    m = sm.max(axis=-1, keepdims=True)
-    e = np.exp(sm - m)
-    p = e / e.sum(axis=-1, keepdims=True)
-    O = np.einsum("bhsc,bchk->bshk", p, Vr)
-    A = np.einsum("bhsc,bchk->bshk", p, np.abs(Vr))
-    smax = np.where(allowed[None, None], np.abs(scores), 0.0).max(axis=-1)     # [b,h,s]
-    return O, A, smax.transpose(0, 2, 1), scores, allowed
+    scores = np.empty((B_, hq, S, L))
+    O = np.empty((B_, S, hq, d))
+    A = np.empty((B_, S, hq, d))
+    smax = np.empty((B_, S, hq))
+    for b in range(B_):
+        for h in range(hq):
+            Kh = K[b, :, h // ratio]
+            Vh = V[b, :, h // ratio]
+            sc = qk * np.einsum("sk,ck->sc", Q[b, :, h], Kh)
+            scores[b, h] = sc
+            sm = np.where(allowed, sc, -np.inf)
+            m = sm.max(axis=-1, keepdims=True)
+            e = np.exp(sm - m)
+            p = e / e.sum(axis=-1, keepdims=True)
+            del sm, e
+            O[b, :, h] = np.einsum("sc,ck->sk", p, Vh)
+            A[b, :, h] = np.einsum("sc,ck->sk", p, np.abs(Vh))
+            smax[b, :, h] = np.where(allowed, np.abs(sc), 0.0).max(axis=-1)
+    return O, A, smax, scores, allowed
 
 
 def build_flash(name: str, p: dict, config):
