@@ -66,7 +66,8 @@ from .faults import (  # noqa: F401
     R_BD_HBM, FAULT_RECORD_LEN, INT64_MAX,
 )
 from .hbm import hbm_missing_pages, hbm_read, hbm_write
-from .hbm_timing import G_ELEM_LEN, G_ROWS, ST_READ_REQUESTS, ST_WRITE_REQUESTS, PRM_BURST_BYTES, dma_instruction
+from .hbm_timing import (EMPTY, G_ELEM_LEN, G_ROWS, G_SCALE_LEN, PRM_BURST_BYTES, PRM_CHANNELS, ST_READ_REQUESTS,
+                         ST_WRITE_REQUESTS, W_N, dma_instruction)
 from .latency import NOOP_IF_RD0, instruction_latency, latency_table
 from . import timing as TM
 from .timing import (MODE_SERIAL, T_BUSY, T_CYCLES, resources_nb, sb_commit_nb, sb_issue_nb, dest_reg_nb,
@@ -835,8 +836,22 @@ def _hbm_latency(o, rs2, rs3, f1, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hst
     pitch = ctrl[CTRL_STRIDE] if rs3 == 1 else g[G_ELEM_LEN]
     lat = dma_instruction(hp, g, np.int64(areg[rs2]), g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats,
                           blocks, hset, work)
-    if lat < 1:   # scratch too small (cannot happen: sized by max_dma_blocks); never charge < 1
-        lat = np.int64(1)
+    if lat < 0:
+        # the preallocated scratch (capped, see TimingState) is too small for this instruction: use a
+        # one-off scratch of the geometry bound (only configurations with huge P_* / rows get here)
+        burst = hp[PRM_BURST_BYTES]
+        per_row = (g[G_ELEM_LEN] + burst - 1) // burst + 1
+        if g[G_SCALE_LEN] > 0:
+            per_row += (g[G_SCALE_LEN] + burst - 1) // burst + 1
+        nb = g[G_ROWS] * per_row
+        size = np.int64(16)
+        while size < 2 * nb:
+            size *= 2
+        b2 = np.zeros(nb, dtype=np.int64)
+        h2 = np.full(size, EMPTY, dtype=np.int64)
+        w2 = np.zeros((W_N, max(nb, hp[PRM_CHANNELS] + 1)), dtype=np.int64)
+        lat = dma_instruction(hp, g, np.int64(areg[rs2]), g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank,
+                              hstats, b2, h2, w2)
     return lat
 
 

@@ -93,6 +93,8 @@ TC_TOTAL = 15
 TC_N = 16
 
 MAX_RANGES = 8
+#: most DMA blocks the preallocated per-run scratch holds (see TimingState)
+SCRATCH_CAP = 1 << 16
 
 # ---- trace record slots
 REC_FIELDS = ("seq", "pc", "opcode", "unit", "issue", "start", "end", "reg_kind", "reg_idx", "reg_old",
@@ -653,7 +655,9 @@ class TimingState:
         self.geom = dma_geometry_table(cfg)
         self.ch, self.bank = new_timing_state(self.params)
         self.hstats = new_stats(self.params)
-        self.max_blocks = max_dma_blocks(cfg, self.params)
+        # scratch for the DMA block lists: the bound of the configuration, capped (a configuration with
+        # huge P_* gets a one-off scratch inside the run loop for an instruction that needs more)
+        self.max_blocks = min(max_dma_blocks(cfg, self.params), SCRATCH_CAP)
         self.blocks, self.hset, self.work = new_dma_scratch(self.params, self.max_blocks)
         self.payload = np.zeros(2, dtype=np.int64)      # exact bytes read / written (H_*)
         cap = int(trace_capacity)

@@ -265,3 +265,10 @@ def test_tracing_changes_nothing_but_the_trace(timing):
     assert _core_stats(off) == _core_stats(on)
     rows = on.trace.rows()
     assert rows[-1]["end"] <= on.cycles and max(r["end"] for r in rows) == on.cycles
+
+
+def test_dma_scratch_overflow_path(monkeypatch):
+    import plena_sim.timing as T
+    monkeypatch.setattr(T, "SCRATCH_CAP", 8)       # the 72-block instruction needs a one-off scratch
+    _, res = run("H_PREFETCH_M gp0, gp0, a0, 0, 0\nH_PREFETCH_M gp0, gp0, a0, 0, 0", trace=True, SCALE=4096)
+    assert lat_of(res)[0] == 47 and res.stats["hbm"]["read_requests"] == 144
