@@ -1,8 +1,11 @@
 """The Numba execution core: one ``@njit`` run loop over the decoded program and the state arrays.
 
 One job: execute PLENA instructions exactly as ``shared/spec/isa.md`` / ``memory.md`` define them,
-fast, on the arrays of a :class:`~plena_sim.state.MachineState`, with serial-mode cycle accounting
-(``timing.md`` §2-§3, via the shared table of :mod:`plena_sim.latency`).
+fast, on the arrays of a :class:`~plena_sim.state.MachineState`, with the cycle accounting of
+``timing.md`` (§3 serial or §4 overlap scoreboard, :mod:`plena_sim.timing`; fixed latencies from
+:mod:`plena_sim.latency`, H_* latencies from the HBM bank model :mod:`plena_sim.hbm_timing` with
+t0 = the start / issue cycle) and an optional trace ring (one int64 record per retired instruction,
+``timing.REC_FIELDS``), all inside the run loop.
 
 Public API
 ----------

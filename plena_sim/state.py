@@ -118,7 +118,8 @@ class Outcome:
     """What one execution backend reports (the Numba core and the reference return the same thing).
 
     ``retired``: instructions retired; ``fault``: None or the int64 fault record (faults.py slots);
-    ``by_opcode``: int64[64] retired count per opcode; ``cycles``: serial-mode cycles charged;
+    ``by_opcode``: int64[64] retired count per opcode; ``cycles``: cycles this call added in the timing mode
+of ``state.timing`` (serial or overlap; totals, busy time, stalls and HBM counters live there);
     ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``).
     """
 
