@@ -1157,6 +1157,13 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
             ts[TM.T_LAST_ISSUE] = issue
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
+        elif not is_h:
+            # overlap, fixed latency: the scoreboard inline (few array arguments per call: cheap)
+            nr, nw = resources_nb(o, rd, rs1, rs2, rs3_a[pc], f1_a[pc], i18_a[pc], g_rd, g_rs1, g_rs2, aux,
+                                  cv, rr, wr)
+            issue = sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+            lat = lat_pc[pc]
+            sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
         else:
             issue, lat = _account(o, pc, rd, rs1, rs2, rs3_a[pc], f1_a[pc], i18_a[pc], g_rd, g_rs1, g_rs2,
                                   aux, lat_pc[pc], unit, is_h, areg, ctrl, ts, ready, rdone, cv, hp, geom,
