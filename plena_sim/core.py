@@ -952,6 +952,8 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
     ridx = np.int64(0)
     rold = np.int64(0)
     req_before = np.int64(0)
+    nr = np.int64(0)
+    nw = np.int64(0)
 
     while True:
         pc = ctrl[CTRL_PC]
@@ -982,7 +984,12 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
         aux = lreg[depth - 1] if (o == OP_C_BREAK and depth > 0) else np.int64(-1)
         if tracing:
             rkind, ridx = dest_reg_nb(o, rd, aux)
-            rold = _reg_value(rkind, ridx, gp, fp, areg, ctrl)
+            if rkind == REG_GP:
+                rold = np.int64(gp[ridx])
+            elif rkind == REG_FP:
+                rold = np.int64(fp[ridx])
+            else:
+                rold = _reg_value(rkind, ridx, gp, fp, areg, ctrl)
             req_before = hstats[ST_READ_REQUESTS] + hstats[ST_WRITE_REQUESTS]
         # ------------------------------------------------------------ scalar INT (hot path first)
         if o == OP_S_ADDI_INT:
@@ -1169,10 +1176,24 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
                                   aux, lat_pc[pc], unit, is_h, areg, ctrl, ts, ready, rdone, cv, hp, geom,
                                   ch, bank, hstats, blocks, hset, work, rr, wr, tmode)
         if tracing:
-            _trace_record(tbuf, tcount, stats[S_RETIRED], pc, o, unit, issue, lat, rkind, ridx, rold,
-                          _reg_value(rkind, ridx, gp, fp, areg, ctrl), rd, rs1, rs2, rs3_a[pc], f1_a[pc],
-                          i18_a[pc], g_rd, g_rs1, g_rs2, aux, cv, rr, wr, areg, ctrl, geom, hp, req_before,
-                          hstats)
+            if is_h:
+                _trace_record(tbuf, tcount, stats[S_RETIRED], pc, o, unit, issue, lat, rkind, ridx, rold,
+                              _reg_value(rkind, ridx, gp, fp, areg, ctrl), rd, rs1, rs2, rs3_a[pc], f1_a[pc],
+                              i18_a[pc], g_rd, g_rs1, g_rs2, aux, cv, rr, wr, areg, ctrl, geom, hp,
+                              req_before, hstats)
+            else:
+                # few array arguments per call (each costs reference counting): inline the common case
+                if tmode == MODE_SERIAL:
+                    nr, nw = resources_nb(o, rd, rs1, rs2, rs3_a[pc], f1_a[pc], i18_a[pc], g_rd, g_rs1, g_rs2,
+                                          aux, cv, rr, wr)
+                if rkind == REG_GP:
+                    rnew = np.int64(gp[ridx])
+                elif rkind == REG_FP:
+                    rnew = np.int64(fp[ridx])
+                else:
+                    rnew = _reg_value(rkind, ridx, gp, fp, areg, ctrl)
+                TM.trace_record_nb(tbuf, tcount, stats[S_RETIRED], pc, o, unit, issue, lat, rkind, ridx, rold,
+                                   rnew, nw, wr, cv, np.int64(0), np.int64(0), np.int64(0))
         stats[S_RETIRED] += 1
         stats[S_CYCLES] += lat
         stats[S_MACS] += macs_tab[o]
