@@ -68,7 +68,7 @@ from .faults import (  # noqa: F401
     R_AL_TMV, R_AL_BHEAD, R_AL_WO, R_AL_BWO, R_AL_MX, R_BD_VROW, R_BD_MTILE, R_BD_FPS, R_BD_INTS,
     R_BD_HBM, FAULT_RECORD_LEN, INT64_MAX,
 )
-from .hbm import hbm_missing_pages, hbm_read, hbm_write
+from .hbm import hbm_missing_pages_after, hbm_read, hbm_write
 from .hbm_timing import (EMPTY, G_ELEM_LEN, G_ROWS, G_SCALE_LEN, PRM_BURST_BYTES, PRM_CHANNELS, ST_READ_REQUESTS,
                          ST_WRITE_REQUESTS, W_N, dma_instruction)
 from .latency import NOOP_IF_RD0, instruction_latency, latency_table
@@ -755,11 +755,15 @@ def _dma(o, pc, rd, rs1, rs2, rs3, f1, gp, areg, ctrl, vram, mram, page_index, p
     # ---- capacity (store only): enough spare pool pages for every write, else ask Python
     if o == OP_H_STORE_V:
         missing = np.int64(0)
+        last_e = np.int64(-1)            # rows ascend (pitch >= 0): count each page once per stream
+        last_s = np.int64(-1)
         for i in range(P):
             oi = off0 + i * pitch
-            missing += hbm_missing_pages(page_index, base + oi, row_bytes)
+            m_e, last_e = hbm_missing_pages_after(page_index, base + oi, row_bytes, last_e)
+            missing += m_e
             if is_mx:
-                missing += hbm_missing_pages(page_index, base + scale_reg + oi // blk, nsc)
+                m_s, last_s = hbm_missing_pages_after(page_index, base + scale_reg + oi // blk, nsc, last_s)
+                missing += m_s
         if missing > 0 and meta[0] + missing > pages.shape[0]:
             need[0] = missing
             return ST_NEED_PAGES

@@ -38,7 +38,7 @@ from numba import njit
 from .config import ConfigError
 
 __all__ = [
-    "PAGE_SHIFT", "PAGE_SIZE", "HBM_OK", "HBM_OUT_OF_RANGE", "HbmBoundsError", "HbmImageTooLarge",
+    "PAGE_SHIFT", "PAGE_SIZE", "hbm_missing_pages_after", "HBM_OK", "HBM_OUT_OF_RANGE", "HbmBoundsError", "HbmImageTooLarge",
     "HbmTooLarge", "MAX_HBM_SIZE",
     "Hbm", "hbm_read", "hbm_write", "hbm_missing_pages", "hbm_in_bounds",
 ]
@@ -89,6 +89,22 @@ class HbmTooLarge(ConfigError):
 def hbm_in_bounds(meta, addr, n):
     """True if ``[addr, addr+n)`` lies inside ``[0, HBM_SIZE)``."""
     return addr >= 0 and n >= 0 and addr + n <= meta[_META_SIZE]
+
+
+@njit(cache=True)
+def hbm_missing_pages_after(page_index, addr, n, last):
+    """Never-written pages overlapping ``[addr, addr+n)`` whose index is > ``last``; returns
+    ``(missing, max(last, last page of the range))``. Walking ranges of non-decreasing start through it
+    counts every page once (a strided store whose rows share a page asks for that page once)."""
+    if n <= 0:
+        return np.int64(0), last
+    p0 = max(addr >> PAGE_SHIFT, last + 1)
+    p1 = (addr + n - 1) >> PAGE_SHIFT
+    missing = np.int64(0)
+    for p in range(p0, p1 + 1):
+        if page_index[p] < 0:
+            missing += 1
+    return missing, max(last, p1)
 
 
 @njit(cache=True)

@@ -782,6 +782,20 @@ def op_S_ST_INT(r: _Run, f: Fields) -> None:
 
 # ====================================================================== DMA (memory.md §5)
 
+def _first_true(n: int, pred) -> int | None:
+    """The first i in [0, n) with pred(i), for a predicate monotone in i (False... then True...)."""
+    if n <= 0 or not pred(n - 1):
+        return None
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _dma_setup(r: _Run, f: Fields, unit: str):
     """Checks of memory.md §5.2-§5.5 in isa.md §8 order; returns the per-row plan."""
     c_ = r.cfg
@@ -800,7 +814,9 @@ def _dma_setup(r: _Run, f: Fields, unit: str):
     off0 = r.gp(f.rs1)
     dst = r.gp(f.rd)
     scale_reg = int(r.st.ctrl[CTRL_SCALE])
-    offsets = [off0 + i * pitch for i in range(P)]
+    # Row i's offset is off0 + i*pitch with pitch >= 0, so every per-row condition below is monotone in
+    # i (false, then true from some row on): the first faulting row is found by bisection instead of
+    # walking all P rows, which keeps a huge HBM_*_Amount from costing P Python iterations or a P-long list.
     # ---- AL
     if unit == "M":
         MM = c_.MLEN * c_.MLEN
@@ -810,26 +826,32 @@ def _dma_setup(r: _Run, f: Fields, unit: str):
         _al_vrow(r, f, "rd", dst)
     blk = eb * T.block if mx else 0
     if mx:
-        for i, o in enumerate(offsets):
-            if o % blk:
+        # o_i mod blk: row 0 fails iff off0 does; otherwise row 1 fails iff pitch does; then none can
+        for i in (0, 1):
+            o = off0 + i * pitch
+            if i < P and o % blk:
                 _fault("AL-MX", f.pc, "rs1", o, index=i, limit=blk, x6=o % blk, x7=pitch)
     # ---- BD: SRAM side, then HBM
     if unit == "M":
-        for t in range(P // c_.MLEN):
-            _bd_mtile(r, f, "rd", dst + t * c_.MLEN * c_.MLEN, t)
+        MM = c_.MLEN * c_.MLEN
+        t = _first_true(P // c_.MLEN, lambda t: (dst + t * MM) // MM >= c_.mram_tiles)
+        if t is not None:
+            _bd_mtile(r, f, "rd", dst + t * MM, t)
     else:
-        for i in range(P):
+        i = _first_true(P, lambda i: (dst + i * c_.VLEN) // c_.VLEN >= c_.VECTOR_SRAM_SIZE)
+        if i is not None:
             _bd_vrow(r, f, "rd", dst + i * c_.VLEN, i)
     scale_len = (L // T.block) if mx else 0
-    plan = []
-    for i, o in enumerate(offsets):
-        e_start = base + o
-        if e_start + row_bytes > c_.HBM_SIZE:
-            _fault("BD-HBM", f.pc, "rs2", e_start, index=i, limit=c_.HBM_SIZE, x6=0, x7=row_bytes)
-        s_start = base + scale_reg + o // blk if mx else 0
-        if mx and s_start + scale_len > c_.HBM_SIZE:
-            _fault("BD-HBM", f.pc, "rs2", s_start, index=i, limit=c_.HBM_SIZE, x6=1, x7=scale_len)
-        plan.append((e_start, s_start))
+    i_e = _first_true(P, lambda i: base + off0 + i * pitch + row_bytes > c_.HBM_SIZE)
+    i_s = (_first_true(P, lambda i: base + scale_reg + (off0 + i * pitch) // blk + scale_len > c_.HBM_SIZE)
+           if mx else None)
+    if i_e is not None and (i_s is None or i_e <= i_s):      # element range before scale range per row
+        _fault("BD-HBM", f.pc, "rs2", base + off0 + i_e * pitch, index=i_e, limit=c_.HBM_SIZE, x6=0, x7=row_bytes)
+    if i_s is not None:
+        s_start = base + scale_reg + (off0 + i_s * pitch) // blk
+        _fault("BD-HBM", f.pc, "rs2", s_start, index=i_s, limit=c_.HBM_SIZE, x6=1, x7=scale_len)
+    plan = [(base + off0 + i * pitch, base + scale_reg + (off0 + i * pitch) // blk if mx else 0)
+            for i in range(P)]
     r.hbm_bytes = P * (row_bytes + scale_len)
     return T, E, Mt, eb, mx, L, P, dst, plan, row_bytes, scale_len
 
