@@ -122,6 +122,15 @@ def check_mode(mode) -> int:
 
 # =============================================================================== scoreboard (shared source)
 
+@njit(cache=True)
+def _put(table, n, resource, count, step):
+    """Append one resource range (first resource, count, step) to a read/write set; returns n + 1."""
+    table[n, 0] = resource
+    table[n, 1] = count
+    table[n, 2] = step
+    return n + 1
+
+
 def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, rr, wr):
     """Read / write sets of one instruction (timing.md §4 table) as ranges ``(start, count, step)``
     in ``rr`` / ``wr``; returns ``(n_read_ranges, n_write_ranges)``. ``g_*`` = gp values at issue;
@@ -143,10 +152,7 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
         if o == OP_M_BMV or o == OP_M_BTMV:
             m = m + g_rd
             if rd != 0:
-                rr[nr, 0] = RS_GP + rd
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
+                nr = _put(rr, nr, RS_GP + rd, 1, 1)
             acc = RS_ACC_HV
             nv = 1
         elif o == OP_M_MM or o == OP_M_TMM:
@@ -159,38 +165,17 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
             acc = RS_ACC_HM
             nv = M
         if rs1 != 0:
-            rr[nr, 0] = RS_GP + rs1
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
         if rs2 != 0:
-            rr[nr, 0] = RS_GP + rs2
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
-        rr[nr, 0] = cv[TC_MTILE_BASE] + m // MM
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
-        rr[nr, 0] = VB + v // V
-        rr[nr, 1] = nv
-        rr[nr, 2] = 1
-        nr += 1
-        rr[nr, 0] = acc
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
-        wr[nw, 0] = acc
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+            nr = _put(rr, nr, RS_GP + rs2, 1, 1)
+        nr = _put(rr, nr, cv[TC_MTILE_BASE] + m // MM, 1, 1)
+        nr = _put(rr, nr, VB + v // V, nv, 1)
+        nr = _put(rr, nr, acc, 1, 1)
+        nw = _put(wr, nw, acc, 1, 1)
         return nr, nw
     if o == OP_M_MM_WO or o == OP_M_MV_WO or o == OP_M_BMM_WO or o == OP_M_BMV_WO:
         if rd != 0:
-            rr[nr, 0] = RS_GP + rd
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rd, 1, 1)
         addr = g_rd + imm18
         vo = addr % M
         if o == OP_M_MM_WO:
@@ -198,10 +183,7 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
             s = 1
             if rs1 != 0:
                 s = g_rs1
-                rr[nr, 0] = RS_GP + rs1
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
+                nr = _put(rr, nr, RS_GP + rs1, 1, 1)
             start = VB + (addr - vo) // V
             cnt = cv[TC_B]
             step = (M * s) // V
@@ -224,23 +206,11 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
             cnt = cv[TC_BA]
             step = 1
             rdrow = False
-        rr[nr, 0] = acc
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
+        nr = _put(rr, nr, acc, 1, 1)
         if rdrow:
-            rr[nr, 0] = start
-            rr[nr, 1] = cnt
-            rr[nr, 2] = step
-            nr += 1
-        wr[nw, 0] = start
-        wr[nw, 1] = cnt
-        wr[nw, 2] = step
-        nw += 1
-        wr[nw, 0] = acc
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+            nr = _put(rr, nr, start, cnt, step)
+        nw = _put(wr, nw, start, cnt, step)
+        nw = _put(wr, nw, acc, 1, 1)
         return nr, nw
     if o == OP_V_ADD_VV or o == OP_V_SUB_VV or o == OP_V_MUL_VV or o == OP_V_ADD_VF \
             or o == OP_V_SUB_VF or o == OP_V_MUL_VF or o == OP_V_MAX_VF or o == OP_V_MIN_VF \
@@ -250,230 +220,110 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
             or o == OP_V_MIN_VF
         for g in (rd, rs1):
             if g != 0:
-                rr[nr, 0] = RS_GP + g
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
+                nr = _put(rr, nr, RS_GP + g, 1, 1)
         if (vv or o == OP_V_SHFT_V) and rs2 != 0:
-            rr[nr, 0] = RS_GP + rs2
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rs2, 1, 1)
         if vf and rs2 != 0:
-            rr[nr, 0] = RS_FP + rs2
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
-        rr[nr, 0] = VB + g_rs1 // V
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
+            nr = _put(rr, nr, RS_FP + rs2, 1, 1)
+        nr = _put(rr, nr, VB + g_rs1 // V, 1, 1)
         if vv:
-            rr[nr, 0] = VB + g_rs2 // V
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, VB + g_rs2 // V, 1, 1)
         if o != OP_V_SHFT_V and rs3 != 0:
-            rr[nr, 0] = RS_VMASK
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
-        wr[nw, 0] = VB + g_rd // V
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+            nr = _put(rr, nr, RS_VMASK, 1, 1)
+        nw = _put(wr, nw, VB + g_rd // V, 1, 1)
         return nr, nw
     if o == OP_V_RED_SUM or o == OP_V_RED_MAX:
         if rd == 0:
             return nr, nw
         if rs1 != 0:
-            rr[nr, 0] = RS_GP + rs1
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
-        rr[nr, 0] = VB + g_rs1 // V
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
+            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
+        nr = _put(rr, nr, VB + g_rs1 // V, 1, 1)
         if rs3 != 0:
-            rr[nr, 0] = RS_VMASK
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
-        rr[nr, 0] = RS_FP + rd
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
-        wr[nw, 0] = RS_FP + rd
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+            nr = _put(rr, nr, RS_VMASK, 1, 1)
+        nr = _put(rr, nr, RS_FP + rd, 1, 1)
+        nw = _put(wr, nw, RS_FP + rd, 1, 1)
         return nr, nw
     if o == OP_V_TOPK:
         E = 32 if rs3 == 0 else 128
         K = 4 if rs3 == 0 else 8
         for g in (rd, rs1, rs2):
             if g != 0:
-                rr[nr, 0] = RS_GP + g
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
-        rr[nr, 0] = VB + g_rs1 // V
-        rr[nr, 1] = (E + V - 1) // V
-        rr[nr, 2] = 1
-        nr += 1
-        wr[nw, 0] = cv[TC_FPW_BASE] + g_rd
-        wr[nw, 1] = K
-        wr[nw, 2] = 1
-        nw += 1
-        wr[nw, 0] = cv[TC_INTW_BASE] + g_rs2
-        wr[nw, 1] = K
-        wr[nw, 2] = 1
-        nw += 1
+                nr = _put(rr, nr, RS_GP + g, 1, 1)
+        nr = _put(rr, nr, VB + g_rs1 // V, (E + V - 1) // V, 1)
+        nw = _put(wr, nw, cv[TC_FPW_BASE] + g_rd, K, 1)
+        nw = _put(wr, nw, cv[TC_INTW_BASE] + g_rs2, K, 1)
         return nr, nw
     if o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP \
             or o == OP_S_EXP_FP or o == OP_S_RECI_FP or o == OP_S_SQRT_FP:
         if rd == 0:
             return nr, nw
         if rs1 != 0:
-            rr[nr, 0] = RS_FP + rs1
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_FP + rs1, 1, 1)
         if (o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP) and rs2 != 0:
-            rr[nr, 0] = RS_FP + rs2
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
-        wr[nw, 0] = RS_FP + rd
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+            nr = _put(rr, nr, RS_FP + rs2, 1, 1)
+        nw = _put(wr, nw, RS_FP + rd, 1, 1)
         return nr, nw
     if o == OP_S_LD_FP or o == OP_S_ST_FP or o == OP_S_LD_INT or o == OP_S_ST_INT:
         if rs1 != 0:
-            rr[nr, 0] = RS_GP + rs1
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
         addr = g_rs1 + imm18
         isfp = o == OP_S_LD_FP or o == OP_S_ST_FP
         word = (cv[TC_FPW_BASE] if isfp else cv[TC_INTW_BASE]) + addr
         reg = (RS_FP if isfp else RS_GP) + rd
         if o == OP_S_LD_FP or o == OP_S_LD_INT:
-            rr[nr, 0] = word
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, word, 1, 1)
             if rd != 0:
-                wr[nw, 0] = reg
-                wr[nw, 1] = 1
-                wr[nw, 2] = 1
-                nw += 1
+                nw = _put(wr, nw, reg, 1, 1)
         else:
             if rd != 0:
-                rr[nr, 0] = reg
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
-            wr[nw, 0] = word
-            wr[nw, 1] = 1
-            wr[nw, 2] = 1
-            nw += 1
+                nr = _put(rr, nr, reg, 1, 1)
+            nw = _put(wr, nw, word, 1, 1)
         return nr, nw
     if o == OP_S_MAP_V_FP:
         for g in (rd, rs1):
             if g != 0:
-                rr[nr, 0] = RS_GP + g
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
-        rr[nr, 0] = cv[TC_FPW_BASE] + g_rs1 + imm18
-        rr[nr, 1] = V
-        rr[nr, 2] = 1
-        nr += 1
-        wr[nw, 0] = VB + g_rd // V
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+                nr = _put(rr, nr, RS_GP + g, 1, 1)
+        nr = _put(rr, nr, cv[TC_FPW_BASE] + g_rs1 + imm18, V, 1)
+        nw = _put(wr, nw, VB + g_rd // V, 1, 1)
         return nr, nw
     if o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT or o == OP_S_ADDI_INT \
             or o == OP_S_LUI_INT:
         if o != OP_S_LUI_INT and rs1 != 0:
-            rr[nr, 0] = RS_GP + rs1
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
         if (o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT) and rs2 != 0:
-            rr[nr, 0] = RS_GP + rs2
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rs2, 1, 1)
         if rd != 0:
-            wr[nw, 0] = RS_GP + rd
-            wr[nw, 1] = 1
-            wr[nw, 2] = 1
-            nw += 1
+            nw = _put(wr, nw, RS_GP + rd, 1, 1)
         return nr, nw
     if o == OP_H_PREFETCH_M or o == OP_H_PREFETCH_V or o == OP_H_STORE_V:
         for g in (rd, rs1):
             if g != 0:
-                rr[nr, 0] = RS_GP + g
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
-        rr[nr, 0] = RS_A + rs2
-        rr[nr, 1] = 1
-        rr[nr, 2] = 1
-        nr += 1
+                nr = _put(rr, nr, RS_GP + g, 1, 1)
+        nr = _put(rr, nr, RS_A + rs2, 1, 1)
         if o == OP_H_PREFETCH_M:
             t = 0 if f1 == 0 else 1
         else:
             t = 2 if f1 == 0 else 3
         if cv[TC_MX + t] != 0:
-            rr[nr, 0] = RS_SCALE
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_SCALE, 1, 1)
         if rs3 == 1:
-            rr[nr, 0] = RS_STRIDE
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_STRIDE, 1, 1)
         if o == OP_H_PREFETCH_M:
-            wr[nw, 0] = cv[TC_MTILE_BASE] + g_rd // MM
-            wr[nw, 1] = cv[TC_PM] // M
-            wr[nw, 2] = 1
-            nw += 1
+            nw = _put(wr, nw, cv[TC_MTILE_BASE] + g_rd // MM, cv[TC_PM] // M, 1)
         elif o == OP_H_PREFETCH_V:
-            wr[nw, 0] = VB + g_rd // V
-            wr[nw, 1] = cv[TC_PV]
-            wr[nw, 2] = 1
-            nw += 1
+            nw = _put(wr, nw, VB + g_rd // V, cv[TC_PV], 1)
         else:
-            rr[nr, 0] = VB + g_rd // V
-            rr[nr, 1] = cv[TC_PW]
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, VB + g_rd // V, cv[TC_PW], 1)
         return nr, nw
     if o == OP_C_SET_ADDR_REG:
         for g in (rs1, rs2):
             if g != 0:
-                rr[nr, 0] = RS_GP + g
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
-        wr[nw, 0] = RS_A + rd
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
+                nr = _put(rr, nr, RS_GP + g, 1, 1)
+        nw = _put(wr, nw, RS_A + rd, 1, 1)
         return nr, nw
     if o == OP_C_SET_SCALE_REG or o == OP_C_SET_STRIDE_REG or o == OP_C_SET_V_MASK_REG:
         if rd != 0:
-            rr[nr, 0] = RS_GP + rd
-            rr[nr, 1] = 1
-            rr[nr, 2] = 1
-            nr += 1
+            nr = _put(rr, nr, RS_GP + rd, 1, 1)
         if o == OP_C_SET_SCALE_REG:
             wr[nw, 0] = RS_SCALE
         elif o == OP_C_SET_STRIDE_REG:
@@ -488,14 +338,8 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
         g = aux if o == OP_C_BREAK else rd
         if g != 0:
             if o == OP_C_LOOP_END:
-                rr[nr, 0] = RS_GP + g
-                rr[nr, 1] = 1
-                rr[nr, 2] = 1
-                nr += 1
-            wr[nw, 0] = RS_GP + g
-            wr[nw, 1] = 1
-            wr[nw, 2] = 1
-            nw += 1
+                nr = _put(rr, nr, RS_GP + g, 1, 1)
+            nw = _put(wr, nw, RS_GP + g, 1, 1)
         return nr, nw
     return nr, nw
 
