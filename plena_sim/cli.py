@@ -445,6 +445,24 @@ def _get_testbench(name: str):
     return testbenches.get(name)
 
 
+def _case_params_and_config(mod, name: str, args):
+    """Parameters (defaults, then ``--case`` overrides, ``--set``, ``--seed``) and the hardware config
+    (``--case``'s variant unless ``--variant``/``--config`` is given; then ``--set-hw``). Sets
+    ``args.variant`` to the variant used."""
+    params = dict(mod.DEFAULTS)
+    variant = args.variant
+    if args.case:
+        cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
+        if args.case not in cases:
+            raise UsageError(f"--case: unknown case {args.case!r} of {name} (valid: {', '.join(cases)})")
+        _, ov, case_variant = cases[args.case]
+        params.update(ov)
+        if variant is None and not args.config:
+            variant = case_variant
+    args.variant = variant
+    return _testbench_params(mod, params, args.set, args.seed), _testbench_config(args)
+
+
 def cmd_list(args, out, err):
     import testbenches
     t = Table(title="testbenches (plena-sim run NAME)")
@@ -510,19 +528,8 @@ def cmd_run(args, out, err):
 
     mod = _get_testbench(args.name)
     name = args.name
-    params = dict(mod.DEFAULTS)
+    params, cfg = _case_params_and_config(mod, name, args)
     variant = args.variant
-    if args.case:
-        cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
-        if args.case not in cases:
-            raise UsageError(f"--case: unknown case {args.case!r} of {name} (valid: {', '.join(cases)})")
-        _, ov, case_variant = cases[args.case]
-        params.update(ov)
-        if variant is None and not args.config:
-            variant = case_variant
-    args.variant = variant
-    params = _testbench_params(mod, params, args.set, args.seed)
-    cfg = _testbench_config(args)
     save_dir = None
     if args.save:
         save_dir = Path(args.save)
@@ -842,26 +849,13 @@ def cmd_trace(args, out, err):
     if args.testbench:
         from testbenches.harness import run as run_case_obj
         mod = _get_testbench(args.testbench)
-        params = dict(mod.DEFAULTS)
-        variant = args.variant
-        if args.case:
-            cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
-            if args.case not in cases:
-                raise UsageError(f"--case: unknown case {args.case!r} of {args.testbench} "
-                                 f"(valid: {', '.join(cases)})")
-            _, ov, case_variant = cases[args.case]
-            params.update(ov)
-            if variant is None and not args.config:
-                variant = case_variant
-        args.variant = variant
-        params = _testbench_params(mod, params, args.set, args.seed)
-        cfg = _testbench_config(args)
+        params, cfg = _case_params_and_config(mod, args.testbench, args)
         try:
             case = mod.build(params, cfg)
         except (ValueError, AssertionError, KeyError) as exc:
             raise UsageError(f"{args.testbench}: unsupported parameters: {exc}") from None
         case.case_id = args.case or "custom"
-        case.variant = variant or ""
+        case.variant = args.variant or ""
         with tempfile.TemporaryDirectory(prefix="plena-trace-") as tmp:
             rep = run_case_obj(case, backend=args.backend, workdir=tmp, timing=args.timing,
                                max_instructions=args.max_instructions, trace=int(args.capacity))
