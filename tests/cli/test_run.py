@@ -85,3 +85,23 @@ def test_mutants_command(capsys):
                                                                    ("store_scale_wrong", "mismatch")]
     code, _, err = run(capsys, "mutants", "--only", "no_such_hook")
     assert code == 2 and "unknown mutation" in err
+
+
+import testbenches  # noqa: E402
+
+WIDE_HW = ["--set-hw", "MLEN=128", "--set-hw", "VLEN=128", "--set-hw", "BROADCAST_AMOUNT=8",
+           "--set-hw", "HBM_M_Prefetch_Amount=128", "--set-hw", "FP_SRAM_SIZE=4096"]
+
+
+@pytest.mark.parametrize("name", testbenches.names())
+def test_every_catalogue_testbench_passes_at_defaults_via_cli(capsys, name):
+    code, out, err = run(capsys, "run", name, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"] is True, (name, doc.get("error"), err[-500:])
+
+
+@pytest.mark.parametrize("name", ["linear", "rms_norm", "flashattn_prefill"])
+def test_mlen_128_via_set_hw(capsys, name):
+    code, out, _ = run(capsys, "run", name, *WIDE_HW, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"] is True and doc["hardware"]["MLEN"] == 128
