@@ -5,7 +5,6 @@ Imported by the test modules of tests/core (pytest puts this directory on sys.pa
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from types import MappingProxyType
 
 import numpy as np
@@ -47,12 +46,7 @@ def unvalidated(cfg, **values):
     return dataclasses.replace(cfg, **values)
 
 
-def numba_available() -> bool:
-    return importlib.util.find_spec("plena_sim.core") is not None
-
-
-BACKENDS = ["reference", pytest.param("numba", marks=pytest.mark.skipif(
-    not numba_available(), reason="plena_sim.core (Numba backend) not present yet"))]
+BACKENDS = ["reference", "numba"]
 
 
 @pytest.fixture(params=BACKENDS)

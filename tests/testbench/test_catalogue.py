@@ -39,8 +39,7 @@ def _stretch():
 def test_stretch_case(tb, cid, ov, var):
     if tb == "rope":
         from programs.rope import SUPPORTS_BLOCK_PATH
-        if not SUPPORTS_BLOCK_PATH:
-            pytest.skip("rope: d > MLEN block path not implemented")
+        assert SUPPORTS_BLOCK_PATH, "the rope d > MLEN block path is implemented and must stay so"
     rep = run_case(tb, cid, ov, var)
     assert rep.passed, rep.summary
 

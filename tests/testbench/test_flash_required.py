@@ -32,8 +32,7 @@ def test_required_case(tb, cid, ov, var):
 
 @pytest.mark.parametrize("tb,cid,ov,var", STRETCH, ids=_ids(STRETCH))
 def test_stretch_case(tb, cid, ov, var):
-    if not fa.SUPPORTS_HEAD_DIM_CHUNKS:
-        pytest.skip("head_dim=128 > MLEN=64 requires head-dim chunking (not implemented)")
+    assert fa.SUPPORTS_HEAD_DIM_CHUNKS, "head-dim chunking is implemented (P11) and must stay so"
     rep = run_case(tb, cid, ov, var)
     assert rep.passed, rep.summary
 
