@@ -463,33 +463,27 @@ def op_M_MV_WO(r: _Run, f: Fields) -> None:
     r.st.v_accum[...] = 0
 
 
-def op_M_BMM_WO(r: _Run, f: Fields) -> None:
-    c_ = r.cfg
-    M, BA = c_.MLEN, c_.BROADCAST_AMOUNT
+def _batched_wo(r: _Run, f: Fields, acc: np.ndarray) -> None:
+    """M_BMM_WO / M_BMV_WO: the accumulator's rows (head-major) go to consecutive VRAM rows, then it clears."""
+    M = r.cfg.MLEN
     addr = r.gp(f.rd) + f.imm18
     _check_cf_vm(r, f)
     if addr % M:
         _fault("AL-BWO", f.pc, "rd", addr, limit=M, x6=addr % M)
-    for j in range(BA * M):                              # j = b*M + s
+    rows = acc.reshape(-1, M)                            # hm: row j = b*M + s; hv: row j = b
+    for j in range(rows.shape[0]):
         _bd_vrow(r, f, "rd", addr + j * M, j)
-    for b in range(BA):
-        for s in range(M):
-            r.vwrite(addr + (b * M + s) * M, r.st.hm_accum[b, s, :])
-    r.st.hm_accum[...] = 0
+    for j in range(rows.shape[0]):
+        r.vwrite(addr + j * M, rows[j])
+    acc[...] = 0
+
+
+def op_M_BMM_WO(r: _Run, f: Fields) -> None:
+    _batched_wo(r, f, r.st.hm_accum)
 
 
 def op_M_BMV_WO(r: _Run, f: Fields) -> None:
-    c_ = r.cfg
-    M, BA = c_.MLEN, c_.BROADCAST_AMOUNT
-    addr = r.gp(f.rd) + f.imm18
-    _check_cf_vm(r, f)
-    if addr % M:
-        _fault("AL-BWO", f.pc, "rd", addr, limit=M, x6=addr % M)
-    for b in range(BA):
-        _bd_vrow(r, f, "rd", addr + b * M, b)
-    for b in range(BA):
-        r.vwrite(addr + b * M, r.st.hv_accum[b, :])
-    r.st.hv_accum[...] = 0
+    _batched_wo(r, f, r.st.hv_accum)
 
 
 # ====================================================================== vector unit (isa.md §6.1)
