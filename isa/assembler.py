@@ -1,7 +1,9 @@
 """Assembler: PLENA assembly text -> :class:`~isa.program.Program` (isa.md §2).
 
 Accepts the upstream syntax (``;`` and ``//`` comments, blank lines, ``gpN``/``fN``/``aN``, decimal
-immediates) plus hex immediates and ``_`` separators; mnemonics and registers are case-insensitive.
+immediates, the literal ``0`` the upstream compiler writes for gp0 in a first operand -- see
+``Operand.zero_literal`` in the table) plus hex immediates and ``_`` separators; mnemonics and registers
+are case-insensitive.
 Every operand is kind- and range-checked against the opcode table; all errors of a file are collected
 and raised together as one :class:`AssemblerError`.
 """
@@ -111,8 +113,11 @@ def _parse_operand(op: Operand, tok: str, col: int, index: int, instr: Instr) ->
         raise _LineError(col, tok, f"{pos}: signed numbers are not allowed; expected {_expected(op)}")
     m = _REG_RE.match(tok)
     if op.kind in ("gp", "f", "a"):
+        if not m and op.zero_literal and _parse_number(tok) == 0:
+            m = _REG_RE.match(f"{op.kind}0")   # upstream-compatibility spelling of register 0 (table.py)
         if not m:
-            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")
+            also = " (or 0 for gp0)" if op.zero_literal else ""
+            raise _LineError(col, tok, f"{pos}: expected {_expected(op)}{also}, got {_describe(tok)}")
         kind, digits = m.group(1).lower(), m.group(2)
         if kind != op.kind:
             raise _LineError(col, tok, f"{pos}: expected {_expected(op)}, got {_describe(tok)}")

@@ -49,6 +49,11 @@ def opcode_markdown() -> str:
         lat = i.latency + (" (0 if rd = 0)" if i.noop_if_rd0 else "")
         lines.append(f"| {i.opcode:02X} | `{i.mnemonic}` | {UNITS[i.unit]} | `{_operands(i)}` | {_forms(i)} | "
                      f"{i.fmt} | {fields} | `0x{i.unused_mask:08X}` | {lat} | {i.summary} |")
+    zero_lit = [f"`{i.mnemonic}` ({o.name})" for i in INSTRUCTIONS for o in i.operands if o.zero_literal]
+    lines += ["", "## Upstream-compatibility spelling of gp0", "",
+              "A number token of value 0 (`0`, `00`, `0x0`, `0_0`) is accepted in place of `gp0` for these operands "
+              "and gives the same word (checked exactly like `gp0`, including a rule that forbids gp0); the "
+              "disassembly prints `gp0`. No other register operand accepts a bare number.", "", ", ".join(zero_lit)]
     lines += ["", "## Opcodes that are not instructions", "",
               "Executing one is an IllegalInstruction (IL-OPC); the assembler rejects the upstream names.", ""]
     lines.append(", ".join(f"{op:#04x}" + (f" ({n})" if n else "") for op, n in sorted(NOT_INSTRUCTIONS.items())))

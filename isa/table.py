@@ -6,7 +6,7 @@ the latency mapping and the Markdown reference -- is derived from the data in th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 __all__ = [
@@ -80,7 +80,9 @@ class Operand:
 
     ``field`` is the word field it is encoded in (None: not encoded -- an unused placeholder or an
     upstream-compatibility ``0``). ``optional`` operands may be omitted (default 0). ``compat``
-    operands are accepted only for upstream compatibility and never printed.
+    operands are accepted only for upstream compatibility and never printed. A ``zero_literal``
+    register operand also accepts a number token of value 0 as a spelling of register 0 (upstream
+    compatibility; see :func:`_upstream_zero_literal`); it is printed as the register.
     """
     kind: str
     field: str | None
@@ -91,6 +93,8 @@ class Operand:
     forbid: tuple[tuple[int, str], ...] = ()
     #: inclusive allowed maximum below the field's own range (e.g. V_TOPK policy 0..1)
     max_value: int | None = None
+    #: a number token of value 0 is accepted for register 0 (upstream-compatibility spelling)
+    zero_literal: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,27 @@ def _creg(mn, op, summary):
 
 _IMM18 = Operand("imm18", "imm18", "imm18")
 
+
+def _upstream_zero_literal(instrs: tuple[Instr, ...]) -> tuple[Instr, ...]:
+    """Mark the first operand of every instruction whose first operand is a GP register ``zero_literal``.
+
+    Upstream compatibility: the upstream assembler reads a bare number in the first operand position as
+    the register index (its other positions need a register name), and the upstream compiler writes a
+    literal ``0`` there for gp0 (``M_BTMV 0, gp0, gpQ`` in its flash-attention decode template). The
+    spelling is accepted with the same word as ``gp0`` and is still subject to the operand's ``forbid``
+    list (``C_LOOP_START 0, n`` is rejected like ``C_LOOP_START gp0, n``).
+    """
+    out = []
+    for i in instrs:
+        ops = i.operands
+        if ops and ops[0].kind == "gp":
+            ops = (replace(ops[0], zero_literal=True),) + ops[1:]
+        out.append(replace(i, operands=ops))
+    return tuple(out)
+
+
 #: The table (isa.md §4). Order: opcode number.
-INSTRUCTIONS: tuple[Instr, ...] = (
+INSTRUCTIONS: tuple[Instr, ...] = _upstream_zero_literal((
     _mat3("M_MM", 0x01, "gp_mat", "rs1", "gp_vec", "rs2", f"{_SPO}+MLEN",
           "m_accum += X[B x M] @ TILE[:, c:c+B] (row-granular column block)"),
     _mat3("M_TMM", 0x02, "gp_vec", "rs1", "gp_mat", "rs2", f"{_SPO}+MLEN",
@@ -301,7 +324,7 @@ INSTRUCTIONS: tuple[Instr, ...] = (
     Instr("V_TOPK", 0x37, "V", "R4", (_gp("rd", "gp_fpdst"), _gp("rs1", "gp_logits"), _gp("rs2", "gp_intdst"),
                                       _flag("rs3", "policy", max_value=1)),
           "VECTOR_MAX_CYCLES*E", "top-K experts of E logits: softmax weights -> FPSRAM, indices -> INTSRAM"),
-)
+))
 
 BY_MNEMONIC: MappingProxyType[str, Instr] = MappingProxyType({i.mnemonic: i for i in INSTRUCTIONS})
 BY_OPCODE: MappingProxyType[int, Instr] = MappingProxyType({i.opcode: i for i in INSTRUCTIONS})
@@ -322,6 +345,7 @@ def _self_check() -> None:
         for o in i.operands:
             assert o.kind in OPERAND_KINDS, (i.mnemonic, o)
             assert o.field is None or o.field in FORMATS[i.fmt], (i.mnemonic, o.field)
+            assert not o.zero_literal or (o.kind == "gp" and o.field is not None and not o.compat), (i.mnemonic, o)
         lengths = [len(f) for f in i.forms()]
         assert len(lengths) == len(set(lengths)), (i.mnemonic, lengths)
     assert len(seen) + len(NOT_INSTRUCTIONS) == 64

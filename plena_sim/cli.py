@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from isa.fileio import atomic_write
@@ -35,12 +36,19 @@ def _consoles():
 # ----------------------------------------------------------------------------------------- helpers
 
 def _config_from_args(args):
-    from .config import load_config, parse_override
+    from .config import parse_override
+    from .presets import resolve_config
     overrides = dict(parse_override(s) for s in (args.set or []))
-    return load_config(args.config, section=args.section, overrides=overrides)
+    return resolve_config(args.config, hw=args.hw, section=args.section, overrides=overrides)
+
+
+def _add_hw_arg(p):
+    p.add_argument("--hw", metavar="NAME", default=None,
+                   help="hardware preset (plena-sim hw lists them; default: the reference machine)")
 
 
 def _add_config_args(p):
+    _add_hw_arg(p)
     p.add_argument("--config", "--settings", dest="config", metavar="FILE",
                    help="plena_settings.toml (default: $PLENA_SETTINGS_TOML, else the built-in reference file)")
     p.add_argument("--section", "--mode", dest="section", default="TRANSACTIONAL",
@@ -106,10 +114,47 @@ def cmd_isa(args, out, err):
     return EXIT_OK
 
 
+def cmd_hw(args, out, err):
+    """``plena-sim hw [NAME]``: the hardware presets, or one preset's file with its sources."""
+    from .presets import load_preset, preset_info, preset_names
+    if args.name:
+        info = preset_info(args.name)
+        if args.json:
+            out.file.write(json.dumps({"name": info.name, "description": info.description, "base": info.base,
+                                       "config": load_preset(info.name).values()}, indent=2) + "\n")
+        else:
+            out.file.write(info.text)
+        return EXIT_OK
+    rows = []
+    for name in preset_names():
+        c = load_preset(name)
+        rows.append({"name": name, "MLEN": c.MLEN, "VLEN": c.VLEN, "BLEN": c.BLEN, "HLEN": c.HLEN,
+                     "BROADCAST_AMOUNT": c.BROADCAST_AMOUNT, "P_M": c.P_M, "P_V": c.P_V, "P_W": c.P_W,
+                     "mram_tiles": c.mram_tiles, "FP_SRAM_SIZE": c.FP_SRAM_SIZE, "HBM_SIZE": c.HBM_SIZE,
+                     "HBM_TIMING_PRESET": c.HBM_TIMING_PRESET, "description": preset_info(name).description})
+    if args.json:
+        out.file.write(json.dumps(rows, indent=2) + "\n")
+        return EXIT_OK
+    from rich import box
+    t = Table(title="hardware presets (--hw NAME; plena-sim hw NAME shows one with its sources)",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    cells = [[escape(r["name"]), f"{r['MLEN']}/{r['VLEN']}/{r['BLEN']}", str(r["HLEN"]),
+              str(r["BROADCAST_AMOUNT"]), f"{r['P_M']}/{r['P_V']}/{r['P_W']}", str(r["mram_tiles"]),
+              str(r["FP_SRAM_SIZE"]), f"{r['HBM_SIZE'] >> 30}G", r["HBM_TIMING_PRESET"]] for r in rows]
+    for k, col in enumerate(("preset", "M/V/B", "H", "BA", "Pm/Pv/Ps", "tiles", "FP", "HBM", "timing")):
+        t.add_column(col, min_width=max(len(col), *(len(c[k]) for c in cells)))
+    for c in cells:
+        t.add_row(*c)
+    out.print(t)
+    return EXIT_OK
+
+
 def cmd_config(args, out, err):
+    from .config import inconsistencies
     cfg = _config_from_args(args)
     if args.json:
-        doc = {"section": cfg.section, "source": cfg.source, "config": cfg.values(),
+        doc = {"section": cfg.section, "source": cfg.source, "preset": cfg.preset, "config": cfg.values(),
+               "inconsistencies": [b.__dict__ for b in inconsistencies(cfg)],
                "derived": {"P_M": cfg.P_M, "P_V": cfg.P_V, "P_W": cfg.P_W, "mram_tiles": cfg.mram_tiles},
                "precision": {k: v.describe() for k, v in cfg.precision.items()},
                "latency": {k: {"dc_lib_en": en, "dc_lib_dis": dis, "effective": cfg.latency_cycles(k)}
@@ -128,6 +173,10 @@ def cmd_config(args, out, err):
     for k in cfg.latency:
         t.add_row(f"LATENCY.{k}", str(cfg.latency_cycles(k)))
     out.print(t)
+    for b in inconsistencies(cfg):
+        err.print("[yellow]note:[/] ", end="")
+        err.print(f"{b.rule}: {b.key}={b.value} (consistent: {b.suggested}); such instructions fault at run "
+                  "time and the kernel generators refuse this machine", markup=False)
     return EXIT_OK
 
 
@@ -304,21 +353,35 @@ def cmd_exec(args, out, err):
         _write_hbm_dump(path, m.hbm, addr, n)
     if fp_dump is not None:
         _save_npy(fp_dump, np.asarray(m.fp_sram, dtype=np.float32), "--dump-fp-sram")
+    faulted = res.fault is not None
+    if faulted:                                   # the fault is the headline; statistics are partial
+        _print_fault(err, str(res.fault))
     if args.json:
         doc = dict(res.stats)
         doc["program"] = str(args.program)
+        doc["partial"] = faulted
+        doc["fault"] = _sim_fault_json(res.fault) if faulted else None
         out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
-        for line in upstream_lines(res.stats):
-            err.print(line, markup=False, highlight=False)
+        if not faulted:
+            for line in upstream_lines(res.stats):
+                err.print(line, markup=False, highlight=False)
     else:
-        _run_summary(res, cfg, out, f"plena-sim exec {args.program}")
-        for line in upstream_lines(res.stats):
-            out.print(line, markup=False, highlight=False)
-    if res.fault is not None:
-        err.print("[red]fault:[/] ", end="")
-        err.print(str(res.fault), markup=False)
-        return EXIT_FAULT
-    return EXIT_OK
+        title = (f"plena-sim exec {args.program}: partial statistics (faulted at pc {res.fault.pc}, "
+                 f"not retired)" if faulted else f"plena-sim exec {args.program}")
+        _run_summary(res, cfg, out, title)
+        if not faulted:
+            for line in upstream_lines(res.stats):
+                out.print(line, markup=False, highlight=False)
+    return EXIT_FAULT if faulted else EXIT_OK
+
+
+def _print_fault(err, text: str) -> None:
+    err.print("[red]fault:[/] ", end="")
+    err.print(text, markup=False)
+
+
+def _sim_fault_json(fault) -> dict:
+    return dict(fault.to_dict(), message=str(fault))
 
 
 def _json_default(o):
@@ -401,6 +464,7 @@ def _parse_param_value(text: str):
 
 def _testbench_params(mod, base: dict, sets: list[str], seed: int | None) -> dict:
     """``base`` (defaults + case overrides) with the ``--set`` values and ``--seed`` applied, type-checked."""
+    from testbenches.shapes import Hw
     params = dict(base)
     for spec in sets or []:
         key, sep, value = spec.partition("=")
@@ -412,6 +476,8 @@ def _testbench_params(mod, base: dict, sets: list[str], seed: int | None) -> dic
                              f"(valid: {', '.join(mod.DEFAULTS)})")
         v = _parse_param_value(value)
         default = mod.DEFAULTS[key]
+        if isinstance(default, Hw):
+            default = 0                          # a shape in machine units: an integer
         if isinstance(default, bool) and not isinstance(v, bool):
             raise UsageError(f"--set {key}: expected true or false, got {value!r}")
         if isinstance(default, int) and not isinstance(default, bool) and not isinstance(v, int):
@@ -425,17 +491,28 @@ def _testbench_params(mod, base: dict, sets: list[str], seed: int | None) -> dic
 
 
 def _testbench_config(args):
-    from .config import load_config, parse_override
+    from .config import inconsistency_message, load_config, parse_override
     from testbenches.variants import get_config, variant_names
     hw = dict(parse_override(s) for s in (args.set_hw or []))
     if args.config:
         if args.variant not in (None, "default"):
             raise UsageError("--config and --variant are mutually exclusive")
-        return load_config(args.config, section=args.section, overrides=hw)
-    variant = args.variant or "default"
-    if variant not in variant_names():
-        raise UsageError(f"--variant: unknown variant {variant!r} (valid: {', '.join(variant_names())})")
-    return get_config(variant, hw or None)
+        if args.hw is not None:
+            raise UsageError("--config and --hw are mutually exclusive (a preset is a whole machine)")
+        cfg = load_config(args.config, section=args.section, overrides=hw)
+    else:
+        variant = args.variant or "default"
+        if variant not in variant_names():
+            raise UsageError(f"--variant: unknown variant {variant!r} (valid: {', '.join(variant_names())})")
+        try:
+            cfg = get_config(variant, hw or None, hw=args.hw)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if hw:
+        msg = inconsistency_message(cfg, {k: v for k, v in hw.items()})
+        if msg is not None:
+            raise UsageError(f"--set-hw {msg}")
+    return cfg
 
 
 def _get_testbench(name: str):
@@ -458,9 +535,18 @@ def _case_params_and_config(mod, name: str, args):
         _, ov, case_variant = cases[args.case]
         params.update(ov)
         if variant is None and not args.config:
+            from testbenches.variants import fixes_machine
             variant = case_variant
+            if args.hw is not None and fixes_machine(variant):
+                variant = "default"              # --hw replaces a case's own machine
     args.variant = variant
-    return _testbench_params(mod, params, args.set, args.seed), _testbench_config(args)
+    from testbenches.shapes import resolve_params
+    cfg = _testbench_config(args)
+    try:
+        params = resolve_params(_testbench_params(mod, params, args.set, args.seed), cfg)
+    except ValueError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    return params, cfg
 
 
 def cmd_list(args, out, err):
@@ -540,7 +626,8 @@ def cmd_run(args, out, err):
 
     quiet = args.json
     if not quiet:
-        hw = Table(title=f"{name} [{args.case or 'custom'}] hardware ({cfg.section if args.config else (variant or 'default')})")
+        machine = cfg.section if args.config else (cfg.preset + ("" if variant in (None, "default") else f", {variant}"))
+        hw = Table(title=f"{name} [{args.case or 'custom'}] hardware ({machine})")
         for col in ("MLEN", "VLEN", "BLEN", "HLEN", "BA", "Pm/Pv/Ps", "BMM_SCALE"):
             hw.add_column(col, justify="right")
         hw.add_row(str(cfg.MLEN), str(cfg.VLEN), str(cfg.BLEN), str(cfg.HLEN), str(cfg.BROADCAST_AMOUNT),
@@ -712,6 +799,11 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--markdown", action="store_true", help="print the generated Markdown reference")
     i.set_defaults(func=cmd_isa)
 
+    hwp = sub.add_parser("hw", help="list the hardware presets, or show one with its sources")
+    hwp.add_argument("name", metavar="NAME", nargs="?", help="a preset name")
+    hwp.add_argument("--json", action="store_true", help="print JSON")
+    hwp.set_defaults(func=cmd_hw)
+
     c = sub.add_parser("config", help="print the effective hardware configuration")
     _add_config_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -765,6 +857,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--case", metavar="ID", help="a required/stretch case id (e.g. P3)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="testbench parameter (repeatable)")
     r.add_argument("--variant", default=None, help="hardware variant: default, emu025, small, wide")
+    _add_hw_arg(r)
     r.add_argument("--config", "--settings", dest="config", metavar="FILE", help="hardware config file")
     r.add_argument("--section", default="TRANSACTIONAL", help="TOML section of --config")
     r.add_argument("--set-hw", action="append", metavar="KEY=VALUE", help="override one hardware key")
@@ -785,6 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="testbench parameter with --testbench, else a CONFIG key override (repeatable)")
     tr.add_argument("--variant", default=None, help="hardware variant of --testbench")
+    _add_hw_arg(tr)
     tr.add_argument("--config", "--settings", dest="config", metavar="FILE", help="hardware config file")
     tr.add_argument("--section", default="TRANSACTIONAL", help="TOML section of --config")
     tr.add_argument("--set-hw", action="append", metavar="KEY=VALUE", help="override one hardware key")
@@ -888,21 +982,23 @@ def cmd_trace(args, out, err):
     sel = trace.filter(pc=pc_range, ops=ops, units=units, last=last)
     if perf is not None:
         _write_out(perf, json.dumps(trace.to_perfetto()).encode(), "--perfetto")
+    faulted = fault_text is not None
+    if faulted:                                   # the fault is the headline; statistics are partial
+        _print_fault(err, fault_text)
     if args.json:
         doc = {"rows": sel.rows(), "summary": trace.opcode_summary(), "stats": stats,
-               "records": len(trace), "dropped": trace.dropped}
+               "records": len(trace), "dropped": trace.dropped, "partial": faulted,
+               "fault": {"pc": fault_pc, "message": fault_text} if faulted else None}
         out.file.write(json.dumps(doc, default=_json_default, sort_keys=True) + "\n")
     else:
-        _render_trace(out, sel, stats, title=f"{title}: {len(sel)} of {trace.total} instructions", full=trace)
+        what = f" (partial: faulted at pc {fault_pc}, not retired)" if faulted else ""
+        _render_trace(out, sel, stats, title=f"{title}: {len(sel)} of {trace.total} instructions{what}", full=trace)
         if trace.dropped:
             out.print(f"(ring buffer kept the newest {len(trace)} of {trace.total} instructions)")
-        for line in upstream_lines(stats):
-            out.print(line, markup=False, highlight=False)
-    if fault_text is not None:
-        err.print("[red]fault:[/] ", end="")
-        err.print(fault_text, markup=False)
-        return EXIT_FAULT
-    return EXIT_OK
+        if not faulted:
+            for line in upstream_lines(stats):
+                out.print(line, markup=False, highlight=False)
+    return EXIT_FAULT if faulted else EXIT_OK
 
 
 def _user_error_types():

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 __all__ = [
     "ConfigError", "FpType", "IntType", "PlainType", "MxType", "HardwareConfig",
-    "load_config", "default_config", "parse_override", "LATENCY_KEYS",
-    "PRECISION_KEYS", "HostLimits", "host_memory_limits", "host_memory_needs", "check_host_limits",
+    "load_config", "default_config", "config_from_document", "default_config_text", "parse_override", "LATENCY_KEYS",
+    "PRECISION_KEYS", "Inconsistency", "inconsistencies", "inconsistency_message", "HostLimits", "host_memory_limits", "host_memory_needs", "check_host_limits",
 ]
 
 
@@ -159,7 +159,6 @@ LATENCY_KEYS: tuple[str, ...] = (
 _OPTIONAL_LATENCY_KEYS = ("VECTOR_LONGEST_OPERATE_CYCLES", "VECTOR_BASIC_CYCLES")
 
 
-_POW2_KEYS = ("MLEN", "VLEN", "BLEN", "HLEN")
 _MAX_HBM_SIZE = 1 << 50  # 1 PiB of sparse address space; larger is certainly a typo
 _MAX_DMA_ROWS = 1 << 32  # rows per H_* transfer (keeps P_M = ceil(value/MLEN)*MLEN and row offsets in int64)
 
@@ -192,6 +191,7 @@ class HardwareConfig:
     hbm_timing: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}), repr=False)
     section: str = "TRANSACTIONAL"
     source: str = "<builtin>"
+    preset: str = ""                 # hardware preset name (plena_sim.presets), "" if loaded from a file
 
     # ---- derived quantities
     @property
@@ -373,21 +373,12 @@ def _check_precision(name: str, t: Any, cfg_len: int | None) -> None:
 
 
 def _validate(cfg: HardwareConfig) -> None:
-    for k in _POW2_KEYS:
-        v = getattr(cfg, k)
-        if v & (v - 1):
-            raise ConfigError(k, f"must be a power of two, got {v}")
+    # memory.md §8.1: only these topology rules are load-time; VLEN == MLEN (CF-VM) and
+    # BROADCAST_AMOUNT*HLEN == MLEN (CF-BA) are checked by the instructions that need them.
     if cfg.MLEN % cfg.BLEN:
         raise ConfigError("BLEN", f"MLEN={cfg.MLEN} is not a multiple of BLEN={cfg.BLEN}")
     if cfg.VLEN % cfg.HLEN:
         raise ConfigError("HLEN", f"VLEN={cfg.VLEN} is not a multiple of HLEN={cfg.HLEN}")
-    if cfg.VLEN != cfg.MLEN:
-        raise ConfigError("VLEN", f"VLEN={cfg.VLEN} must equal MLEN={cfg.MLEN}")
-    if cfg.BROADCAST_AMOUNT * cfg.HLEN != cfg.MLEN:
-        raise ConfigError(
-            "BROADCAST_AMOUNT",
-            f"BROADCAST_AMOUNT*HLEN = {cfg.BROADCAST_AMOUNT}*{cfg.HLEN} = "
-            f"{cfg.BROADCAST_AMOUNT * cfg.HLEN} must equal MLEN={cfg.MLEN}")
     for k in ("HBM_M_Prefetch_Amount", "HBM_V_Prefetch_Amount", "HBM_V_Writeback_Amount"):
         if getattr(cfg, k) > _MAX_DMA_ROWS:
             raise ConfigError(k, f"must be at most 2^32 rows per DMA, got {_shown(getattr(cfg, k))}")
@@ -593,6 +584,59 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
     return cfg
 
 
+@dataclass(frozen=True)
+class Inconsistency:
+    """One rule a matrix kernel needs that ``cfg`` breaks, with the value of ``key`` that satisfies it."""
+    key: str
+    value: int
+    suggested: int
+    rule: str
+
+
+def inconsistencies(cfg: HardwareConfig) -> list[Inconsistency]:
+    """What a machine that runs every kernel needs beyond the load-time rules, as keys to change.
+
+    These configs load (memory.md §8.1) and run vector-only programs; matrix instructions fault at run
+    time (CF-VM, CF-BA) and the generators refuse them. Each entry names the key that must change
+    together with MLEN and the value that makes the machine consistent."""
+    M = cfg.MLEN
+    out = []
+    if cfg.VLEN != M:
+        out.append(Inconsistency("VLEN", cfg.VLEN, M, "VLEN must equal MLEN (matrix instructions, CF-VM)"))
+    if cfg.BROADCAST_AMOUNT * cfg.HLEN != M:
+        if M % cfg.HLEN == 0:
+            out.append(Inconsistency("BROADCAST_AMOUNT", cfg.BROADCAST_AMOUNT, M // cfg.HLEN,
+                                     "BROADCAST_AMOUNT*HLEN must equal MLEN (batched matrix instructions, CF-BA)"))
+        else:
+            h = math.gcd(M, cfg.HLEN)
+            out.append(Inconsistency("HLEN", cfg.HLEN, h, f"HLEN must divide MLEN={M} (CF-BA)"))
+            out.append(Inconsistency("BROADCAST_AMOUNT", cfg.BROADCAST_AMOUNT, M // h,
+                                     "BROADCAST_AMOUNT*HLEN must equal MLEN (CF-BA)"))
+    if cfg.P_M != M:
+        out.append(Inconsistency("HBM_M_Prefetch_Amount", cfg.HBM_M_Prefetch_Amount, M,
+                                 f"one H_PREFETCH_M must load one MLEN tile (effective P_M={cfg.P_M})"))
+    for key in ("HBM_V_Prefetch_Amount", "HBM_V_Writeback_Amount"):
+        v = getattr(cfg, key)
+        if M % v:
+            good = max(d for d in range(1, min(v, M) + 1) if M % d == 0)
+            out.append(Inconsistency(key, v, good, "must divide MLEN (row tiles are staged in whole transfers)"))
+    return out
+
+
+def inconsistency_message(cfg: HardwareConfig, changed: Mapping[str, Any] | None = None) -> str | None:
+    """One message naming every key that must change together (None if consistent)."""
+    bad = inconsistencies(cfg)
+    if not bad:
+        return None
+    what = ", ".join(f"{k}={v}" for k, v in (changed or {}).items())
+    head = f"{what}: " if what else ""
+    rules = "; ".join(f"{b.key}={b.value} -> {b.suggested} ({b.rule})" for b in bad)
+    fix = " ".join(f"--set-hw {k}={v}" for k, v in (changed or {}).items())
+    fix = (fix + " " if fix else "") + " ".join(f"--set-hw {b.key}={b.suggested}" for b in bad)
+    return (f"{head}inconsistent machine for the kernels at MLEN={cfg.MLEN}; change together: {rules}. "
+            f"Consistent: {fix}")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Parse a CLI ``KEY=VALUE`` override; the value is read as a TOML value (so 1.5, 64, "x")."""
     if "=" not in text:
@@ -643,9 +687,7 @@ def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSA
         raise ConfigError("toml", f"{source}: {exc}") from None
     except RecursionError:
         raise ConfigError("toml", f"{source}: arrays / inline tables nested too deeply") from None
-    if overrides:
-        doc = _apply_overrides_to_doc(doc, section, overrides)
-    return _from_document(doc, section, source)
+    return config_from_document(doc, section, source, overrides)
 
 
 def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any]) -> dict:
@@ -662,6 +704,14 @@ def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any
             raise ConfigError(str(key) or "<empty>", f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
         conf[key] = {"value": value}
     return doc
+
+
+def config_from_document(doc: dict, section: str, source: str,
+                         overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
+    """Validate an already parsed settings document (``section`` of it) with ``overrides`` on top."""
+    if overrides:
+        doc = _apply_overrides_to_doc(doc, section, overrides)
+    return _from_document(doc, section, source)
 
 
 def default_config() -> HardwareConfig:

@@ -684,22 +684,37 @@ def _artifacts(case: Case, rep: Report, prog, sims: dict, workdir, golden_overri
 
 
 def run_case(testbench, case_id: str | None = None, overrides: Mapping[str, Any] | None = None,
-             variant: str = "default", *, backend: str = "numba", workdir=None, timing=None,
-             build_kwargs: Mapping[str, Any] | None = None) -> Report:
-    """Build and run one case of a testbench module (or its registry name).
+             variant: str | None = None, *, hw: str | None = None, backend: str = "numba", workdir=None,
+             timing=None, build_kwargs: Mapping[str, Any] | None = None) -> Report:
+    """Build and run one case of a testbench module (or its registry name) on hardware preset ``hw``.
 
-    ``overrides`` are applied on top of ``DEFAULTS``; a ``ValueError``/``AssertionError`` raised while
-    building (plan, Asm) is a failed report, never a skip."""
+    ``case_id`` names a required or stretch case (its overrides and variant are used; any other id is only
+    the report's label); ``None`` runs the defaults. ``overrides`` are applied on top. Shapes given in units of
+    the machine (:mod:`testbenches.shapes`) are resolved on the config. With ``hw`` set, a case variant that
+    fixes its own machine (``small``, ``wide``) is replaced by ``hw``. A ``ValueError``/``AssertionError``
+    raised while building (plan, Asm) is a failed report, never a skip."""
     from . import get as _get
-    from .variants import get_config
+    from .shapes import resolve_params
+    from .variants import VARIANTS, fixes_machine, get_config
     mod = _get(testbench) if isinstance(testbench, str) else testbench
     name = getattr(mod, "NAME", mod.__name__.rsplit(".", 1)[-1])
     params = dict(mod.DEFAULTS)
+    case_variant = "default"
+    if case_id is not None and case_id != "default":
+        cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
+        if case_id in cases:
+            params.update(cases[case_id][1])
+            case_variant = cases[case_id][2]
+    if variant is None:
+        variant = case_variant
+        if hw is not None and variant in VARIANTS and fixes_machine(variant):
+            variant = "default"
     params.update(overrides or {})
     cid = case_id or "custom"
     t0 = time.perf_counter()
     try:
-        cfg = get_config(variant)
+        cfg = get_config(variant, hw=hw)
+        params = resolve_params(params, cfg)
         case = mod.build(params, cfg)
     except (ValueError, AssertionError, KeyError) as exc:
         expect = params.get("expect")

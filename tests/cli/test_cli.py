@@ -62,7 +62,9 @@ def test_config_command(capsys, reference_toml):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["config", "--set", "MLEN=128"], "VLEN=64 must equal MLEN=128"),
+    (["config", "--set", "MLEN=66"], "MLEN=66 is not a multiple of BLEN=4"),
+    (["config", "--hw", "nope"], "unknown hardware preset 'nope'"),
+    (["config", "--hw", "small", "--config", "/nonexistent/x.toml"], "mutually exclusive"),
     (["config", "--set", "NOPE=1"], "unknown config key"),
     (["config", "--set", "MLEN"], "KEY=VALUE"),
     (["config", "--config", "/nonexistent/x.toml"], "cannot read config file"),

@@ -45,7 +45,12 @@ def test_run_default_json_and_save(tmp_path, capsys):
     (["run", "flashattn_prefill", "--set", "hq=6", "--set", "hkv=4"], "unsupported parameters"),
     (["run", "flashattn_prefill", "--case", "P99"], "unknown case 'P99'"),
     (["run", "flashattn_prefill", "--variant", "huge"], "unknown variant 'huge'"),
-    (["run", "flashattn_prefill", "--set-hw", "MLEN=128"], "VLEN=64 must equal MLEN=128"),
+    (["run", "flashattn_prefill", "--set-hw", "MLEN=128"],
+     "change together: VLEN=64 -> 128 (VLEN must equal MLEN (matrix instructions, CF-VM)); "
+     "BROADCAST_AMOUNT=4 -> 8 (BROADCAST_AMOUNT*HLEN must equal MLEN (batched matrix instructions, CF-BA)). "
+     "Consistent: --set-hw MLEN=128 --set-hw VLEN=128 --set-hw BROADCAST_AMOUNT=8"),
+    (["run", "flashattn_prefill", "--hw", "nope"], "unknown hardware preset 'nope'"),
+    (["run", "linear", "--hw", "v80-64x16", "--variant", "small"], "cannot run on --hw v80-64x16"),
 ])
 def test_run_usage_errors_exit_2(capsys, argv, needle):
     code, _, err = run(capsys, *argv)
