@@ -97,6 +97,7 @@ class FlashPlan:
     ratio: int
     nc: int                          # head-dim chunks
     nh: int                          # heads per head batch
+    qrows: int                       # query rows per q tile (MLEN unless the FP state needs row groups)
     Tq: int
     Tk: int
     off: int                         # kv_len - q_len
@@ -213,9 +214,9 @@ class FlashPlan:
         return sum(1 << k for k in range(lo, hi))
 
     def state_words(self, j: int, r: int) -> dict[str, int]:
-        """FP SRAM words of head slot j, row r: m, m_res, l (§3.5)."""
-        F, M = self.fp_state_base, self.M
-        return {"m": F + 3 * M * j + r, "m_res": F + 3 * M * j + M + r, "l": F + 3 * M * j + 2 * M + r}
+        """FP SRAM words of head slot j, row r < qrows: m, m_res, l (§3.5 with ``qrows`` for M)."""
+        F, Q = self.fp_state_base, self.qrows
+        return {"m": F + 3 * Q * j + r, "m_res": F + 3 * Q * j + Q + r, "l": F + 3 * Q * j + 2 * Q + r}
 
     def scores_tile_addr(self, b: int, h: int, i: int, t: int) -> int:
         """attention_scores: element address of output tile (b, h, i, t) (M×M, row-major rows)."""
@@ -250,9 +251,11 @@ class FlashPlan:
         return (self.o_base, self.o_rows, self.o_cols, self.rows_o_p), post
 
     def describe(self) -> str:
+        rows = f" qrows={self.qrows}" if self.qrows != self.M else ""
         return (f"batch={self.batch} hq={self.hq} hkv={self.hkv} d={self.d} q_len={self.q_len} "
                 f"kv_len={self.kv_len} causal={int(self.causal)} layout={self.kv_layout} "
-                f"Wp={self.kv_row_elems} S_cap={self.kv_capacity} path={self.path} nh={self.nh} nc={self.nc}")
+                f"Wp={self.kv_row_elems} S_cap={self.kv_capacity} path={self.path} nh={self.nh} nc={self.nc}"
+                + rows)
 
 
 def _kv_type_info(cfg: HardwareConfig):
@@ -267,6 +270,65 @@ def _act_type_info(cfg: HardwareConfig):
     eb = t.elem_bytes
     blk = t.block * eb if isinstance(t, MxType) else 1
     return eb, blk, isinstance(t, MxType)
+
+
+def _row_groups(room: int, nh: int, M: int, quantum: int) -> int:
+    """The largest number of q rows (<= M, a multiple of ``quantum`` when one fits) whose online-softmax
+    state of ``nh`` heads (3 words per row and head) fits ``room`` FP SRAM words; 0 if none does."""
+    rows = min(M, room // (3 * nh))
+    if rows >= quantum:
+        return rows - rows % quantum
+    return rows
+
+
+def _choose_path(K: str, cfg: HardwareConfig, path: str, legal: bool, ratio: int, nc: int, room: int,
+                 q_len: int, F: int) -> tuple[str, int, int]:
+    """``(path, nh, qrows)``: the path (§3.3) and how the state is grouped so that it fits FP SRAM.
+
+    Per-head path: head batches of ``nh = min(ratio, room // (3*M))`` heads (§3.5); when not even one
+    head's M rows fit, one head and q tiles of ``qrows < M`` rows. Batched path: all ``ratio`` heads,
+    q tiles of ``qrows`` rows. ``auto`` takes the batched path whenever it is legal and its state fits
+    whole M-row tiles (§3.3); otherwise the path whose score stage needs fewer matrix MACs (the batched
+    path recomputes all M rows of M_BTMM for every q-row group)."""
+    M, B, Pv = cfg.MLEN, cfg.BLEN, cfg.P_V
+    quantum = B if B <= M else Pv
+    rows_needed = min(M, q_len)
+
+    def per_head() -> tuple[int, int]:
+        nh = min(ratio, room // (3 * M)) if room >= 3 * M else 0
+        if nh >= 1:
+            return nh, M
+        return 1, _row_groups(room, 1, M, quantum)
+
+    def batched() -> tuple[int, int]:
+        if 3 * M * ratio <= room:
+            return ratio, M
+        return ratio, _row_groups(room, ratio, M, quantum)
+
+    def macs(kind: str, nh: int, qrows: int) -> int:
+        tiles = ceil_div(q_len, max(qrows, 1))
+        if kind == "batched":      # one M_BTMM (BA*M*M*H = M^3 MACs) per q tile
+            return tiles * M ** 3
+        return ratio * tiles * ceil_div(min(qrows, q_len), B) * B * M * M * nc
+
+    if path == "per_head" or (path == "auto" and not legal):
+        choice = ("per_head",) + per_head()
+    elif path == "batched":
+        choice = ("batched",) + batched()
+    else:
+        b, ph = ("batched",) + batched(), ("per_head",) + per_head()
+        if b[2] >= rows_needed or b[2] == M:
+            choice = b
+        elif ph[2] < 1 or (b[2] >= 1 and macs(*b) <= macs(*ph)):
+            choice = b
+        else:
+            choice = ph
+    the_path, nh, qrows = choice
+    if qrows < 1:
+        _fail(K, "fp_state_base", F, f"leaves {room} FP SRAM words: the online-softmax state needs 3 words per "
+              f"q row and head (FP_SRAM_SIZE={cfg.FP_SRAM_SIZE}); the largest fp_state_base that fits is "
+              f"{cfg.FP_SRAM_SIZE - 3}")
+    return the_path, nh, qrows
 
 
 def _int(kernel: str, name: str, v, lo: int = 1) -> int:
@@ -331,7 +393,6 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
         if BA * H != M:
             why.append(f"BROADCAST_AMOUNT*HLEN={BA * H} != MLEN={M}")
         _fail(K, "path", "'batched'", "is illegal here: " + ", ".join(why))
-    the_path = "batched" if (path == "batched" or (path == "auto" and legal)) else "per_head"
     decode = q_len == 1
     # ---- problem constraints
     if causal and q_len > kv_len:
@@ -384,28 +445,27 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
 
     R = Wp if kv_layout == "bshd" else batch * Wp
     off = kv_len - q_len
-    Tq = ceil_div(q_len, M)
     Tk = ceil_div(kv_len, M)
 
-    # ---- FP state and head batches (§3.5)
+    # ---- FP state, head batches and q-row groups (§3.5), then the path (§3.3)
     FPN = cfg.FP_SRAM_SIZE
     if kernel == "flash_attention":
         F = fp_state_base
         _int(K, "fp_state_base", F, 0)
         if faults.active("fp_state_overlap"):
             F = 3                                   # mutation: state over the constants, no range check
-            nh = ratio if the_path == "batched" else max(1, min(ratio, (FPN - F) // (3 * M)))
-        else:
-            if F < 16:
-                _fail(K, "fp_state_base", F, "must be >= 16 (slots 0-15 are constants)")
-            nh = ratio if the_path == "batched" else min(ratio, (FPN - F) // (3 * M))
-            if nh < 1:
-                _fail(K, "fp_state_base", F, f"leaves room for no head: (FP_SRAM_SIZE={FPN} - {F}) < 3*MLEN={3 * M}")
-            check_fp_range(K, F, 3 * M * nh, cfg, dict(fp_reserved or {}))
-        fp_size = 3 * M * nh
+        elif F < 16:
+            _fail(K, "fp_state_base", F, "must be >= 16 (slots 0-15 are constants)")
+        room = FPN - F
+        the_path, nh, qrows = _choose_path(K, cfg, path, legal, ratio, nc, room, q_len, F)
+        fp_size = 3 * qrows * nh
+        if not faults.active("fp_state_overlap"):
+            check_fp_range(K, F, fp_size, cfg, dict(fp_reserved or {}))
     else:
         F, fp_size = 0, 0
-        nh = ratio
+        the_path = "batched" if (path == "batched" or (path == "auto" and legal)) else "per_head"
+        nh, qrows = ratio, M
+    Tq = ceil_div(q_len, qrows)
     # ---- MRAM
     _int(K, "mram_tile0", mram_tile0, 0)
     n_tiles = 2 * nc if kernel == "flash_attention" else nc
@@ -472,8 +532,8 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
     for b in range(batch):
         for g in range(hkv):
             for i in range(Tq):
-                q0 = i * M
-                br = min(M, q_len - q0)
+                q0 = i * qrows
+                br = min(qrows, q_len - q0)
                 q0m = 0 if faults.active("q_tile_index_ignored") else q0
                 heads_all = [g * ratio + j for j in range(ratio)]
                 hbs = [tuple(heads_all[s:s + nh]) for s in range(0, ratio, nh)]
@@ -531,7 +591,7 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
     plan = FlashPlan(
         kernel=kernel, config=cfg, batch=batch, hq=hq, hkv=hkv, d=d, q_len=q_len, kv_len=kv_len,
         causal=causal, kv_layout=kv_layout, kv_capacity=S_cap, kv_row_elems=Wp, path=the_path,
-        decode=decode, ratio=ratio, nc=nc, nh=nh, Tq=Tq, Tk=Tk, off=off, R=R, q=q, k=k, v=v,
+        decode=decode, ratio=ratio, nc=nc, nh=nh, qrows=qrows, Tq=Tq, Tk=Tk, off=off, R=R, q=q, k=k, v=v,
         eb_q=eb_q, eb_kv=eb_kv, q_alloc_elems=q_alloc, kv_alloc_elems=kv_alloc, o_base=o_base,
         rows_o_p=rows_o_p, o_blocks=o_blocks, scratch_base=scratch_base, rows=rows_addr,
         vram_regions=regions, fp_state_base=F, fp_state_size=fp_size, mram_tile0=mram_tile0,
@@ -902,12 +962,12 @@ class _FlashEmitter(_Base):
                 self.normalize(blk, j, h)
 
     def reset_state(self, blk: Block) -> None:
-        a, p, M = self.a, self.p, self.M
+        a, p, Q = self.a, self.p, self.p.qrows
         self.li(self.p1, p.fp_state_base)
         with a.loop(self.l1, blk.br, "state reset"):
             for j in range(len(blk.heads)):
-                a.S_ST_FP(fp(self.f_neg), gp(self.p1), 3 * M * j)
-                a.S_ST_FP(fp(0), gp(self.p1), 3 * M * j + 2 * M)
+                a.S_ST_FP(fp(self.f_neg), gp(self.p1), 3 * Q * j)
+                a.S_ST_FP(fp(0), gp(self.p1), 3 * Q * j + 2 * Q)
             a.S_ADDI_INT(gp(self.p1), gp(self.p1), 1)
 
     def build_mask(self, ts: TileStep) -> None:
@@ -931,7 +991,8 @@ class _FlashEmitter(_Base):
     def softmax(self, j: int, br: int, masked: bool) -> None:
         a, p, M, V = self.a, self.p, self.M, self.V
         step = 64 if faults.active("hardcoded_tile_64") else V
-        mOff, mresOff, lOff = 3 * M * j, 3 * M * j + M, 3 * M * j + 2 * M
+        Q = p.qrows
+        mOff, mresOff, lOff = 3 * Q * j, 3 * Q * j + Q, 3 * Q * j + 2 * Q
         gS, gSt, gMask = self.p1, self.p2, self.p3
         self.li(gS, self.s_row(j))
         self.li(gSt, p.fp_state_base)
@@ -971,26 +1032,32 @@ class _FlashEmitter(_Base):
         else:
             P = self.s_row(j)
         gP, gVt, gPV = self.p1, self.p2, self.p3
+        # The WO column offset must be a multiple of B: a head whose lanes start off that grid (d < B,
+        # or lane % B != 0) is written at lane 0 and shifted to its lanes afterwards (exact copy).
+        shift = lane % B != 0
+        lane_wo = 0 if shift else lane
         if p.decode:
             step = B * M if faults.active("mv_v_step_row") else B
             self.li(gP, P)
-            self.li(gPV, p.rows["pv"] + lane)
+            self.li(gPV, p.rows["pv"] + lane_wo)
             for c in range(nc):
                 self.li(gVt, self.vtile(c))
-                njb = min(d - c * M, M) // B
+                njb = ceil_div(min(d - c * M, M), B)
                 for jb in range(njb):
                     a.M_MV(0, gp(gVt), gp(gP))
                     a.M_MV_WO(gp(gPV), c * M * V + jb * B)
                     if jb + 1 < njb:
                         a.S_ADDI_INT(gp(gVt), gp(gVt), step)
+            if shift:
+                self.shift_pv_rows(1, lane)
             return
         step = B if faults.active("pv_v_step_blen") else B * M
         self.li(gP, P)
-        self.li(gPV, p.rows["pv"] + lane)
+        self.li(gPV, p.rows["pv"] + lane_wo)
         with a.loop(self.l1, ceil_div(br, B), "pv row blocks"):
             self.li(gVt, self.vtile(0))
             for c in range(nc):
-                njb = min(d - c * M, M) // B
+                njb = ceil_div(min(d - c * M, M), B)
                 for jb in range(njb):
                     a.M_MM(0, gp(gVt), gp(gP))
                     a.M_MM_WO(gp(gPV), gp(0), c * M * V + jb * B)
@@ -998,6 +1065,18 @@ class _FlashEmitter(_Base):
                         a.S_ADDI_INT(gp(gVt), gp(gVt), step)
             a.S_ADDI_INT(gp(gP), gp(gP), B * V)
             a.S_ADDI_INT(gp(gPV), gp(gPV), B * V)
+        if shift:
+            self.shift_pv_rows(br, lane)
+
+    def shift_pv_rows(self, br: int, lane: int) -> None:
+        """PV rows < br (one chunk: a head off the B grid has d < M) moved ``lane`` lanes up (V_SHFT_V)."""
+        a = self.a
+        self.li(self.p3, self.p.rows["pv"])
+        self.li(self.t0, lane)
+        with a.loop(self.l1, br, "pv lane shift"):
+            a.V_SHFT_V(gp(self.p3), gp(self.p3), gp(self.t0))
+            if br > 1:
+                a.S_ADDI_INT(gp(self.p3), gp(self.p3), self.V)
 
     def _o_head(self, blk: Block, h: int) -> int:
         return h - blk.g * self.p.ratio if faults.active("o_group_offset_missing") else h
@@ -1023,7 +1102,7 @@ class _FlashEmitter(_Base):
                 self.li(gSt, p.fp_state_base)
             with a.loop(self.l1, blk.br, "o update rows"):
                 if not no_mres:
-                    a.S_LD_FP(fp(self.f_t), gp(gSt), 3 * M * j + M)
+                    a.S_LD_FP(fp(self.f_t), gp(gSt), 3 * p.qrows * j + p.qrows)
                     a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
                 a.V_ADD_VV(gp(gO), gp(gO), gp(gPV), mk)
                 if blk.br > 1:
@@ -1045,7 +1124,7 @@ class _FlashEmitter(_Base):
             self.li(gO, p.o_addr(ho, row0, c))
             self.li(gSt, p.fp_state_base)
             with a.loop(self.l1, blk.br, "normalize rows"):
-                a.S_LD_FP(fp(self.f_l), gp(gSt), 3 * M * j + 2 * M)
+                a.S_LD_FP(fp(self.f_l), gp(gSt), 3 * p.qrows * j + 2 * p.qrows)
                 a.S_RECI_FP(fp(self.f_t), fp(self.f_l))
                 a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
                 if blk.br > 1:

@@ -183,8 +183,8 @@ def _plan_kw(cfg=None, **over):
     (dict(kv_row_elems=8), None, "kv_row_elems=8"),
     (dict(kv_row_elems=20), None, "kv_row_elems=20"),
     (dict(fp_state_base=8), None, "fp_state_base=8"),
-    (dict(fp_state_base=1000), None, "fp_state_base=1000"),
-    (dict(fp_state_base=900), None, "fp_state_base=900"),
+    (dict(fp_state_base=1022), None, "fp_state_base=1022 leaves 2 FP SRAM words"),
+    (dict(fp_state_base=1022), None, "the largest fp_state_base that fits is 1021"),
     (dict(fp_state_base=100, fp_reserved={"topk": (200, 8)}), None, "fp_state_base=100"),
     (dict(mram_tile0=63), None, "mram_tile0=63"),
     (dict(scratch_base=64 * 10), None, "scratch_base=640"),
@@ -202,6 +202,21 @@ def test_plan_constraints_raise_naming_the_parameter(over, cfg_change, needle):
     with pytest.raises(ValueError) as ei:
         fa.plan_flash_attention(cfg, **kw)
     assert needle in str(ei.value), str(ei.value)
+
+
+@pytest.mark.parametrize("F, path, nh, qrows", [
+    (1000, "per_head", 1, 8),       # 24 words: 8 rows of one head (a multiple of BLEN=4)
+    (900, "per_head", 1, 40),       # 124 words: batched would give 8 rows of 4 heads, 8x the M_BTMM work
+    (16, "batched", 4, 64),         # the reference layout: all M rows of all ratio heads
+])
+def test_fp_state_groups_rows_and_heads_to_fit(F, path, nh, qrows):
+    cfg, kw = _plan_kw(fp_state_base=F)
+    plan = fa.plan_flash_attention(cfg, **kw)
+    assert (plan.path, plan.nh, plan.qrows) == (path, nh, qrows)
+    assert plan.fp_state_base + plan.fp_state_size <= cfg.FP_SRAM_SIZE
+    assert plan.fp_state_size == 3 * nh * qrows
+    assert plan.Tq == -(-kw["q_len"] // qrows)
+    assert all(b.br <= qrows for b in plan.blocks)
 
 
 def test_mx_head_dim_alignment_raises():
