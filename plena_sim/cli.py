@@ -529,7 +529,8 @@ def _case_params_and_config(mod, name: str, args):
     params = dict(mod.DEFAULTS)
     variant = args.variant
     if args.case:
-        cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
+        from testbenches.harness import cases_of
+        cases = cases_of(mod)
         if args.case not in cases:
             raise UsageError(f"--case: unknown case {args.case!r} of {name} (valid: {', '.join(cases)})")
         _, ov, case_variant = cases[args.case]
@@ -581,6 +582,7 @@ def _result_json(name: str, params: dict, cfg, rep, primary_tol) -> dict:
     worst = rep.worst or None
     return {
         "testbench": name, "case": rep.case_id, "params": params, "hardware": cfg.values(),
+        "hw": cfg.preset or None, "variant": rep.variant or None,
         "passed": bool(rep.passed), "max_abs_err": rep.max_abs, "max_rel_err": rep.max_rel,
         "rms_err": rep.rms, "rel_rms": rep.rel_rms, "worst": worst, "first": rep.first,
         "failing_elements": rep.n_fail,

@@ -224,8 +224,13 @@ def _backend_execute(backend: str):
 class Machine:
     """One PLENA accelerator: configuration + architectural state + an execution backend."""
 
-    def __init__(self, cfg: HardwareConfig | None = None, backend: str = "numba", *, hbm=None,
+    def __init__(self, cfg: HardwareConfig | str | None = None, backend: str = "numba", *, hbm=None,
                  timing: str = "serial"):
+        """``cfg``: a :class:`HardwareConfig`, a hardware preset name (``"v80-128x64"``, see
+        :mod:`plena_sim.presets`), or None for the reference machine."""
+        if isinstance(cfg, str):
+            from .presets import load_preset
+            cfg = load_preset(cfg)
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
         check_mode(timing)

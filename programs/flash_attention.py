@@ -742,6 +742,11 @@ class _Base:
     def li(self, r: int, value: int) -> None:
         load_imm(self.a, r, value)
 
+    def addi(self, dst: int, src: int, value: int) -> None:
+        """``dst = src + value``: one S_ADDI_INT, or through the spare register when value >= 2^18
+        (pointer steps of B*V, B*M, M*M at large MLEN)."""
+        add_imm(self.a, dst, src, value, self.p4)
+
     def ktile(self, c: int) -> int:
         return (self.p.mram_tile0 + c) * self.M * self.M
 
@@ -781,7 +786,7 @@ class _Base:
                 for k in range(npf):
                     a.H_PREFETCH_V(gp(self.t0), gp(self.t1), areg(self.q.areg), 1, self.q.prec)
                     if k + 1 < npf:
-                        a.S_ADDI_INT(gp(self.t0), gp(self.t0), Pv * V)
+                        self.addi(self.t0, self.t0, Pv * V)
                         add_imm(a, self.t1, self.t1, Pv * p.hq * p.d * p.eb_q, self.p1)
         if p.path == "per_head" and p.d < V and not faults.active("q_lanes_not_zeroed"):
             self.li(self.p2, p.rows["keep"])
@@ -854,8 +859,8 @@ class _Base:
                 for c in range(nc):
                     kq, qq = self.p2, self.p1
                     if c:
-                        a.S_ADDI_INT(gp(self.t0), gp(self.p2), c * M * M)
-                        a.S_ADDI_INT(gp(self.t1), gp(self.p1), c * M * V)
+                        self.addi(self.t0, self.p2, c * M * M)
+                        self.addi(self.t1, self.p1, c * M * V)
                         kq, qq = self.t0, self.t1
                     if faults.active("tmv_operands_swapped"):
                         a.M_TMV(0, gp(qq), gp(kq))
@@ -863,7 +868,7 @@ class _Base:
                         a.M_TMV(0, gp(kq), gp(qq))
                 a.M_MV_WO(gp(self.p3), jb * B)
                 if jb + 1 < nkb:
-                    a.S_ADDI_INT(gp(self.p2), gp(self.p2), B * M)
+                    self.addi(self.p2, self.p2, B * M)
             return
         sum_blocks = faults.active("qkt_sum_key_blocks")
         self.li(self.p1, self.qslot(j, 0))
@@ -874,18 +879,18 @@ class _Base:
                 for c in range(nc):
                     kq, qq = self.p2, self.p1
                     if c:
-                        a.S_ADDI_INT(gp(self.t0), gp(self.p2), c * M * M)
-                        a.S_ADDI_INT(gp(self.t1), gp(self.p1), c * M * V)
+                        self.addi(self.t0, self.p2, c * M * M)
+                        self.addi(self.t1, self.p1, c * M * V)
                         kq, qq = self.t0, self.t1
                     a.M_TMM(0, gp(qq), gp(kq))
                 if not sum_blocks:
                     a.M_MM_WO(gp(self.p3), gp(0), jb * B)
                 if jb + 1 < nkb:
-                    a.S_ADDI_INT(gp(self.p2), gp(self.p2), B * M)
+                    self.addi(self.p2, self.p2, B * M)
             if sum_blocks:
                 a.M_MM_WO(gp(self.p3), gp(0), 0)
-            a.S_ADDI_INT(gp(self.p1), gp(self.p1), B * V)
-            a.S_ADDI_INT(gp(self.p3), gp(self.p3), B * V)
+            self.addi(self.p1, self.p1, B * V)
+            self.addi(self.p3, self.p3, B * V)
 
 
 class _FlashEmitter(_Base):
@@ -1047,7 +1052,7 @@ class _FlashEmitter(_Base):
                     a.M_MV(0, gp(gVt), gp(gP))
                     a.M_MV_WO(gp(gPV), c * M * V + jb * B)
                     if jb + 1 < njb:
-                        a.S_ADDI_INT(gp(gVt), gp(gVt), step)
+                        self.addi(gVt, gVt, step)
             if shift:
                 self.shift_pv_rows(1, lane)
             return
@@ -1062,9 +1067,9 @@ class _FlashEmitter(_Base):
                     a.M_MM(0, gp(gVt), gp(gP))
                     a.M_MM_WO(gp(gPV), gp(0), c * M * V + jb * B)
                     if not (c + 1 == nc and jb + 1 == njb):
-                        a.S_ADDI_INT(gp(gVt), gp(gVt), step)
-            a.S_ADDI_INT(gp(gP), gp(gP), B * V)
-            a.S_ADDI_INT(gp(gPV), gp(gPV), B * V)
+                        self.addi(gVt, gVt, step)
+            self.addi(gP, gP, B * V)
+            self.addi(gPV, gPV, B * V)
         if shift:
             self.shift_pv_rows(br, lane)
 

@@ -16,6 +16,7 @@ from programs import flash_attention as fa
 from programs.hbm import ceil_div, round_up, row_pad
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, FpWords, VramCbm, VramRows
+from .shapes import resolve_params
 
 COORDS_O = ("batch", "row", "head", "col")
 
@@ -103,6 +104,7 @@ def attention_golden(Q, K, V, qk: float, causal: bool):
 def build_flash(name: str, p: dict, config):
     """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
     cfg = config
+    p = resolve_params(p, cfg)
     V = cfg.VLEN
     M = cfg.MLEN
     sp = shape_params(p)
@@ -154,6 +156,7 @@ def build_flash(name: str, p: dict, config):
 def build_scores(name: str, p: dict, config):
     """Build one attention_scores (QKᵀ) case (§2.11, §4.4 flashattn_qkt)."""
     cfg = config
+    p = resolve_params(p, cfg)
     M = cfg.MLEN
     sp = shape_params(p)
     sp["causal"] = False

@@ -47,6 +47,16 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                        params={"batch": 1, "q_len": 1, "kv_len": 32768, "hq": 32, "hkv": 8, "d": 64},
                        quick={"batch": 1, "q_len": 1, "kv_len": 1024, "hq": 8, "hkv": 2, "d": 64},
                        timing="serial", what="flash-attention decode kv=32768 hq32 hkv8 d64"),
+    "prefill_paper": dict(kind="testbench", tb="flashattn_prefill", hw="analytic",
+                          params={"batch": 1, "q_len": 2048, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128,
+                                  "causal": True},
+                          quick={"batch": 1, "q_len": 128, "kv_len": 128, "hq": 1, "hkv": 1, "d": 128},
+                          timing="serial",
+                          what="paper machine (analytic preset, MLEN 2048): prefill q=kv=2048 hq16 hkv4 d128 causal"),
+    "decode_paper": dict(kind="testbench", tb="flashattn_decode", hw="analytic",
+                         params={"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128},
+                         quick={"batch": 1, "q_len": 1, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128},
+                         timing="serial", what="paper machine (analytic preset): decode kv=8192 hq16 hkv4 d128"),
     "linear_4k": dict(kind="testbench", tb="linear", params={"rows": 64, "K": 4096, "N": 4096},
                       quick={"rows": 64, "K": 512, "N": 512}, timing="serial",
                       what="linear 64x4096 @ 4096x4096 (DMA heavy)"),
@@ -90,13 +100,15 @@ def _warm_up() -> float:
     return core.warm_up()
 
 
-def _build_case(tb: str, params: dict):
+def _build_case(tb: str, params: dict, hw: str | None = None):
     import testbenches
+    from testbenches.shapes import resolve_params
     from testbenches.variants import get_config
     mod = testbenches.get(tb)
+    cfg = get_config("default", hw=hw)
     p = dict(mod.DEFAULTS)
     p.update(params)
-    return mod.build(p, get_config("default"))
+    return mod.build(resolve_params(p, cfg), cfg)
 
 
 def _machine_for(case, backend: str):
@@ -217,7 +229,7 @@ def worker(name: str, quick: bool) -> dict:
         out.update(_result_fields(res, wall))
     elif kind in ("testbench", "floor"):
         t0 = time.perf_counter()
-        case = _build_case(spec["tb"], params)
+        case = _build_case(spec["tb"], params, spec.get("hw"))
         m, prog = _machine_for(case, "numba")
         out["build_s"] = time.perf_counter() - t0
         if not _timing_supported(m, spec["timing"]):

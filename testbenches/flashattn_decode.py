@@ -6,22 +6,29 @@ Decode forms: M_BTMV (batched, head slot j's score row at ``S + j*V``) or M_TMV 
 from __future__ import annotations
 
 from ._flashattn_common import build_flash
+from .shapes import hw
 
 NAME = "flashattn_decode"
 DESCRIPTION = "flash attention decode (q_len 1: M_BTMV/M_TMV scores, M_MV P@V, tail masks)"
-DEFAULTS = {"batch": 2, "hq": 4, "hkv": 1, "d": 16, "q_len": 1, "kv_len": 300, "causal": True,
+DEFAULTS = {"batch": 2, "hq": 4, "hkv": 1, "d": hw(1, "HLEN"), "q_len": 1, "kv_len": hw(4, "MLEN", 44),
+            "causal": True,
             "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
             "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
     ("D1", {}, "default"),
-    ("D2", {"hq": 4, "hkv": 1, "d": 64}, "default"),
+    ("D2", {"hq": 4, "hkv": 1, "d": hw(1, "MLEN")}, "default"),
     ("D3", {"batch": 2, "hq": 8, "hkv": 2, "kv_layout": "sbhd"}, "default"),
-    ("D4", {"batch": 1, "kv_len": 4150, "Wp": 64}, "default"),
+    ("D4", {"batch": 1, "kv_len": hw(64, "MLEN", 54), "Wp": hw(1, "MLEN")}, "default"),
     ("D5", {}, "emu025"),
-    ("D6", {"hq": 2, "hkv": 2, "d": 16, "path": "per_head"}, "default"),
+    ("D6", {"hq": 2, "hkv": 2, "d": hw(1, "HLEN"), "path": "per_head"}, "default"),
     ("D7", {"causal": False}, "default"),
 ]
 STRETCH_CASES: list = []
+#: the paper-scale machine (preset ``analytic``): run under ``-m slow`` and by ``plena-sim bench``
+PAPER_CASES = [
+    ("paper", {"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128, "causal": True},
+     "analytic"),
+]
 RANGES = {
     "batch": [1, 2, 3, 4],
     "hq": [1, 2, 4, 6, 8, 12, 16],

@@ -12,26 +12,36 @@ from __future__ import annotations
 from programs import flash_attention as _fa
 
 from ._flashattn_common import build_flash
+from .shapes import hw
 
 NAME = "flashattn_prefill"
 DESCRIPTION = "flash attention prefill (online softmax over kv tiles, causal/tail masks, GQA, bshd/sbhd)"
-DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": 16, "q_len": 128, "kv_len": 256, "causal": True,
+DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": hw(1, "HLEN"), "q_len": hw(2, "MLEN"), "kv_len": hw(4, "MLEN"),
+            "causal": True,
             "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
             "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
     ("P1", {}, "default"),
-    ("P2", {"q_len": 64, "kv_len": 200, "causal": False, "Wp": 64}, "default"),
-    ("P3", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 100, "kv_len": 300, "kv_layout": "sbhd"}, "default"),
-    ("P4", {"hq": 4, "hkv": 1, "d": 64, "q_len": 128, "kv_len": 192}, "default"),
-    ("P5", {"hq": 6, "hkv": 2, "d": 16}, "default"),
-    ("P6", {"hq": 4, "hkv": 2, "d": 32, "q_len": 64, "kv_len": 130, "path": "per_head"}, "default"),
+    ("P2", {"q_len": hw(1, "MLEN"), "kv_len": hw(3, "MLEN", 8), "causal": False, "Wp": hw(1, "MLEN")}, "default"),
+    ("P3", {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 36), "kv_len": hw(4, "MLEN", 44),
+            "kv_layout": "sbhd"}, "default"),
+    ("P4", {"hq": 4, "hkv": 1, "d": hw(1, "MLEN"), "q_len": hw(2, "MLEN"), "kv_len": hw(3, "MLEN")}, "default"),
+    ("P5", {"hq": 6, "hkv": 2, "d": hw(1, "HLEN")}, "default"),
+    ("P6", {"hq": 4, "hkv": 2, "d": hw(2, "HLEN"), "q_len": hw(1, "MLEN"), "kv_len": hw(2, "MLEN", 2),
+            "path": "per_head"}, "default"),
     ("P7", {}, "emu025"),
-    ("P8", {"q_len": 64, "kv_len": 320, "Wp": 1024}, "default"),
+    ("P8", {"q_len": hw(1, "MLEN"), "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN")}, "default"),
     ("P9", {"hq": 2, "hkv": 1, "q_len": 70, "kv_len": 100}, "small"),
     ("P10", {"vram_base_row": 4160}, "default"),        # O at element 266240, scratch past it: > 2^18
 ]
 STRETCH_CASES = [
-    ("P11", {"hq": 2, "hkv": 2, "d": 128, "q_len": 70, "kv_len": 130, "Wp": 256}, "default"),
+    ("P11", {"hq": 2, "hkv": 2, "d": hw(2, "MLEN"), "q_len": hw(1, "MLEN", 6), "kv_len": hw(2, "MLEN", 2),
+             "Wp": hw(4, "MLEN")}, "default"),
+]
+#: the paper-scale machine (preset ``analytic``): run under ``-m slow`` and by ``plena-sim bench``
+PAPER_CASES = [
+    ("paper", {"batch": 1, "q_len": 2048, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128, "causal": True},
+     "analytic"),
 ]
 SUPPORTED = _fa.SUPPORTS_HEAD_DIM_CHUNKS
 SKIP_REASON = None if SUPPORTED else "head_dim=128 > MLEN=64 requires head-dim chunking (not implemented)"

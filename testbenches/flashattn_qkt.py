@@ -8,10 +8,12 @@ as flash attention; no scaling, no masking.
 from __future__ import annotations
 
 from ._flashattn_common import build_scores
+from .shapes import hw
 
 NAME = "flashattn_qkt"
 DESCRIPTION = "attention scores Q·Kᵀ per (b, h, q tile, kv tile) (batched M_BTMM/M_BTMV or per-head M_TMM/M_TMV)"
-DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": 16, "q_len": 64, "kv_len": 192, "causal": False,
+DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": hw(1, "HLEN"), "q_len": hw(1, "MLEN"), "kv_len": hw(3, "MLEN"),
+            "causal": False,
             "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
             "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
@@ -19,15 +21,16 @@ REQUIRED_CASES = [
     ("prefill_per_head", {"path": "per_head"}, "default"),
     ("decode_batched", {"q_len": 1}, "default"),
     ("decode_per_head", {"q_len": 1, "path": "per_head"}, "default"),
-    ("gqa_sbhd_batched", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 100, "kv_len": 130, "kv_layout": "sbhd"},
-     "default"),
-    ("gqa_sbhd_per_head", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 70, "kv_layout": "sbhd",
+    ("gqa_sbhd_batched", {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 36), "kv_len": hw(2, "MLEN", 2),
+                          "kv_layout": "sbhd"}, "default"),
+    ("gqa_sbhd_per_head", {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 6), "kv_layout": "sbhd",
                            "path": "per_head"}, "default"),
-    ("gqa_decode_sbhd", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 1, "kv_len": 130, "kv_layout": "sbhd"},
-     "default"),
-    ("wp1024_kv320", {"kv_len": 320, "Wp": 1024}, "default"),
-    ("wp1024_kv320_decode_per_head", {"q_len": 1, "kv_len": 320, "Wp": 1024, "path": "per_head"}, "default"),
-    ("d64_per_head", {"d": 64}, "default"),
+    ("gqa_decode_sbhd", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 1, "kv_len": hw(2, "MLEN", 2),
+                         "kv_layout": "sbhd"}, "default"),
+    ("wp1024_kv320", {"kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN")}, "default"),
+    ("wp1024_kv320_decode_per_head", {"q_len": 1, "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN"),
+                                      "path": "per_head"}, "default"),
+    ("d64_per_head", {"d": hw(1, "MLEN")}, "default"),
     ("emu025", {}, "emu025"),
     ("small", {"hq": 2, "q_len": 40, "kv_len": 70}, "small"),
 ]

@@ -683,6 +683,12 @@ def _artifacts(case: Case, rep: Report, prog, sims: dict, workdir, golden_overri
     (wd / "report.json").write_text(json.dumps(rep.to_dict(), indent=1) + "\n", encoding="utf-8")
 
 
+def cases_of(mod) -> dict[str, tuple[str, dict, str]]:
+    """Every named case of a testbench module: required, stretch and paper-scale (``PAPER_CASES``)."""
+    table = list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", [])) + list(getattr(mod, "PAPER_CASES", []))
+    return {c[0]: c for c in table}
+
+
 def run_case(testbench, case_id: str | None = None, overrides: Mapping[str, Any] | None = None,
              variant: str | None = None, *, hw: str | None = None, backend: str = "numba", workdir=None,
              timing=None, build_kwargs: Mapping[str, Any] | None = None) -> Report:
@@ -701,7 +707,7 @@ def run_case(testbench, case_id: str | None = None, overrides: Mapping[str, Any]
     params = dict(mod.DEFAULTS)
     case_variant = "default"
     if case_id is not None and case_id != "default":
-        cases = {c[0]: c for c in list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))}
+        cases = cases_of(mod)
         if case_id in cases:
             params.update(cases[case_id][1])
             case_variant = cases[case_id][2]

@@ -13,10 +13,11 @@ variant    machine         overrides
 default    ``hw``          none (the reference machine: 64/64/4, HLEN 16, BA 4, Pm 64, Pv=Ps 4)
 emu025     ``hw``          BMM_SCALE 0.25 (the upstream emulator's hidden factor)
 small      ``small``       none (32/32/4, HLEN 16, BA 2, Pm 32, Pv=Ps 4)
+analytic   ``analytic``    none (the paper-scale machine: 2048/2048/128, HLEN 128, BA 16)
 wide       transactional   MLEN=VLEN=128, BLEN 8, BROADCAST_AMOUNT 8, Pm 128, Pv=Ps 8, FP_SRAM_SIZE 4096
 =========  ==============  =================================================================================
 
-A variant that fixes the machine (``small``, ``wide``) cannot be combined with another ``hw``
+A variant that fixes the machine (``small``, ``analytic``, ``wide``) cannot be combined with another ``hw``
 (:func:`machine_of` tells which preset a variant runs on).
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType({
     "default": Variant(None, {}),
     "emu025": Variant(None, {"BMM_SCALE": 0.25}),
     "small": Variant("small", {}),
+    "analytic": Variant("analytic", {}),
     "wide": Variant(DEFAULT_PRESET, {"MLEN": 128, "VLEN": 128, "BLEN": 8, "BROADCAST_AMOUNT": 8,
                                      "HBM_M_Prefetch_Amount": 128, "HBM_V_Prefetch_Amount": 8,
                                      "HBM_V_Writeback_Amount": 8, "FP_SRAM_SIZE": 4096}),
