@@ -552,7 +552,11 @@ def _case_params_and_config(mod, name: str, args):
 
 def cmd_list(args, out, err):
     import testbenches
-    t = Table(title="testbenches (plena-sim run NAME)")
+    from testbenches.shapes import Hw
+    from .presets import load_preset
+    cfg = load_preset(args.hw) if args.hw else None
+    where = f" on {args.hw}" if args.hw else "; shapes in machine units, --hw P shows their values"
+    t = Table(title=f"testbenches (plena-sim run NAME){where}")
     t.add_column("name")
     t.add_column("description")
     t.add_column("parameters (defaults)")
@@ -563,7 +567,8 @@ def cmd_list(args, out, err):
         except ImportError as exc:
             t.add_row(name, f"[red]cannot import: {exc}[/]", "", "")
             continue
-        params = ", ".join(f"{k}={v}" for k, v in mod.DEFAULTS.items())
+        params = ", ".join(f"{k}={v} (={v.resolve(cfg)})" if isinstance(v, Hw) and cfg is not None else f"{k}={v}"
+                           for k, v in mod.DEFAULTS.items())
         cases = " ".join(c[0] for c in mod.REQUIRED_CASES)
         t.add_row(name, getattr(mod, "DESCRIPTION", ""), params, cases)
     out.print(t)
@@ -852,6 +857,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.set_defaults(func=cmd_bench)
 
     ls = sub.add_parser("list", help="list the testbenches")
+    _add_hw_arg(ls)
     ls.set_defaults(func=cmd_list)
 
     r = sub.add_parser("run", help="run a testbench: build, generate, assemble, simulate, compare")

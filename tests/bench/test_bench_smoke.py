@@ -50,7 +50,9 @@ def test_scalar_loop_program_size():
     prog = assemble(bench.scalar_loop_program(1200, 5000), "s.asm")
     assert len(prog.words) < 32                     # a tiny program; 9 * 1200 * 5000 = 54M retired
     assert set(bench.WORKLOADS) == {"prefill_1k", "prefill_1k_overlap", "decode_32k", "linear_4k",
-                                    "scalar_loop", "reference_ratio", "arith_floor"}
+                                    "scalar_loop", "reference_ratio", "arith_floor", "prefill_paper",
+                                    "decode_paper"}
+    assert bench.WORKLOADS["prefill_paper"]["hw"] == bench.WORKLOADS["decode_paper"]["hw"] == "analytic"
 
 
 def test_unknown_workload_is_usage_error():

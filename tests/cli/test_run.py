@@ -76,9 +76,12 @@ def test_broken_alignment_exits_3_with_located_fault(capsys):
                      r"row-granular.*\[AL-MM, pc \d+\]", err), err
 
 
-def test_list(capsys):
+def test_list(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")          # one table row per line
     code, out, _ = run(capsys, "list")
-    assert code == 0 and "flashattn_prefill" in out and "kv_len=256" in out
+    assert code == 0 and "flashattn_prefill" in out and "kv_len=4*MLEN," in out
+    code, out, _ = run(capsys, "list", "--hw", "v80-128x64")
+    assert code == 0 and "q_len=2*MLEN (=256), kv_len=4*MLEN (=512)," in out
 
 
 def test_mutants_command(capsys):

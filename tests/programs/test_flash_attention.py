@@ -27,6 +27,7 @@ from programs import flash_attention as fa  # noqa: E402
 from programs.asm import Asm  # noqa: E402
 from programs.hbm import HbmTensor, ceil_div  # noqa: E402
 from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt, mutations  # noqa: E402
+from testbenches.shapes import resolve_params
 from testbenches.variants import get_config  # noqa: E402
 
 GP = tuple(range(1, 13))
@@ -98,8 +99,8 @@ def case_params(case_id: str):
     for mod in (flashattn_prefill, flashattn_decode, flashattn_qkt):
         for cid, ov, var in mod.REQUIRED_CASES + mod.STRETCH_CASES:
             if cid == case_id:
-                p = dict(mod.DEFAULTS, **ov)
-                return p, get_config(var), mod
+                cfg = get_config(var)
+                return resolve_params(dict(mod.DEFAULTS, **ov), cfg), cfg, mod
     raise KeyError(case_id)
 
 
@@ -352,6 +353,7 @@ def range_samples(mod, n: int, seed: int, max_dyn: int, max_static: int):
             p[k] = vals[int(rng.integers(len(vals)))]
         variant = p.pop("cfg", "default")
         cfg = get_config(variant)
+        p = resolve_params(p, cfg)
         p["hkv"] = min(p["hkv"], p["hq"])
         if not _valid(p, cfg):
             continue

@@ -128,7 +128,11 @@ def test_variants():
     assert get_config("default", {"MAX_LOOP_INSTRUCTIONS": 100}).MAX_LOOP_INSTRUCTIONS == 100
     with pytest.raises(ValueError):
         get_config("nope")
-    assert set(VARIANTS) == {"default", "emu025", "small", "wide"}
+    assert set(VARIANTS) == {"default", "emu025", "small", "analytic", "wide"}
+    assert get_config("analytic").MLEN == 2048 and get_config("small", hw="small").MLEN == 32
+    assert get_config("emu025", hw="v80-128x64").BMM_SCALE == 0.25
+    with pytest.raises(ValueError, match="cannot run on --hw v80-64x16"):
+        get_config("small", hw="v80-64x16")
 
 
 def test_cbm_readback_mapping():
