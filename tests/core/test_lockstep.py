@@ -86,15 +86,19 @@ def _make_configs():
                                "MAX_LOOP_INSTRUCTIONS": 100, "BMM_SCALE": 0.3}),
         HBM_M_WEIGHT_TYPE=MxType(E4M3, E8M0, 32), HBM_V_ACT_TYPE=PlainType(E4M3),
         HBM_V_KV_TYPE=PlainType(F16))
-    # run-time ConfigError faults need configs the loader rejects (CF-VM, CF-BA)
-    c3 = dataclasses.replace(c0, VLEN=32)
-    c4 = dataclasses.replace(c0, BROADCAST_AMOUNT=2)
-    return [c0, c1, c2, c3, c4]
+    # configs that load (memory.md §8.1) but make matrix instructions fault at run time (CF-VM, CF-BA)
+    c3 = load_config(overrides={**_BASE, "VLEN": 32})
+    c4 = load_config(overrides={**_BASE, "BROADCAST_AMOUNT": 2})
+    # lengths that are not powers of two: MLEN = VLEN = 24, BLEN 4, HLEN 8, BA 3, Pv 3, Ps 2
+    c5 = load_config(overrides={**_BASE, "MLEN": 24, "VLEN": 24, "HLEN": 8, "BROADCAST_AMOUNT": 3,
+                                "VECTOR_SRAM_SIZE": 90, "MATRIX_SRAM_SIZE": 72, "HBM_M_Prefetch_Amount": 24,
+                                "HBM_V_Prefetch_Amount": 3, "HBM_V_Writeback_Amount": 2})
+    return [c0, c1, c2, c3, c4, c5]
 
 
 CONFIGS = _make_configs()
-#: config index per draw (weights: c0 4, c1 3, c2 3, c3 1, c4 1)
-CONFIG_PICK = (0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 4)
+#: config index per draw (weights: c0 4, c1 3, c2 3, c3 1, c4 1, c5 2)
+CONFIG_PICK = (0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 4, 5, 5)
 
 # ===================================================================================== choosers
 
