@@ -12,7 +12,7 @@ ints are immediates or flags.
 from __future__ import annotations
 
 from isa.assembler import _LineError, assemble_line_cached
-from isa.table import BY_MNEMONIC, FIELDS
+from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import faults
 
@@ -22,8 +22,9 @@ IMM18_LIMIT = FIELDS["imm18"].max + 1     # S_ADDI_INT / S_LD_* / S_ST_* / S_MAP
 LUI_LIMIT = 1 << 20       # S_LUI_INT immediates (bits 20-21 would be shifted out of 32 bits)
 U32_LIMIT = 1 << 32
 
-_INT_DEST = {"S_ADD_INT", "S_ADDI_INT", "S_SUB_INT", "S_MUL_INT", "S_LUI_INT", "S_LD_INT"}
-_FP_DEST = {"S_ADD_FP", "S_SUB_FP", "S_MAX_FP", "S_MUL_FP", "S_EXP_FP", "S_RECI_FP", "S_SQRT_FP", "S_LD_FP"}
+#: instructions that write a gp / an f register operand (kernels.md §1.2: never gp0 / f0), from the table
+_INT_DEST = frozenset(i.mnemonic for i in INSTRUCTIONS if any(o.kind == "gp" and o.name in i.writes for o in i.operands))
+_FP_DEST = frozenset(i.mnemonic for i in INSTRUCTIONS if any(o.kind == "f" and o.name in i.writes for o in i.operands))
 
 
 def gp(n: int) -> str:
