@@ -12,6 +12,7 @@ from types import MappingProxyType
 __all__ = [
     "Field", "FIELDS", "FORMATS", "Operand", "Instr", "INSTRUCTIONS", "BY_MNEMONIC", "BY_OPCODE",
     "NOT_INSTRUCTIONS", "UNITS", "OPERAND_KINDS", "WORD_BITS", "FAMILIES", "ALUS", "SPACES", "SPECIAL_WRITES",
+    "TOPK_POLICIES", "EXP_CLAMP", "REGISTER_COUNT",
 ]
 
 WORD_BITS = 32
@@ -187,6 +188,10 @@ _ZC = _zero(None, "0", compat=True)  # trailing upstream-compatibility 0
 #: execution families (isa.md §5-§6 groups); the core has one dispatch branch per family
 FAMILIES: tuple[str, ...] = ("sint", "intmem", "sfp", "fpmem", "mapv", "vbin", "vunary", "shift", "reduce", "topk",
                              "mat", "bmat", "wo", "dma", "creg", "loop")
+#: V_TOPK policies (isa.md §6.2): (experts E, selections K) per policy value
+TOPK_POLICIES: tuple[tuple[int, int], ...] = ((32, 4), (128, 8))
+#: exp instructions clamp their argument to [-EXP_CLAMP, EXP_CLAMP] (isa.md §6.1, §6.3)
+EXP_CLAMP = 88.0
 #: registers an instruction can write that are not operands
 SPECIAL_WRITES: tuple[str, ...] = ("SCALE", "STRIDE", "V_MASK", "LOOP")
 #: memory spaces an address operand can point into

@@ -22,12 +22,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from isa.table import INSTRUCTIONS
+from isa.table import FIELDS, INSTRUCTIONS, TOPK_POLICIES
 
 __all__ = ["latency_table", "NOOP_IF_RD0", "KIND", "KIND_FIXED", "KIND_TIMES_E", "KIND_HBM",
            "instruction_latency", "evaluate_latency_expr", "topk_experts"]
 
-N_OPCODES = 64
+N_OPCODES = 1 << FIELDS["opcode"].width
+_TOPK_E = np.array([e for e, _k in TOPK_POLICIES], dtype=np.int64)
 KIND_FIXED = 0
 KIND_TIMES_E = 1
 KIND_HBM = 2
@@ -75,8 +76,8 @@ def latency_table(cfg) -> np.ndarray:
 
 @njit(cache=True)
 def topk_experts(policy):
-    """E of V_TOPK for a valid policy (0 -> 32, 1 -> 128)."""
-    return 32 if policy == 0 else 128
+    """E of V_TOPK for a valid policy (isa.table.TOPK_POLICIES)."""
+    return _TOPK_E[policy]
 
 
 @njit(cache=True)

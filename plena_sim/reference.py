@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
+from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
 from isa.program import Program
 
 from . import faults as F
@@ -100,7 +100,7 @@ def _exp_f32(v: float) -> np.float32:
     """f32(exp(clamp(v, -88, 88))) with exp in float64; NaN stays NaN."""
     if v != v:
         return np.float32(v)
-    v = -88.0 if v < -88.0 else (88.0 if v > 88.0 else v)
+    v = -EXP_CLAMP if v < -EXP_CLAMP else (EXP_CLAMP if v > EXP_CLAMP else v)
     return np.float32(math.exp(v))
 
 
@@ -260,7 +260,12 @@ def _dot_rows(X: np.ndarray, W: np.ndarray) -> np.ndarray:
 def _accumulate(acc: np.ndarray, p: np.ndarray, s: float) -> None:
     """``acc = f32(acc + f32(p * s))`` in place (s = 1.0 or f32(BMM_SCALE) widened)."""
     p_s = (p * s).astype(np.float32)
-    acc[...] = acc + p_s
+    out = acc + p_s
+    # both NaN: the accumulator's NaN, quieted (numpy's SIMD tail loops may commute the operands)
+    both = np.isnan(acc) & np.isnan(p_s)
+    if both.any():
+        out[both] = (acc[both].view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+    acc[...] = out
 
 
 def _bmm_scale(r: _Run) -> float:
@@ -648,7 +653,7 @@ def op_V_TOPK(r: _Run, f: Fields) -> None:
     if policy > 1:
         _fault("IL-TOPK", f.pc, "rs3", policy, limit=2)
     E = int(topk_experts(policy))
-    K = 4 if policy == 0 else 8
+    K = TOPK_POLICIES[policy][1]
     fpd, src, intd = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
     _al_vrow(r, f, "rs1", src)
     n_rows = -(-E // V)

@@ -37,7 +37,7 @@ from isa.encoding import (ALU_BMM, ALU_BMV, ALU_BTMV, ALU_LOAD, ALU_MM, ALU_MV, 
                           ALU_TMV, FAM_BMAT, FAM_DMA, FAM_FPMEM, FAM_INTMEM, FAM_MAPV, FAM_MAT, FAM_REDUCE, FAM_SHIFT,
                           FAM_TOPK, FAM_VBIN, FAM_VUNARY, FAM_WO, N_OPCODES, UNIT_NAMES, opcode_alus, opcode_families,
                           opcode_units)
-from isa.table import INSTRUCTIONS
+from isa.table import INSTRUCTIONS, TOPK_POLICIES
 
 __all__ = ["TIMING_MODES", "TimingState", "MODE_SERIAL", "MODE_OVERLAP", "REC_FIELDS", "REC_N",
            "resources_py", "resources_nb", "sb_issue_py", "sb_issue_nb", "sb_commit_py", "sb_commit_nb",
@@ -96,8 +96,8 @@ _SPECIAL_KIND = {"SCALE": RK_SCALE, "STRIDE": RK_STRIDE, "V_MASK": RK_VMASK, "LO
 _OPERAND_KIND = {"gp": RK_GP, "f": RK_F, "a": RK_A}
 _REG_FIELD = {"rd": 0, "rs1": 1, "rs2": 2}
 #: V_TOPK experts / selections per policy (isa.md §6.2)
-TOPK_E = np.array([32, 128], dtype=np.int64)
-TOPK_K = np.array([4, 8], dtype=np.int64)
+TOPK_E = np.array([e for e, _k in TOPK_POLICIES], dtype=np.int64)
+TOPK_K = np.array([k for _e, k in TOPK_POLICIES], dtype=np.int64)
 
 
 def _register_roles():
@@ -176,7 +176,8 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
     """Read / write sets of one instruction (timing.md §4 table) as ranges ``(start, count, step)``
     in ``rr`` / ``wr``; returns ``(n_read_ranges, n_write_ranges)``. ``g_*`` = gp values at issue;
     ``aux`` = the loop register of the innermost record (C_BREAK). The register part comes from the
-    opcode table (:data:`REG_READS` / :data:`REG_WRITES`), the memory part from the family."""
+    opcode table (``_RREG`` / ``_WREG``), the memory part from the family. The helpers are compiled
+    (callable from both the reference's Python and the core's njit copy of this function)."""
     if _NOOP[o] != 0 and rd == 0:
         return 0, 0                                # zero-latency no-op: no resources
     nr, nw = _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr)
@@ -188,6 +189,7 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
     return _memory_sets(fam, _ALU[o], rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, _VF[o], cv, rr, nr, wr, nw)
 
 
+@njit(cache=True)
 def _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr):
     """The register reads and writes of the table's operand roles (gp0 / f0 are no resources)."""
     nr = 0
@@ -207,6 +209,7 @@ def _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr):
     return nr, nw
 
 
+@njit(cache=True)
 def _reg_resource(kind, fld, rd, rs1, rs2, aux):
     """Resource index of a register role (-1 for gp0 / f0); ``fld`` 0/1/2 = rd/rs1/rs2."""
     if kind >= RK_SCALE:
@@ -219,6 +222,7 @@ def _reg_resource(kind, fld, rd, rs1, rs2, aux):
     return (RS_FP if kind == RK_F else RS_GP) + idx
 
 
+@njit(cache=True)
 def _matrix_sets(alu, rd, g_rd, g_rs1, g_rs2, cv, rr, nr, wr, nw):
     """M_MM/M_TMM/M_MV/M_TMV/M_B*: the tile, the vector rows and the accumulator."""
     M = cv[TC_M]
@@ -239,6 +243,7 @@ def _matrix_sets(alu, rd, g_rd, g_rs1, g_rs2, cv, rr, nr, wr, nw):
     return nr, nw
 
 
+@njit(cache=True)
 def _writeout_sets(alu, rs1, imm18, g_rd, g_rs1, cv, rr, nr, wr, nw):
     """M_*_WO: the accumulator and the VRAM rows written (M_MM_WO / M_MV_WO also read them: lanes merge)."""
     M = cv[TC_M]
@@ -263,6 +268,7 @@ def _writeout_sets(alu, rs1, imm18, g_rd, g_rs1, cv, rr, nr, wr, nw):
     return nr, nw
 
 
+@njit(cache=True)
 def _memory_sets(fam, alu, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, vf, cv, rr, nr, wr, nw):
     """The memory part of the vector, scalar, DMA and control families."""
     V = cv[TC_V]
@@ -292,6 +298,7 @@ def _memory_sets(fam, alu, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, vf, cv, rr, 
     return nr, nw
 
 
+@njit(cache=True)
 def _dma_sets(alu, f1, g_rd, cv, rr, nr, wr, nw):
     """H_*: SCALE when the HBM type is MX, then the SRAM rows or tiles moved."""
     M = cv[TC_M]

@@ -10,11 +10,33 @@ import numpy as np
 from numba import njit
 
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, FAM_DMA
+
 from .. import timing as TM
-from ..hbm_timing import (EMPTY, G_ELEM_LEN, G_ROWS, G_SCALE_LEN, PRM_BURST_BYTES, PRM_CHANNELS, ST_READ_REQUESTS,
-                          ST_WRITE_REQUESTS, W_N, dma_instruction)
+from ..hbm_timing import (
+    EMPTY,
+    G_ELEM_LEN,
+    G_ROWS,
+    G_SCALE_LEN,
+    PRM_BURST_BYTES,
+    PRM_CHANNELS,
+    ST_READ_REQUESTS,
+    ST_WRITE_REQUESTS,
+    W_N,
+    dma_instruction,
+)
 from ..state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
-from ..timing import MODE_SERIAL, REG_A, REG_FP, REG_GP, REG_SCALE, REG_STRIDE, REG_VMASK, T_BUSY, T_CYCLES
+from ..timing import (
+    MODE_SERIAL,
+    REG_A,
+    REG_FP,
+    REG_GP,
+    REG_SCALE,
+    REG_STRIDE,
+    REG_VMASK,
+    T_BUSY,
+    T_CYCLES,
+)
+from .static import TAB_ALU, TAB_FAMILY, TAB_NOOP
 
 
 @njit(cache=True)
@@ -125,12 +147,12 @@ def account(pc, o, words, g, aux, base_lat, tabs, areg, ctrl, tim):
     rr, wr = tim[8], tim[9]
     rd = words[0][pc]
     unit = unit_of[o]
-    if tabs[10][o] != 0 and rd == 0:
+    if tabs[TAB_NOOP][o] != 0 and rd == 0:
         unit = -1                                  # zero-latency no-op: no unit, no resources
     tmode = ts[TM.T_MODE]
     f = (rd, words[1][pc], words[2][pc], words[3][pc], words[4][pc], words[5][pc])
-    if tabs[0][o] == FAM_DMA:
-        return account_dma(o, tabs[1][o], f, g, aux, base_lat, unit, areg, ctrl, (ts, ready, rdone, cv, rr, wr),
+    if tabs[TAB_FAMILY][o] == FAM_DMA:
+        return account_dma(o, tabs[TAB_ALU][o], f, g, aux, base_lat, unit, areg, ctrl, (ts, ready, rdone, cv, rr, wr),
                            tim[5], tmode)
     if tmode == MODE_SERIAL:
         issue = ts[T_CYCLES]
@@ -152,12 +174,12 @@ def trace(pc, o, words, g, aux, issue, lat, reg, seq, tabs, regs, tim):
     cv, unit_of, tbuf, tcount, rr, wr = tim[3], tim[4], tim[6], tim[7], tim[8], tim[9]
     rd = words[0][pc]
     unit = unit_of[o]
-    if tabs[10][o] != 0 and rd == 0:
+    if tabs[TAB_NOOP][o] != 0 and rd == 0:
         unit = -1
     f = (rd, words[1][pc], words[2][pc], words[3][pc], words[4][pc], words[5][pc])
     after = (reg[0], reg[1], reg[2], reg_value(reg[0], reg[1], gp, fp, areg, ctrl))
-    if tabs[0][o] == FAM_DMA:
-        trace_dma(tbuf, tcount, seq, pc, o, tabs[1][o], unit, issue, lat, after, f, g, aux,
+    if tabs[TAB_FAMILY][o] == FAM_DMA:
+        trace_dma(tbuf, tcount, seq, pc, o, tabs[TAB_ALU][o], unit, issue, lat, after, f, g, aux,
                   (tim[0], tim[1], tim[2], cv, rr, wr), areg, ctrl, tim[5], reg[3])
         return
     _nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)

@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numba import njit
 
+from isa.table import EXP_CLAMP
+
 from ..faults import INT64_MAX
 from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
 from .slots import RUN_FAULT
@@ -48,10 +50,10 @@ def exp_clamped(a):
     if a != a:
         return a
     x = np.float64(a)
-    if x < -88.0:
-        x = -88.0
-    elif x > 88.0:
-        x = 88.0
+    if x < -EXP_CLAMP:
+        x = -EXP_CLAMP
+    elif x > EXP_CLAMP:
+        x = EXP_CLAMP
     return np.float32(math.exp(x))
 
 

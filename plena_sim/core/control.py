@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from isa.encoding import ALU_ADDR, ALU_BREAK, ALU_SCALE, ALU_STRIDE
+
 from ..faults import R_LP_BREAK, R_LP_NOMATCH
 from ..state import CTRL_LOOP_DEPTH, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
 from .common import fault

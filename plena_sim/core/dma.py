@@ -10,14 +10,43 @@ import numpy as np
 from numba import njit
 
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, ALU_STORE_V
+
 from ..faults import R_AL_MTILE, R_AL_MX, R_AL_VROW, R_BD_HBM, R_BD_MTILE, R_BD_VROW
 from ..hbm import hbm_missing_pages_after, hbm_read, hbm_write
-from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
+from ..numerics import (
+    bf16_bits_to_f32,
+    f32_to_bf16_bits,
+    mx_decode_row,
+    mx_encode_row,
+    plain_decode_row,
+    plain_encode_row,
+)
 from ..state import CTRL_SCALE, CTRL_STRIDE
 from .common import fault, sat_add
-from .slots import (CFG_HBM_SIZE, CFG_M, CFG_NTILES, CFG_PM, CFG_PV, CFG_PW, CFG_V, CFG_VROWS, FMT_BLOCK, FMT_E,
-                    FMT_EB, FMT_MT, FMT_MX, OPND_RD, OPND_RS1, OPND_RS2, RUN_NEED_PAGES, RUN_OK, STAT_HBM_RD,
-                    STAT_HBM_WR, STAT_MX_NAN, STAT_MX_SAT)
+from .slots import (
+    CFG_HBM_SIZE,
+    CFG_M,
+    CFG_NTILES,
+    CFG_PM,
+    CFG_PV,
+    CFG_PW,
+    CFG_V,
+    CFG_VROWS,
+    FMT_BLOCK,
+    FMT_E,
+    FMT_EB,
+    FMT_MT,
+    FMT_MX,
+    OPND_RD,
+    OPND_RS1,
+    OPND_RS2,
+    RUN_NEED_PAGES,
+    RUN_OK,
+    STAT_HBM_RD,
+    STAT_HBM_WR,
+    STAT_MX_NAN,
+    STAT_MX_SAT,
+)
 
 
 @njit(cache=True)

@@ -10,16 +10,46 @@ from functools import lru_cache
 
 import numpy as np
 
-from isa.encoding import decode_program, encode
+from isa.encoding import N_OPCODES, decode_program, encode
 from isa.program import Program
+from isa.table import TOPK_POLICIES
+
 from .. import timing as TM
 from ..faults import FAULT_RECORD_LEN
 from ..latency import latency_table
 from ..state import CTRL_PC, MachineState, Outcome
 from .loop import run
-from .slots import (CFG_B, CFG_BA, CFG_FPS, CFG_H, CFG_HBM_SIZE, CFG_INTS, CFG_M, CFG_MAXLOOP, CFG_NTILES, CFG_PM,
-                    CFG_PV, CFG_PW, CFG_V, CFG_VROWS, COUNTER_NAMES, FMT_BLOCK, FMT_E, FMT_EB, FMT_MT, FMT_MX, HBM_TYPES,
-                    N_CFG, N_FMT, N_STATS, RUN_FAULT, RUN_GROW_LOOP, RUN_NEED_PAGES, STAT_MACS, STAT_RETIRED)
+from .slots import (
+    CFG_B,
+    CFG_BA,
+    CFG_FPS,
+    CFG_H,
+    CFG_HBM_SIZE,
+    CFG_INTS,
+    CFG_M,
+    CFG_MAXLOOP,
+    CFG_NTILES,
+    CFG_PM,
+    CFG_PV,
+    CFG_PW,
+    CFG_V,
+    CFG_VROWS,
+    COUNTER_NAMES,
+    FMT_BLOCK,
+    FMT_E,
+    FMT_EB,
+    FMT_MT,
+    FMT_MX,
+    HBM_TYPES,
+    N_CFG,
+    N_FMT,
+    N_STATS,
+    RUN_FAULT,
+    RUN_GROW_LOOP,
+    RUN_NEED_PAGES,
+    STAT_MACS,
+    STAT_RETIRED,
+)
 from .static import WORD_FIELDS, opcode_tables
 
 __all__ = ["execute", "warm_up", "jit_seconds", "COUNTER_NAMES"]
@@ -55,13 +85,18 @@ def _params(cfg) -> tuple:
     return (_cfg_vector(cfg), _formats(cfg), lat, macs, tabs.arrays, float(cfg.BMM_SCALE))
 
 
+#: V_TOPK scratch sizes (the largest policy)
+_MAX_E = max(e for e, _k in TOPK_POLICIES)
+_MAX_K = max(k for _e, k in TOPK_POLICIES)
+
+
 def _scratch(cfg) -> tuple:
     W = max(cfg.MLEN, cfg.VLEN)
     bufs = (np.empty(W * 4, dtype=np.uint8), np.empty(W, dtype=np.uint8), np.empty(W, dtype=np.float32),
             np.zeros(2, dtype=np.int64))
     return (np.empty(W, dtype=np.float32), np.empty((W, W), dtype=np.float64), np.empty((W, W), dtype=np.float64),
-            bufs, np.empty(128, dtype=np.float32), np.empty(128, dtype=np.bool_), np.empty(8, dtype=np.int64),
-            np.empty(8, dtype=np.float32))
+            bufs, np.empty(_MAX_E, dtype=np.float32), np.empty(_MAX_E, dtype=np.bool_), np.empty(_MAX_K, dtype=np.int64),
+            np.empty(_MAX_K, dtype=np.float32))
 
 
 def _i64(a) -> np.ndarray:
@@ -97,7 +132,7 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9, t
     par = _params(state.cfg)
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
-    out = (np.zeros(N_STATS, dtype=np.int64), np.zeros(64, dtype=np.int64),
+    out = (np.zeros(N_STATS, dtype=np.int64), np.zeros(N_OPCODES, dtype=np.int64),
            np.zeros(FAULT_RECORD_LEN, dtype=np.int64), np.zeros(1, dtype=np.int64))
     scr, tim = _scratch(state.cfg), _timing(tm)
     while True:

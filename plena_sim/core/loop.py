@@ -16,15 +16,49 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from isa.encoding import (ALU_END, FAM_BMAT, FAM_CREG, FAM_DMA, FAM_FPMEM, FAM_INTMEM, FAM_LOOP, FAM_MAPV, FAM_MAT,
-                          FAM_REDUCE, FAM_SFP, FAM_SINT, FAM_TOPK, FAM_WO)
+from isa.encoding import (
+    ALU_END,
+    FAM_BMAT,
+    FAM_CREG,
+    FAM_DMA,
+    FAM_FPMEM,
+    FAM_INTMEM,
+    FAM_LOOP,
+    FAM_MAPV,
+    FAM_MAT,
+    FAM_REDUCE,
+    FAM_SFP,
+    FAM_SHIFT,
+    FAM_SINT,
+    FAM_TOPK,
+    FAM_VBIN,
+    FAM_VUNARY,
+    FAM_WO,
+)
+
 from ..faults import R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
 from ..state import CTRL_LOOP_DEPTH, CTRL_PC
 from . import control, dma, matrix, scalar, vector
 from .account import account, trace, trace_reg_before
 from .common import fault
-from .slots import (CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, STAT_CYCLES, STAT_MACS, STAT_RETIRED)
-from .static import per_pc, static_fault
+from .slots import (
+    CFG_MAXLOOP,
+    OPND_NONE,
+    RUN_DONE,
+    RUN_OK,
+    STAT_CYCLES,
+    STAT_MACS,
+    STAT_RETIRED,
+)
+from .static import (
+    TAB_ALU,
+    TAB_FAMILY,
+    TAB_LOOPEND,
+    TAB_VALID,
+    TAB_VF,
+    per_pc,
+    static_fault,
+)
 
 
 @njit(cache=True)
@@ -56,7 +90,7 @@ def execute(pc, o, prog, pre, regs, mem, accs, par, scr, out):
     gp, fp, areg, ctrl, loops = regs
     cfg, fmt, tabs = par[0], par[1], par[4]
     frec = out[2]
-    fam, alu = tabs[0][o], tabs[1][o]
+    fam, alu = tabs[TAB_FAMILY][o], tabs[TAB_ALU][o]
     st = RUN_OK
     if fam == FAM_SINT:
         if rd != 0:
@@ -66,7 +100,7 @@ def execute(pc, o, prog, pre, regs, mem, accs, par, scr, out):
         if alu == ALU_END:
             return control.loop_end(pc, rd, depth, gp, loops[0], loops[1], loops[2], ctrl, frec)
         return control.loop_control(alu, pc, rd, imm22, depth, gp, loops, ctrl,
-                                    (prog[0], words[0], end_of, tabs[9]), frec)
+                                    (prog[0], words[0], end_of, tabs[TAB_LOOPEND]), frec)
     elif fam == FAM_INTMEM:
         st = scalar.int_memory(alu, pc, rd, rs1, imm18, gp, mem[3], cfg, frec)
     elif fam == FAM_MAT or fam == FAM_BMAT:
@@ -89,9 +123,11 @@ def execute(pc, o, prog, pre, regs, mem, accs, par, scr, out):
                           out[0], frec, out[3], scr[3])
     elif fam == FAM_CREG:
         control.set_register(alu, rd, rs1, rs2, gp, areg, ctrl)
-    else:                                          # vbin, vunary, shift
-        st = vector.elementwise(fam, alu, tabs[8][o], pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, mem[0], cfg,
+    elif fam == FAM_VBIN or fam == FAM_VUNARY or fam == FAM_SHIFT:
+        st = vector.elementwise(fam, alu, tabs[TAB_VF][o], pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, mem[0], cfg,
                                 frec, scr[0])
+    else:                                          # a family without a unit branch: loud, never silent
+        st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, prog[1][pc], 0)
     return st, pc + 1
 
 
@@ -117,9 +153,9 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         if st != RUN_OK:
             return st
         o = op[pc]
-        if tabs[2][o] == 0 or bad[pc] != 0:       # not an instruction, or a static check fails
+        if tabs[TAB_VALID][o] == 0 or bad[pc] != 0:       # not an instruction, or a static check fails
             _rollback(depth, loops[2])
-            if tabs[2][o] == 0:
+            if tabs[TAB_VALID][o] == 0:
                 return fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, prog[1][pc], 0)
             return static_fault(frec, pc, o, words, tabs, cfg)
         g = (np.int64(gp[words[0][pc]]), np.int64(gp[words[1][pc]]), np.int64(gp[words[2][pc]]))

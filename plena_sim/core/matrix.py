@@ -9,12 +9,43 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from isa.encoding import ALU_BMM, ALU_BMV, ALU_BTMM, ALU_BTMV, ALU_MM, ALU_MV, ALU_TMM, ALU_TMV
-from ..faults import R_AL_BHEAD, R_AL_BWO, R_AL_MM, R_AL_MV, R_AL_TMV, R_AL_VROW, R_AL_WO, R_BD_MTILE, R_BD_VROW
+from isa.encoding import (
+    ALU_BMM,
+    ALU_BMV,
+    ALU_BTMM,
+    ALU_BTMV,
+    ALU_MM,
+    ALU_MV,
+    ALU_TMM,
+    ALU_TMV,
+)
+
+from ..faults import (
+    R_AL_BHEAD,
+    R_AL_BWO,
+    R_AL_MM,
+    R_AL_MV,
+    R_AL_TMV,
+    R_AL_VROW,
+    R_AL_WO,
+    R_BD_MTILE,
+    R_BD_VROW,
+)
 from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import acc32, canon, dot, fault
-from .slots import (CFG_B, CFG_BA, CFG_H, CFG_M, CFG_NTILES, CFG_V, CFG_VROWS, OPND_RD, OPND_RS1, OPND_RS2,
-                    RUN_OK)
+from .slots import (
+    CFG_B,
+    CFG_BA,
+    CFG_H,
+    CFG_M,
+    CFG_NTILES,
+    CFG_V,
+    CFG_VROWS,
+    OPND_RD,
+    OPND_RS1,
+    OPND_RS2,
+    RUN_OK,
+)
 
 
 @njit(cache=True)

@@ -8,7 +8,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from isa.encoding import ALU_ADD, ALU_ADDI, ALU_EXP, ALU_LOAD, ALU_MAX, ALU_MUL, ALU_RECI, ALU_SUB
+from isa.encoding import (
+    ALU_ADD,
+    ALU_ADDI,
+    ALU_EXP,
+    ALU_LOAD,
+    ALU_MAX,
+    ALU_MUL,
+    ALU_RECI,
+    ALU_SUB,
+)
+
 from ..faults import R_AL_VROW, R_BD_FPS, R_BD_INTS, R_BD_VROW
 from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import exp_clamped, fault, nan32

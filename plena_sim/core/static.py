@@ -15,8 +15,16 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from isa.encoding import ALU_END, ALU_START, FAM_LOOP, N_OPCODES, opcode_alus, opcode_families
+from isa.encoding import (
+    ALU_END,
+    ALU_START,
+    FAM_LOOP,
+    N_OPCODES,
+    opcode_alus,
+    opcode_families,
+)
 from isa.table import INSTRUCTIONS, REGISTER_COUNT, Instr
+
 from ..faults import OPERAND_INDEX, RULE_BY_ID
 from ..latency import instruction_latency
 from .common import fault
@@ -139,7 +147,7 @@ def _check_fails(ck, val):
 @njit(cache=True)
 def _cf_fault(frec, pc, o, tabs, cfg):
     """CF-VM / CF-BA of opcode ``o`` on this machine: RUN_FAULT with the record, else -1."""
-    cf_vm, cf_ba = tabs[6], tabs[7]
+    cf_vm, cf_ba = tabs[TAB_CFVM], tabs[TAB_CFBA]
     M = cfg[CFG_M]
     if cf_vm[o] != 0 and cfg[CFG_V] != M:
         return fault(frec, RULE_CF_VM, pc, OPND_NONE, cfg[CFG_V], -1, M, 0, 0)
@@ -152,7 +160,7 @@ def _cf_fault(frec, pc, o, tabs, cfg):
 @njit(cache=True)
 def static_fault(frec, pc, o, words, tabs, cfg):
     """The first static check the word at ``pc`` fails, written to ``frec`` (returns RUN_FAULT), else -1."""
-    checks, n_checks, n_il = tabs[3], tabs[4], tabs[5]
+    checks, n_checks, n_il = tabs[TAB_CHECKS], tabs[TAB_NCHECKS], tabs[TAB_NIL]
     for k in range(n_checks[o] + 1):
         if k == n_il[o]:
             st = _cf_fault(frec, pc, o, tabs, cfg)
@@ -172,7 +180,7 @@ def static_fault(frec, pc, o, words, tabs, cfg):
 def per_pc(op, words, tabs, lat_table, cfg, frec):
     """Per-pc facts of a program: latency, C_BREAK target (the next C_LOOP_END on the same counter after a
     C_LOOP_START) and a static-fault flag. ``frec`` is scratch (left holding the last failing record)."""
-    fam, alu, valid = tabs[0], tabs[1], tabs[2]
+    fam, alu, valid = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VALID]
     n = op.shape[0]
     rd_a, rs3_a = words[0], words[3]
     lat_pc = np.zeros(n, dtype=np.int64)

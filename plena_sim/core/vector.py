@@ -11,16 +11,38 @@ import math
 import numpy as np
 from numba import njit
 
-from isa.encoding import ALU_ADD, ALU_EXP, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SUB, ALU_SUM, FAM_SHIFT, FAM_VBIN
+from isa.encoding import (
+    ALU_ADD,
+    ALU_EXP,
+    ALU_MAX,
+    ALU_MIN,
+    ALU_MUL,
+    ALU_SUB,
+    ALU_SUM,
+    FAM_SHIFT,
+    FAM_VBIN,
+)
+from isa.table import TOPK_POLICIES
+
 from ..faults import R_AL_VROW, R_BD_FPS, R_BD_INTS, R_BD_VROW
 from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
-from .common import exp_clamped, fault, lane_on, nan32, nan64
 from ..state import CTRL_V_MASK
-from .slots import CFG_FPS, CFG_H, CFG_INTS, CFG_V, CFG_VROWS, OPND_RD, OPND_RS1, OPND_RS2, RUN_OK
+from .common import exp_clamped, fault, lane_on, nan32, nan64
+from .slots import (
+    CFG_FPS,
+    CFG_H,
+    CFG_INTS,
+    CFG_V,
+    CFG_VROWS,
+    OPND_RD,
+    OPND_RS1,
+    OPND_RS2,
+    RUN_OK,
+)
 
-#: V_TOPK policies (isa.md §6.2): experts E and selections K
-TOPK_EXPERTS = (32, 128)
-TOPK_SELECT = (4, 8)
+#: V_TOPK policies (isa.md §6.2): experts E and selections K per policy
+TOPK_EXPERTS = tuple(e for e, _k in TOPK_POLICIES)
+TOPK_SELECT = tuple(k for _e, k in TOPK_POLICIES)
 
 
 @njit(cache=True)

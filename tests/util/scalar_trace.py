@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from isa.assembler import assemble
+from isa.encoding import decode
 from isa.program import Program
 from isa.table import BY_OPCODE
 
@@ -58,10 +59,9 @@ def trace(program, cfg, *, max_instructions: int = 50_000_000, int_sram=None, re
     n = len(words)
     dec = []
     for w in words:
-        op = w & 0x3F
-        mn = BY_OPCODE[op].mnemonic if op in BY_OPCODE else None
-        dec.append((mn, (w >> 6) & 0xF, (w >> 10) & 0xF, (w >> 14) & 0xF, (w >> 18) & 0xF,
-                    (w >> 22) & 0xF, (w >> 14) & 0x3FFFF, (w >> 10) & 0x3FFFFF))
+        f = decode(int(w))                      # field positions from the opcode table
+        mn = BY_OPCODE[f["opcode"]].mnemonic if f["opcode"] in BY_OPCODE else None
+        dec.append((mn, f["rd"], f["rs1"], f["rs2"], f["rs3"], f["funct1"], f["imm18"], f["imm22"]))
     gpr = [0] * 16
     areg = [0] * 8
     scale, stride, vmask = 0, 1, 0
