@@ -17,19 +17,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .errors import ConfigError
+from .hbm_presets import check_timing_config
+
 __all__ = [
     "ConfigError", "FpType", "IntType", "PlainType", "MxType", "HardwareConfig",
     "load_config", "default_config", "config_from_document", "default_config_text", "parse_override", "LATENCY_KEYS",
     "PRECISION_KEYS", "Inconsistency", "inconsistencies", "inconsistency_message", "HostLimits", "host_memory_limits", "host_memory_needs", "check_host_limits",
 ]
-
-
-class ConfigError(ValueError):
-    """A configuration problem, naming the key (``key``) and the offending value."""
-
-    def __init__(self, key: str, message: str):
-        self.key = key
-        super().__init__(f"{key}: {message}")
 
 
 # --------------------------------------------------------------------------- precision types
@@ -385,7 +380,6 @@ def _validate(cfg: HardwareConfig) -> None:
     if cfg.HBM_SIZE > _MAX_HBM_SIZE:
         raise ConfigError("HBM_SIZE", f"{cfg.HBM_SIZE} bytes exceeds the modelled maximum 2^50")
     # preset file exists and is valid; [S.HBM_TIMING] keys are preset keys with valid values
-    from .hbm_timing import check_timing_config  # lazy: hbm_timing imports ConfigError from here
     check_timing_config(cfg.HBM_TIMING_PRESET, cfg.hbm_timing)
     for name in PRECISION_KEYS:
         length = cfg.MLEN if name.startswith("HBM_M_") else cfg.VLEN

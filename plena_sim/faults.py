@@ -103,6 +103,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from . import bf16
+
 __all__ = [
     "SimFault", "IllegalInstruction", "ConfigFault", "LoopFault", "InstructionBudgetExceeded",
     "AlignmentFault", "BoundsFault", "Rule", "RULES", "RULE_BY_ID", "RULE_BY_CODE", "FAULT_RECORD_LEN",
@@ -282,7 +284,6 @@ def operand_values(word: int, gp, fp, areg) -> dict[str, int | float]:
     """Register name -> current value for the register operands of ``word`` (fp values as floats).
 
     ``gp``: u32 values, ``fp``: bf16 bit patterns, ``areg``: u64 values (array-likes)."""
-    import numpy as np
     vals: dict[str, int | float] = {}
     for name, kind, idx, _field_name in operand_registers(word):
         if kind == "gp":
@@ -290,8 +291,7 @@ def operand_values(word: int, gp, fp, areg) -> dict[str, int | float]:
         elif kind == "a":
             vals[name] = int(areg[idx])
         else:
-            bits = np.array([int(fp[idx]) << 16], dtype=np.uint32)
-            vals[name] = float(bits.view(np.float32)[0])
+            vals[name] = float(bf16.decode_scalar(fp[idx]))
     return vals
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .config import ConfigError
+from .errors import ConfigError
 
 __all__ = [
     "PAGE_SHIFT", "PAGE_SIZE", "hbm_missing_pages_after", "HBM_OK", "HBM_OUT_OF_RANGE", "HbmBoundsError", "HbmImageTooLarge",

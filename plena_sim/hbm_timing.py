@@ -1,20 +1,13 @@
-"""HBM timing model (timing.md §5): presets as data, address mapping, per-instruction DMA scheduler.
+"""HBM timing model (timing.md §5): address mapping and the per-instruction DMA scheduler.
 
 One job: the latency of one H_* instruction (H_PREFETCH_M, H_PREFETCH_V, H_STORE_V) given the bytes
-it touches (memory.md §5.2), the HBM state left by earlier instructions and its start cycle.
-Timing is tables of parameters, not code (Ramulator-2 style): a preset is a TOML file in
-``plena_sim/data/hbm/<NAME>.toml`` (``HBM2`` = timing.md §5.1 verbatim; ``HBM3`` = project decision,
-documented in the file), selected by ``HBM_TIMING_PRESET`` and patched key by key by ``[S.HBM_TIMING]``.
+it touches (memory.md §5.2), the HBM state left by earlier instructions and its start cycle. The
+parameters come from a validated preset, :class:`~plena_sim.hbm_presets.TimingParams` (preset files,
+loading and validation live in :mod:`plena_sim.hbm_presets`; :func:`timing_params` and
+:class:`TimingParams` are importable from here too, for the callers of the scheduler).
 
 Python side
 -----------
-* :data:`PRESET_KEYS` -- the normative key set of a preset (plus ``name``).
-* :func:`available_presets` ``() -> tuple[str, ...]``; :func:`load_preset` ``(name, overrides) ->
-  TimingParams``; :func:`check_timing_config` ``(preset, overrides) -> TimingParams`` (what config.py
-  calls; raises :class:`~plena_sim.config.ConfigError` naming ``HBM_TIMING_PRESET`` for a bad or
-  unknown preset file, ``HBM_TIMING.<key>`` for a bad override); :func:`timing_params` ``(cfg)``.
-* :class:`TimingParams` -- frozen; one attribute per preset key, ``name``, ``peak_bytes_per_cycle``
-  (B per 1 ns accelerator cycle = GB/s), ``as_array() -> int64[PRM_N]``.
 * :func:`new_timing_state` ``(params) -> (ch_state, bank_state)``; :func:`new_stats` ``(params)``;
   :func:`new_dma_scratch` ``(params, max_blocks) -> (blocks, hset, work)``;
   :func:`max_dma_blocks` ``(cfg, params)``: an upper bound of the blocks of any H_* instruction.
@@ -30,7 +23,8 @@ Python side
 
 Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
 --------------------------------------------------------------------
-``p`` is ``params.as_array()`` (int64[PRM_N]); the slot constants below index it.
+``p`` is ``params.as_array()`` (int64[PRM_N]); the ``PRM_*`` slot constants of
+:mod:`plena_sim.hbm_presets` index it.
 
 * ``dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len,
   blocks, hset, work) -> n``: fills ``blocks[:n]`` with the distinct ``burst_bytes`` block indices
@@ -65,9 +59,9 @@ Array layouts (all int64, C-contiguous):
   bank``; ``BK_OPEN_ROW`` (-1 = closed), ``BK_COL_READY``, ``BK_PRE_OK``.
   Times are picoseconds; "-inf" is ``NEG_INF = -2**62`` (adding or subtracting any parameter cannot
   overflow, and every stored time is then overwritten by a value >= t0 >= 0 on first use).
-* ``stats[ST_CHANNEL_BASE + channels]``: ``ST_READ_REQUESTS``, ``ST_WRITE_REQUESTS``, ``ST_ROW_HITS``,
-  ``ST_ROW_MISSES``, ``ST_ROW_CONFLICTS``, ``ST_DMA_INSTRUCTIONS`` (calls of dma_latency),
-  ``ST_DMA_CYCLES`` (sum of returned latencies), then one request count per channel.
+* ``stats[HST_CHANNEL_BASE + channels]``: ``HST_READ_REQUESTS``, ``HST_WRITE_REQUESTS``, ``HST_ROW_HITS``,
+  ``HST_ROW_MISSES``, ``HST_ROW_CONFLICTS``, ``HST_DMA_INSTRUCTIONS`` (calls of dma_latency),
+  ``HST_DMA_CYCLES`` (sum of returned latencies), then one request count per channel.
 * ``blocks[max_blocks]``; ``hset[T]`` with ``T`` a power of two >= 2*max_blocks, filled with ``EMPTY``;
   ``work[W_N, max(max_blocks, channels + 1)]`` (rows ``W_SLOT``, ``W_CH``, ``W_BANK``, ``W_ROW``,
   ``W_ORDER``, ``W_TMP``, ``W_CHSTART``; contents are scratch, nothing persists between calls).
@@ -80,75 +74,50 @@ parameters are multiplied by ``tCK_ps``; the result is converted back with a cei
 """
 from __future__ import annotations
 
-import functools
 import math
-import re
-import tomllib
-from dataclasses import dataclass, fields
-from importlib import resources
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 from numba import njit
 
-from .config import ConfigError
+from .hbm_presets import (
+    ACCEL_CYCLE_PS,
+    PRM_BANK_GROUPS,
+    PRM_BANKS_PER_GROUP,
+    PRM_BB,
+    PRM_BURST_BYTES,
+    PRM_CB,
+    PRM_CH_XOR_SHIFT,
+    PRM_CH_XOR_TERMS,
+    PRM_CHANNELS,
+    PRM_GB,
+    PRM_KB,
+    PRM_TBL_PS,
+    PRM_TCCD_L_PS,
+    PRM_TCCD_S_PS,
+    PRM_TCL_PS,
+    PRM_TCWL_PS,
+    PRM_TRAS_PS,
+    PRM_TRCD_PS,
+    PRM_TRP_PS,
+    PRM_TRTP_PS,
+    PRM_TWR_PS,
+    TIMING_KEYS,
+    TimingParams,
+    timing_params,
+)
 
 __all__ = [
-    "PRESET_KEYS", "ACCEL_CYCLE_PS", "NEG_INF", "EMPTY",
-    "TimingParams", "AddressFields", "DmaGeometry", "PyTimingState", "HbmTimer",
-    "available_presets", "load_preset", "check_timing_config", "timing_params",
+    "NEG_INF", "EMPTY", "TimingParams", "timing_params",
+    "AddressFields", "DmaGeometry", "PyTimingState", "HbmTimer",
     "new_timing_state", "new_stats", "new_dma_scratch", "max_dma_blocks", "stats_dict",
     "map_address", "dma_geometry", "dma_geometry_table", "dma_row_ranges", "dma_blocks_py",
     "schedule_py", "new_stats_py", "block_fields", "block_channel", "dma_requests", "dma_latency", "dma_instruction",
     "dma_payload_bytes", "DMA_PREFETCH_M", "DMA_PREFETCH_V", "DMA_STORE_V",
 ]
 
-# --------------------------------------------------------------------------- preset keys and slots
-
-#: normative preset keys (timing.md §5.1), in parameter-vector order; a preset file also has ``name``
-PRESET_KEYS: tuple[str, ...] = (
-    "tCK_ps", "channels", "bank_groups", "banks_per_group", "row_bytes", "burst_bytes",
-    "tBL", "tCL", "tCWL", "tRCD", "tRP", "tRAS", "tCCD_S", "tCCD_L", "tRTP", "tWR",
-    "ch_xor_shift", "ch_xor_terms",
-)
-_TIMING_KEYS = ("tBL", "tCL", "tCWL", "tRCD", "tRP", "tRAS", "tCCD_S", "tCCD_L", "tRTP", "tWR")
-
-# parameter vector slots: the raw preset values ...
-PRM_TCK_PS = 0
-PRM_CHANNELS = 1
-PRM_BANK_GROUPS = 2
-PRM_BANKS_PER_GROUP = 3
-PRM_ROW_BYTES = 4
-PRM_BURST_BYTES = 5
-PRM_TBL = 6
-PRM_TCL = 7
-PRM_TCWL = 8
-PRM_TRCD = 9
-PRM_TRP = 10
-PRM_TRAS = 11
-PRM_TCCD_S = 12
-PRM_TCCD_L = 13
-PRM_TRTP = 14
-PRM_TWR = 15
-PRM_CH_XOR_SHIFT = 16
-PRM_CH_XOR_TERMS = 17
-# ... then derived values: field widths of §5.2, bank count, and every timing parameter in ps
-PRM_CB = 18          # log2 channels
-PRM_GB = 19          # log2 bank_groups
-PRM_KB = 20          # log2 (row_bytes / burst_bytes)
-PRM_BB = 21          # log2 banks_per_group
-PRM_BANKS = 22       # bank_groups * banks_per_group
-PRM_TBL_PS = 23
-PRM_TCL_PS = 24
-PRM_TCWL_PS = 25
-PRM_TRCD_PS = 26
-PRM_TRP_PS = 27
-PRM_TRAS_PS = 28
-PRM_TCCD_S_PS = 29
-PRM_TCCD_L_PS = 30
-PRM_TRTP_PS = 31
-PRM_TWR_PS = 32
-PRM_N = 33
+# --------------------------------------------------------------------------- state slots
 
 # channel state columns
 CH_COL_LAST = 0
@@ -161,14 +130,14 @@ BK_COL_READY = 1
 BK_PRE_OK = 2
 BK_N = 3
 # statistics slots
-ST_READ_REQUESTS = 0
-ST_WRITE_REQUESTS = 1
-ST_ROW_HITS = 2
-ST_ROW_MISSES = 3
-ST_ROW_CONFLICTS = 4
-ST_DMA_INSTRUCTIONS = 5
-ST_DMA_CYCLES = 6
-ST_CHANNEL_BASE = 7
+HST_READ_REQUESTS = 0
+HST_WRITE_REQUESTS = 1
+HST_ROW_HITS = 2
+HST_ROW_MISSES = 3
+HST_ROW_CONFLICTS = 4
+HST_DMA_INSTRUCTIONS = 5
+HST_DMA_CYCLES = 6
+HST_CHANNEL_BASE = 7
 # scratch rows of ``work``
 W_SLOT = 0       # dma_requests: hash slot of each distinct block (for clearing)
 W_CH = 1         # dma_latency: channel of request i
@@ -189,196 +158,12 @@ G_N = 6
 DMA_PREFETCH_M = 0
 DMA_PREFETCH_V = 1
 DMA_STORE_V = 2
-_DMA_OPS = ("H_PREFETCH_M", "H_PREFETCH_V", "H_STORE_V")
 
-#: picoseconds per accelerator cycle (1 GHz, timing.md header): t0 = start_cycle * ACCEL_CYCLE_PS
-ACCEL_CYCLE_PS = 1000
 #: "-inf" for times (ps); |NEG_INF| leaves > 2^62 of headroom below int64 min
 NEG_INF = -(1 << 62)
 #: empty slot marker of the coalescing hash set (block indices are >= 0)
 EMPTY = -(1 << 63)
 
-# validation limits (keep every product well inside int64; none binds a realistic preset)
-_MAX_TIMING = 1 << 20           # cycles per timing parameter
-_MAX_TCK_PS = 1 << 20           # ps per HBM clock
-_MAX_COUNT = 1 << 12            # channels, bank groups, banks per group
-_MAX_ROW_BURSTS = 1 << 16       # row_bytes / burst_bytes
-_MAX_BURST = 1 << 16            # burst_bytes
-_MAX_XOR_TERMS = 64
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def _is_pow2(v: int) -> bool:
-    return v >= 1 and (v & (v - 1)) == 0
-
-
-# --------------------------------------------------------------------------- parameters
-
-@dataclass(frozen=True)
-class TimingParams:
-    """A validated HBM timing preset (with overrides applied). Attribute names are the preset keys."""
-    name: str
-    tCK_ps: int
-    channels: int
-    bank_groups: int
-    banks_per_group: int
-    row_bytes: int
-    burst_bytes: int
-    tBL: int
-    tCL: int
-    tCWL: int
-    tRCD: int
-    tRP: int
-    tRAS: int
-    tCCD_S: int
-    tCCD_L: int
-    tRTP: int
-    tWR: int
-    ch_xor_shift: int
-    ch_xor_terms: int
-
-    @property
-    def banks(self) -> int:
-        """Banks per channel."""
-        return self.bank_groups * self.banks_per_group
-
-    @property
-    def peak_bytes_per_cycle(self) -> float:
-        """``channels * burst_bytes / (tBL * tCK)`` in B per accelerator cycle (= GB/s)."""
-        return self.channels * self.burst_bytes * ACCEL_CYCLE_PS / (self.tBL * self.tCK_ps)
-
-    @property
-    def peak_bandwidth_GBps(self) -> float:
-        return self.peak_bytes_per_cycle
-
-    def values(self) -> dict[str, Any]:
-        """``name`` plus every preset key -> value."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def as_array(self) -> np.ndarray:
-        """The int64[PRM_N] parameter vector the Numba kernels index by the ``PRM_*`` slots."""
-        a = np.zeros(PRM_N, dtype=np.int64)
-        for i, k in enumerate(PRESET_KEYS):
-            a[i] = getattr(self, k)
-        a[PRM_CB] = self.channels.bit_length() - 1
-        a[PRM_GB] = self.bank_groups.bit_length() - 1
-        a[PRM_KB] = (self.row_bytes // self.burst_bytes).bit_length() - 1
-        a[PRM_BB] = self.banks_per_group.bit_length() - 1
-        a[PRM_BANKS] = self.banks
-        for k, slot in zip(_TIMING_KEYS, range(PRM_TBL_PS, PRM_TWR_PS + 1)):
-            a[slot] = getattr(self, k) * self.tCK_ps
-        return a
-
-
-def _preset_dir():
-    return resources.files("plena_sim").joinpath("data", "hbm")
-
-
-def available_presets() -> tuple[str, ...]:
-    """Names of the presets shipped with the package (``data/hbm/<NAME>.toml``), sorted."""
-    names = []
-    for entry in _preset_dir().iterdir():
-        n = entry.name
-        if n.endswith(".toml") and entry.is_file():
-            names.append(n[:-5])
-    return tuple(sorted(names))
-
-
-@functools.lru_cache(maxsize=None)
-def _read_preset(name: str) -> tuple[tuple[str, Any], ...]:
-    """Raw key/value pairs of preset ``name`` (cached; the file is package data)."""
-    key = "HBM_TIMING_PRESET"
-    known = available_presets()
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name not in known:
-        raise ConfigError(key, f"unknown preset {name!r} (known: {', '.join(known)})")
-    entry = _preset_dir().joinpath(f"{name}.toml")
-    try:
-        doc = tomllib.loads(entry.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(key, f"preset {name!r}: cannot read {name}.toml: {exc}") from None
-    return tuple(doc.items())
-
-
-def _check_int(key: str, v: Any) -> str | None:
-    if isinstance(v, bool) or not isinstance(v, int):
-        return f"must be an integer, got {v!r}"
-    return None
-
-
-def _constraint_errors(vals: Mapping[str, int]) -> Iterable[tuple[str, str]]:
-    """(key, message) for every violated constraint of a complete, integer-valued key set."""
-    for k in _TIMING_KEYS:
-        lo = 1 if k == "tBL" else 0
-        if not lo <= vals[k] <= _MAX_TIMING:
-            yield k, f"must be an integer in [{lo}, {_MAX_TIMING}] HBM cycles, got {vals[k]}"
-    if not 1 <= vals["tCK_ps"] <= _MAX_TCK_PS:
-        yield "tCK_ps", f"must be an integer in [1, {_MAX_TCK_PS}] ps, got {vals['tCK_ps']}"
-    for k in ("channels", "bank_groups", "banks_per_group"):
-        if not _is_pow2(vals[k]) or vals[k] > _MAX_COUNT:
-            yield k, f"must be a power of two in [1, {_MAX_COUNT}], got {vals[k]}"
-    bb, rb = vals["burst_bytes"], vals["row_bytes"]
-    if not 1 <= bb <= _MAX_BURST:
-        yield "burst_bytes", f"must be an integer in [1, {_MAX_BURST}], got {bb}"
-    elif rb < 1 or rb % bb or not _is_pow2(rb // bb) or rb // bb > _MAX_ROW_BURSTS:
-        yield "row_bytes", (f"row_bytes / burst_bytes must be a power of two in [1, {_MAX_ROW_BURSTS}], "
-                            f"got {rb} / {bb}")
-    if not 1 <= vals["ch_xor_terms"] <= _MAX_XOR_TERMS:
-        yield "ch_xor_terms", f"must be an integer in [1, {_MAX_XOR_TERMS}], got {vals['ch_xor_terms']}"
-    ch = vals["channels"]
-    cb = ch.bit_length() - 1 if _is_pow2(ch) else 0
-    if not cb <= vals["ch_xor_shift"] <= 63:
-        yield "ch_xor_shift", f"must be an integer in [log2(channels) = {cb}, 63], got {vals['ch_xor_shift']}"
-
-
-def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> TimingParams:
-    """Load preset ``name`` from the package data and apply ``overrides`` (preset key -> int).
-
-    Raises ConfigError: key ``HBM_TIMING_PRESET`` for an unknown preset or a defect of the preset
-    file itself, key ``HBM_TIMING.<k>`` for an unknown override key or a bad override value (also when
-    the override breaks a constraint that involves other keys)."""
-    pkey = "HBM_TIMING_PRESET"
-    raw = dict(_read_preset(name))
-    where = f"preset {name!r} ({name}.toml)"
-    if raw.get("name") != name:
-        raise ConfigError(pkey, f"{where}: field 'name' must be {name!r}, got {raw.get('name')!r}")
-    for k in raw:
-        if k != "name" and k not in PRESET_KEYS:
-            raise ConfigError(pkey, f"{where}: unknown key {k!r}")
-    for k in PRESET_KEYS:
-        if k not in raw:
-            raise ConfigError(pkey, f"{where}: missing key {k!r}")
-        msg = _check_int(k, raw[k])
-        if msg:
-            raise ConfigError(pkey, f"{where}: {k} {msg}")
-    ov = dict(overrides or {})
-    for k, v in ov.items():
-        okey = f"HBM_TIMING.{k}"
-        if k not in PRESET_KEYS:
-            raise ConfigError(okey, f"unknown HBM timing key {k!r} (known: {', '.join(PRESET_KEYS)})")
-        msg = _check_int(k, v)
-        if msg:
-            raise ConfigError(okey, msg)
-    vals = {k: (ov[k] if k in ov else raw[k]) for k in PRESET_KEYS}
-    for k, msg in _constraint_errors(vals):
-        # blame an override if one of the keys of this constraint was overridden, else the file
-        involved = {k} | ({"channels"} if k == "ch_xor_shift" else set()) \
-            | ({"burst_bytes"} if k == "row_bytes" else set())
-        blamed = [x for x in (k, *sorted(involved - {k})) if x in ov]
-        if blamed:
-            raise ConfigError(f"HBM_TIMING.{blamed[0]}", f"{k} {msg}")
-        raise ConfigError(pkey, f"{where}: {k} {msg}")
-    return TimingParams(name=name, **vals)
-
-
-def check_timing_config(preset: str, overrides: Mapping[str, Any] | None = None) -> TimingParams:
-    """Validate ``HBM_TIMING_PRESET`` and the ``[S.HBM_TIMING]`` overrides (config.py calls this)."""
-    return load_preset(preset, overrides)
-
-
-def timing_params(cfg) -> TimingParams:
-    """The timing parameters of a :class:`~plena_sim.config.HardwareConfig`."""
-    return load_preset(cfg.HBM_TIMING_PRESET, cfg.hbm_timing)
 
 
 def _params_of(params) -> TimingParams:
@@ -400,18 +185,18 @@ def new_timing_state(params: TimingParams) -> tuple[np.ndarray, np.ndarray]:
 
 
 def new_stats(params: TimingParams) -> np.ndarray:
-    """Zeroed int64[ST_CHANNEL_BASE + channels] statistics vector."""
-    return np.zeros(ST_CHANNEL_BASE + _params_of(params).channels, dtype=np.int64)
+    """Zeroed int64[HST_CHANNEL_BASE + channels] statistics vector."""
+    return np.zeros(HST_CHANNEL_BASE + _params_of(params).channels, dtype=np.int64)
 
 
 def stats_dict(stats: np.ndarray) -> dict[str, Any]:
     """Statistics vector -> dict with timing.md §6 ``hbm.*`` names (requests, hits, per channel)."""
     s = [int(x) for x in stats]
     return {
-        "read_requests": s[ST_READ_REQUESTS], "write_requests": s[ST_WRITE_REQUESTS],
-        "row_hits": s[ST_ROW_HITS], "row_misses": s[ST_ROW_MISSES],
-        "row_conflicts": s[ST_ROW_CONFLICTS], "dma_instructions": s[ST_DMA_INSTRUCTIONS],
-        "dma_cycles": s[ST_DMA_CYCLES], "per_channel_requests": s[ST_CHANNEL_BASE:],
+        "read_requests": s[HST_READ_REQUESTS], "write_requests": s[HST_WRITE_REQUESTS],
+        "row_hits": s[HST_ROW_HITS], "row_misses": s[HST_ROW_MISSES],
+        "row_conflicts": s[HST_ROW_CONFLICTS], "dma_instructions": s[HST_DMA_INSTRUCTIONS],
+        "dma_cycles": s[HST_DMA_CYCLES], "per_channel_requests": s[HST_CHANNEL_BASE:],
     }
 
 
@@ -588,7 +373,7 @@ def schedule_py(params: TimingParams, state: PyTimingState, blocks: Sequence[int
     order) at ``t0_cycle`` -- timing.md §5.3/§5.4 transcribed literally. Updates ``state`` and, if
     given, ``stats`` (keys as :func:`stats_dict`)."""
     p = _params_of(params)
-    ps = {k: getattr(p, k) * p.tCK_ps for k in _TIMING_KEYS}
+    ps = {k: getattr(p, k) * p.tCK_ps for k in TIMING_KEYS}
     t0 = t0_cycle * ACCEL_CYCLE_PS
     reqs = []
     for seq, blk in enumerate(blocks):
@@ -882,20 +667,20 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
         ch_state[c, CH_COL_LAST] = col_last
         ch_state[c, CH_BG_LAST] = bg_last
         ch_state[c, CH_BUS_FREE] = bus_free
-        stats[ST_CHANNEL_BASE + c] += e - s
+        stats[HST_CHANNEL_BASE + c] += e - s
 
     latency = (end - t0 + ACCEL_CYCLE_PS - 1) // ACCEL_CYCLE_PS
     if latency < 1:
         latency = np.int64(1)
     if write:
-        stats[ST_WRITE_REQUESTS] += n_blocks
+        stats[HST_WRITE_REQUESTS] += n_blocks
     else:
-        stats[ST_READ_REQUESTS] += n_blocks
-    stats[ST_ROW_HITS] += hits
-    stats[ST_ROW_MISSES] += misses
-    stats[ST_ROW_CONFLICTS] += conflicts
-    stats[ST_DMA_INSTRUCTIONS] += 1
-    stats[ST_DMA_CYCLES] += latency
+        stats[HST_READ_REQUESTS] += n_blocks
+    stats[HST_ROW_HITS] += hits
+    stats[HST_ROW_MISSES] += misses
+    stats[HST_ROW_CONFLICTS] += conflicts
+    stats[HST_DMA_INSTRUCTIONS] += 1
+    stats[HST_DMA_CYCLES] += latency
     return latency
 
 

@@ -34,7 +34,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .config import ConfigError, FpType, HardwareConfig, IntType, MxType, PlainType, default_config
+from .config import FpType, HardwareConfig, IntType, MxType, PlainType, default_config
+from .errors import ConfigError, ImageError
 from .hbm import Hbm
 from .numerics import decode_tensor, encode_tensor, fp_params
 
@@ -48,10 +49,6 @@ MANIFEST_FORMAT = "plena-hbm-image"
 MANIFEST_VERSION = 1
 DEFAULT_ALIGNMENT = 64
 _READ_CHUNK = 1 << 24
-
-
-class ImageError(ValueError):
-    """A problem with an HBM image, a manifest, a preload file or a tensor to place."""
 
 
 class ImageDoesNotFit(ImageError, ConfigError):

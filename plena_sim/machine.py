@@ -88,9 +88,10 @@ from isa.encoding import UNIT_NAMES, opcode_units
 from isa.program import Program
 from isa.table import BY_OPCODE, REGISTER_COUNT
 
+from . import bf16
 from . import faults as F
 from .config import HardwareConfig, default_config
-from .timing import TIMING_MODES, check_mode
+from .timing import check_mode
 from .state import (CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState,
                     Outcome)
 
@@ -101,19 +102,6 @@ BACKENDS = ("numba", "reference")
 DEFAULT_TRACE_CAPACITY = 1 << 16
 _UNITS = opcode_units()
 _U32 = 0xFFFFFFFF
-
-
-# ---------------------------------------------------------------------------- bf16 helpers
-
-def _to_bf16_bits(values) -> np.ndarray:
-    from .reference import bf16_bits
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bf16_bits(np.asarray(values, dtype=np.float32))
-
-
-def _from_bf16_bits(bits) -> np.ndarray:
-    from .reference import bf16_to_f32
-    return bf16_to_f32(bits)
 
 
 # ---------------------------------------------------------------------------- views
@@ -139,7 +127,7 @@ class VramView:
         r0 = self._row(addr)
         if r0 + rows > self._st.vram.shape[0]:
             raise IndexError(f"VRAM rows [{r0}, {r0 + rows}) exceed VECTOR_SRAM_SIZE={self._st.vram.shape[0]}")
-        return _from_bf16_bits(self._st.vram[r0:r0 + rows]).reshape(rows, -1).copy()
+        return bf16.decode(self._st.vram[r0:r0 + rows]).reshape(rows, -1).copy()
 
     def write(self, addr: int, values) -> None:
         V = self._st.cfg.VLEN
@@ -150,7 +138,7 @@ class VramView:
         r0 = self._row(addr)
         if r0 + vals.shape[0] > self._st.vram.shape[0]:
             raise IndexError(f"VRAM rows [{r0}, {r0 + vals.shape[0]}) exceed VECTOR_SRAM_SIZE")
-        self._st.vram[r0:r0 + vals.shape[0]] = _to_bf16_bits(vals)
+        self._st.vram[r0:r0 + vals.shape[0]] = bf16.encode(vals)
 
 
 class FpSramView:
@@ -167,14 +155,14 @@ class FpSramView:
         return self._st.fp_sram.shape[0]
 
     def __getitem__(self, idx):
-        out = _from_bf16_bits(np.atleast_1d(self._st.fp_sram[idx]))
+        out = bf16.decode(np.atleast_1d(self._st.fp_sram[idx]))
         return out[0] if np.isscalar(idx) or isinstance(idx, (int, np.integer)) else out
 
     def __setitem__(self, idx, values) -> None:
-        self._st.fp_sram[idx] = _to_bf16_bits(values)
+        self._st.fp_sram[idx] = bf16.encode(values)
 
     def __array__(self, dtype=None, copy=None):
-        a = _from_bf16_bits(self._st.fp_sram)
+        a = bf16.decode(self._st.fp_sram)
         return a if dtype is None else a.astype(dtype)
 
 
@@ -265,10 +253,10 @@ class Machine:
 
     def write_fp_sram(self, addr: int, values) -> None:
         vals = np.atleast_1d(np.asarray(values, dtype=np.float32))
-        self.state.fp_sram[int(addr):int(addr) + vals.size] = _to_bf16_bits(vals)
+        self.state.fp_sram[int(addr):int(addr) + vals.size] = bf16.encode(vals)
 
     def read_fp_sram(self, addr: int, n: int = 1) -> np.ndarray:
-        return _from_bf16_bits(self.state.fp_sram[int(addr):int(addr) + int(n)]).copy()
+        return bf16.decode(self.state.fp_sram[int(addr):int(addr) + int(n)]).copy()
 
     # ---- registers
     @property
@@ -276,7 +264,7 @@ class Machine:
         st = self.state
         return {
             "gp": [int(x) for x in st.gp],
-            "fp": [float(x) for x in _from_bf16_bits(st.fp)],
+            "fp": [float(x) for x in bf16.decode(st.fp)],
             "a": [int(x) for x in st.areg],
             "SCALE": int(st.ctrl[CTRL_SCALE]),
             "STRIDE": int(st.ctrl[CTRL_STRIDE]),
@@ -303,7 +291,7 @@ class Machine:
                         st.gp[idx] = int(value) & _U32
                 elif kind == "f":
                     if idx:
-                        st.fp[idx] = _to_bf16_bits([value])[0]
+                        st.fp[idx] = bf16.encode([value])[0]
                 else:
                     st.areg[idx] = int(value) & ((1 << 64) - 1)
                 return
@@ -331,7 +319,9 @@ class Machine:
         jit_seconds = 0.0
         if self.backend == "numba":
             from . import core
-            jit_seconds = core.jit_seconds()          # compiles or loads the JIT cache on first use
+            if core.compile_seconds is None:
+                core.warm_up()
+            jit_seconds = float(core.compile_seconds or 0.0)
         t0 = time.perf_counter()
         outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
         host = time.perf_counter() - t0

@@ -18,7 +18,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-from .config import ConfigError, HardwareConfig, config_from_document, default_config_text, load_config
+from .config import HardwareConfig, config_from_document, default_config_text, load_config
+from .errors import ConfigError
 
 __all__ = ["DEFAULT_PRESET", "PresetInfo", "preset_names", "preset_info", "load_preset", "resolve_config"]
 

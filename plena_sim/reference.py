@@ -38,7 +38,9 @@ Decisions where the spec leaves a bit pattern open (documented for the Numba cor
 * Cycles: :func:`plena_sim.latency.instruction_latency` for the fixed latencies; H_* latencies from
   the pure-Python HBM twin :func:`plena_sim.hbm_timing.schedule_py`; serial (timing.md §3) or overlap
   (§4, the plain-Python scoreboard functions ``resources_py`` / ``sb_issue_py`` / ``sb_commit_py`` of
-  :mod:`plena_sim.timing`, the same source the core compiles) accounting. No trace ring.
+  :mod:`plena_sim.timing`, the same source the core compiles) accounting.
+* Trace: with a trace capacity, every retired instruction appends the same record as the core's
+  (``plena_sim.timing.trace_record_py`` into the TimingState's ring), so traces compare record for record.
 """
 from __future__ import annotations
 
@@ -50,41 +52,18 @@ import numpy as np
 from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
 from isa.program import Program
 
+from . import bf16
 from . import faults as F
 from .config import MxType
 from .latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
 from .numerics import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 
-__all__ = ["execute", "HANDLERS", "BY_OPCODE", "bf16_bits", "bf16_to_f32"]
+__all__ = ["execute", "HANDLERS", "BY_OPCODE"]
 
 U32 = 0xFFFFFFFF
 _OPC = FIELDS["opcode"]
 _OP_LOOP_END = BY_MNEMONIC["C_LOOP_END"].opcode
-
-
-# ====================================================================== bf16 helpers (memory.md §3.1)
-
-def bf16_bits(x) -> np.ndarray:
-    """bf16 bit patterns (uint16) of float32 values: RNE; NaN -> sign | 0x7FC0."""
-    x = np.asarray(x, dtype=np.float32)
-    u = x.view(np.uint32).astype(np.uint64)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    nan = ((u >> 16) & 0x8000) | 0x7FC0
-    return np.where(np.isnan(x), nan, rounded).astype(np.uint16)
-
-
-def bf16_to_f32(bits) -> np.ndarray:
-    """float32 values of bf16 bit patterns (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-def _f32_of_bits(b: int) -> np.float32:
-    return bf16_to_f32(np.array([b], dtype=np.uint16))[0]
-
-
-def _bits_of_f32(v) -> int:
-    return int(bf16_bits(np.array([v], dtype=np.float32))[0])
 
 
 def _nan_first(a, b, result):
@@ -167,7 +146,7 @@ class _Run:
             self.st.gp[i] = value & U32
 
     def fp(self, i: int) -> np.float32:
-        return _f32_of_bits(int(self.st.fp[i]))
+        return bf16.decode_scalar(int(self.st.fp[i]))
 
     def set_fp_bits(self, i: int, bits: int) -> None:
         if i != 0:
@@ -175,10 +154,10 @@ class _Run:
 
     # ---- VRAM rows
     def vread(self, addr: int) -> np.ndarray:
-        return bf16_to_f32(self.st.vram[addr // self.cfg.VLEN])
+        return bf16.decode(self.st.vram[addr // self.cfg.VLEN])
 
     def vwrite(self, addr: int, values) -> None:
-        self.st.vram[addr // self.cfg.VLEN] = bf16_bits(values)
+        self.st.vram[addr // self.cfg.VLEN] = bf16.encode(values)
 
     def lane_enable(self) -> np.ndarray:
         """bool[V]: lanes whose head is enabled in V_MASK (heads >= 32 never)."""
@@ -618,14 +597,14 @@ def op_V_RED_SUM(r: _Run, f: Fields) -> None:
     if got is None:
         return
     bits, en = got
-    a = bf16_to_f32(bits)
+    a = bf16.decode(bits)
     s = 0.0
     for j in range(a.shape[0]):
         if en[j]:
             s = s + float(a[j])
     S = np.float32(s)
     acc = r.fp(f.rd)
-    r.set_fp_bits(f.rd, _bits_of_f32(_nan_first(acc, S, acc + S)))
+    r.set_fp_bits(f.rd, bf16.encode_scalar(_nan_first(acc, S, acc + S)))
 
 
 def op_V_RED_MAX(r: _Run, f: Fields) -> None:
@@ -634,9 +613,9 @@ def op_V_RED_MAX(r: _Run, f: Fields) -> None:
         return
     bits, en = got
     best_bits = int(r.st.fp[f.rd])
-    best = _f32_of_bits(best_bits)
+    best = bf16.decode_scalar(best_bits)
     have = not np.isnan(best)
-    a = bf16_to_f32(bits)
+    a = bf16.decode(bits)
     for j in range(a.shape[0]):
         if not en[j] or np.isnan(a[j]):
             continue
@@ -675,7 +654,7 @@ def op_V_TOPK(r: _Run, f: Fields) -> None:
     else:
         w = [np.float32(ei / den) for ei in e]
     for i in range(K):
-        r.st.fp_sram[fpd + i] = _bits_of_f32(w[i])
+        r.st.fp_sram[fpd + i] = bf16.encode_scalar(w[i])
         r.st.int_sram[intd + i] = order[i]
 
 
@@ -690,7 +669,7 @@ def _sfp(r: _Run, f: Fields, fn, binary: bool) -> None:
         return                                          # no-op, latency 0
     a = r.fp(f.rs1)
     res = fn(a, r.fp(f.rs2)) if binary else fn(a)
-    r.set_fp_bits(f.rd, _bits_of_f32(res))
+    r.set_fp_bits(f.rd, bf16.encode_scalar(res))
 
 
 def op_S_ADD_FP(r, f):
@@ -1052,8 +1031,8 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9, t
 
     Stops when the PC is >= the program length (normal end) or at the first fault (``Outcome.fault``
     = the record; the state is unchanged by the faulting instruction; the PC stays on it).
-    ``timing`` / ``trace_capacity``: as :func:`plena_sim.core.execute` (the reference keeps no trace;
-    the capacity only selects the same TimingState shape).
+    ``timing`` / ``trace_capacity``: as :func:`plena_sim.core.execute` (with a capacity, the trace ring
+    of the TimingState receives the same records as the core writes).
     """
     from . import timing as T
     from .timing import MAX_RANGES, T_CYCLES

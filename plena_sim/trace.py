@@ -24,6 +24,7 @@ import numpy as np
 from isa.encoding import UNIT_NAMES
 from isa.table import BY_OPCODE
 
+from . import bf16
 from .timing import (MEM_KIND_NAMES, RC_END, RC_HADDR, RC_HBYTES, RC_HSPAN, RC_ISSUE, RC_M1C, RC_M1K,
                      RC_M1S, RC_OP, RC_PC, RC_RIDX, RC_RKIND, RC_RNEW, RC_ROLD, RC_SEQ, RC_START,
                      RC_UNIT, REC_FIELDS, REC_N, REG_FP, REG_KIND_NAMES, REG_NONE)
@@ -49,16 +50,12 @@ def parse_units(text: str) -> set[str]:
     return out
 
 
-def _bf16(bits: int) -> float:
-    return float(np.array([bits << 16], dtype=np.uint32).view(np.float32)[0])
-
-
 def _reg_text(kind: int, idx: int, old: int, new: int) -> str:
     if kind == REG_NONE:
         return ""
     name = REG_KIND_NAMES[kind] + (str(idx) if kind <= 3 else "")
     if kind == REG_FP:
-        return f"{name}: {_bf16(old):g} -> {_bf16(new):g}"
+        return f"{name}: {float(bf16.decode_scalar(old)):g} -> {float(bf16.decode_scalar(new)):g}"
     return f"{name}: {old:#x} -> {new:#x}"
 
 

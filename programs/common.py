@@ -15,7 +15,7 @@ from .hbm import ceil_div, round_up, row_pad
 
 __all__ = ["Regions", "fail", "need_int", "need_multiple", "check_disjoint", "take_regs", "check_loop",
            "check_addr", "rp", "U32", "FP_CONST_SLOTS", "FP_STATE_BASE", "SLOT", "vector_rows",
-           "check_fp_range", "Footprint"]
+           "check_fp_range", "Footprint", "step_adder"]
 
 U32 = 1 << 32
 FP_STATE_BASE = 16
@@ -53,6 +53,18 @@ def rp(cfg: HardwareConfig, n: int) -> int:
 def vector_rows(cfg: HardwareConfig, n: int) -> int:
     """VRAM rows a ``load_vector`` of ``n`` elements writes: ``round_up(n/V, Pv)`` (kernels.md §1.7)."""
     return round_up(ceil_div(n, cfg.VLEN), cfg.P_V)
+
+
+def step_adder(asm, spare: Sequence[int], step: int):
+    """``add(r)`` emitting ``r += step``: one ``S_ADDI_INT`` while ``step < 2^18``, else ``S_ADD_INT`` from
+    ``spare[0]``, which is loaded with ``step`` here (so it must stay untouched while ``add`` is used)."""
+    from .asm import IMM18_LIMIT, gp as _g, load_imm
+    if step < IMM18_LIMIT:
+        return lambda r: asm.S_ADDI_INT(_g(r), _g(r), step)
+    if not spare:
+        raise ValueError(f"step_adder: step {step} >= 2^18 needs a spare register")
+    load_imm(asm, spare[0], step)
+    return lambda r: asm.S_ADD_INT(_g(r), _g(r), _g(spare[0]))
 
 
 def check_addr(kernel: str, param: str, value: int) -> None:

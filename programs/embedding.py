@@ -17,7 +17,7 @@ from plena_sim.config import HardwareConfig
 from . import faults
 from .asm import Asm, areg, fp as F, gp as G, load_imm, LOOP_COUNT_MAX, IMM18_LIMIT
 from .common import (SLOT, U32, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
-                     take_regs)
+                     step_adder, take_regs)
 from .hbm import HbmTensor
 
 __all__ = ["EmbeddingPlan", "plan_embedding", "emit_embedding"]
@@ -55,7 +55,8 @@ def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, t
     need_multiple(KERNEL, "hidden", hidden, V, "VLEN")
     eb = table.eb
     if vocab * hidden * eb >= U32:
-        fail(KERNEL, "vocab*hidden*eb", vocab * hidden * eb, "must be < 2^32 (32-bit HBM offsets)")
+        fail(KERNEL, "vocab*hidden*eb", vocab * hidden * eb,
+             f"must be < 2^32 (32-bit HBM offsets): vocab={vocab} must be <= {(U32 - 1) // (hidden * eb)}")
     if (hidden * eb) % table.blk or (V * eb) % table.blk:
         fail(KERNEL, "hidden", hidden, f"row bytes must be a multiple of the MX block bytes {table.blk}")
     if table.row_pitch_elems != hidden:
@@ -68,26 +69,28 @@ def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, t
     need_int(KERNEL, "pitch", pitch, T)
     need_int(KERNEL, "ids_base", ids_base, 0)
     if ids_base + T > config.INT_SRAM_SIZE:
-        fail(KERNEL, "ids_base", ids_base, f"+ T={T} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}")
+        fail(KERNEL, "ids_base", ids_base, f"+ T={T} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}: T must be "
+             f"<= {max(0, config.INT_SRAM_SIZE - ids_base)}")
     if ids_base + T > IMM18_LIMIT:
-        fail(KERNEL, "ids_base", ids_base, "+ T must fit the 18-bit S_LD_INT immediate")
+        fail(KERNEL, "ids_base", ids_base, f"+ T must fit the 18-bit S_LD_INT immediate: T must be "
+             f"<= {max(0, IMM18_LIMIT - ids_base)}")
     for name, v in (("out_base", out_base), ("land_base", land_base)):
         need_int(KERNEL, name, v, 0)
         need_multiple(KERNEL, name, v, V, "VLEN")
-    if pitch * V >= IMM18_LIMIT:
-        fail(KERNEL, "pitch", pitch, f"* VLEN = {pitch * V} must be < 2^18 (S_ADDI_INT pointer step)")
     nb = hidden // V
     regions = {"out": (out_base // V, nb * pitch, "output"), "land": (land_base // V, Pv, "scratch")}
     for name, (r0, n, _role) in regions.items():
         check_addr(KERNEL, f"{name} region end", (r0 + n) * V)
     check_disjoint(KERNEL, regions)
+    # a block step pitch*V past the S_ADDI_INT immediate is kept in a 9th register
+    gp_needed = 9 if pitch * V >= IMM18_LIMIT else 8
     return EmbeddingPlan(T, vocab, hidden, table, ids_base, out_base, pitch, land_base, V, Pv, regions,
-                         (ids_base, T), {"table": need_alloc}, config)
+                         (ids_base, T), {"table": need_alloc}, config, gp_needed=gp_needed)
 
 
 def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, (fOne,) = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
-    gRow, gIdx, gId, gOff, gOut, gOc, gLand, gL = regs
+    gRow, gIdx, gId, gOff, gOut, gOc, gLand, gL = regs[:8]
     gLc = gId   # the id is consumed (S_MUL_INT) before the block loop starts
     V, t, cfg = plan.V, plan.table, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
@@ -103,6 +106,7 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
     load_imm(asm, gLand, plan.land_base)
     load_imm(asm, gOut, plan.out_base)
     asm.S_ADDI_INT(G(gIdx), G(0), 0)
+    next_block = step_adder(asm, regs[8:], step)            # a 9th register holds a step past 2^18
     asm.comment(f"{KERNEL}: tokens loop")
     with lb.loop(gL, plan.T, "tokens"):
         asm.S_LD_INT(G(gId), G(gIdx), plan.ids_base)
@@ -115,7 +119,7 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
                 asm.H_PREFETCH_V(G(gLand), G(gOff), areg(t.areg), 1, t.prec)
                 asm.V_MUL_VF(G(gOc), G(gLand), F(fOne), 0)
             asm.S_ADDI_INT(G(gOff), G(gOff), V * t.eb)
-            asm.S_ADDI_INT(G(gOc), G(gOc), step)
+            next_block(gOc)
         asm.S_ADDI_INT(G(gIdx), G(gIdx), 1)
         asm.S_ADDI_INT(G(gOut), G(gOut), V)
     asm.end(KERNEL)

@@ -123,8 +123,9 @@ def _plan(kernel: str, config: HardwareConfig, *, rows, hidden, inter, x_base, p
     slack = {"wg": hidden * inter, "wu": hidden * inter}
     if down:
         slack["wd"] = inter * hidden
+    gp_needed = max(p.gp_needed for p in (gate, up) + ((down,) if down else ()))
     return FfnPlan(kernel, rows, hidden, inter, x_base, pitch, y_base, ws_base, h_base, g_base, u_base, t_base,
-                   split, gate, up, act, down, V, regions, mram, slack, config)
+                   split, gate, up, act, down, V, regions, mram, slack, config, gp_needed=gp_needed)
 
 
 def plan_ffn_swiglu(config: HardwareConfig, *, rows: int, hidden: int, inter: int, x_base: int, pitch: int,

@@ -16,8 +16,8 @@ from typing import Sequence
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, add_imm, areg, gp as G, load_imm
-from .common import (LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
+from .asm import IMM18_LIMIT, Asm, add_imm, areg, gp as G, load_imm
+from .common import (LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp, step_adder,
                      take_regs, vector_rows)
 from .hbm import HbmTensor, load_vector, row_pad
 
@@ -101,12 +101,13 @@ def plan_linear(config: HardwareConfig, *, rows: int, K: int, N: int, x_base: in
         need_multiple(kernel, name, v, V, "VLEN")
     need_int(kernel, "mram_tile0", mram_tile0, 0)
     if mram_tile0 >= T:
-        fail(kernel, "mram_tile0", mram_tile0, f"must be < the MRAM tile count {T}")
+        fail(kernel, "mram_tile0", mram_tile0, f"must be < the MRAM tile count {T} (at most {T - 1})")
     if max_k_tiles is None:
         max_k_tiles = T - mram_tile0
     need_int(kernel, "max_k_tiles", max_k_tiles, 1)
     if mram_tile0 + max_k_tiles > T:
-        fail(kernel, "max_k_tiles", max_k_tiles, f"with mram_tile0={mram_tile0} overflows the {T} MRAM tiles")
+        fail(kernel, "max_k_tiles", max_k_tiles, f"with mram_tile0={mram_tile0} overflows the {T} MRAM tiles "
+             f"(at most {T - mram_tile0})")
     if not isinstance(loops, bool):
         fail(kernel, "loops", loops, "must be a bool")
     kt_total = K // M
@@ -148,9 +149,11 @@ def plan_linear(config: HardwareConfig, *, rows: int, K: int, N: int, x_base: in
         regions.pop("y")
     check_disjoint(kernel, regions)
     mram = (mram_tile0, min(max_k_tiles, kt_total))
+    # hardware loops step their pointers by B*V (= B*M); past the S_ADDI_INT immediate it needs a 10th register
+    gp_needed = GP_NEEDED + int(loops and B * V >= IMM18_LIMIT)
     return LinearPlan(rows, K, N, x_base, x_pitch, y_base, y_pitch, w, w_offset, bias, bias_base, mram_tile0,
                       max_k_tiles, split_base if len(chunks) > 1 else None, loops, M, V, B, y_rows, chunks,
-                      regions, mram, slack, cfg, kernel)
+                      regions, mram, slack, cfg, kernel, gp_needed=gp_needed)
 
 
 def _set_scale_stride(asm: Asm, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
@@ -169,6 +172,9 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
     eb = w.eb
     tile0 = plan.mram_tile0 * M * M
     col_step = B if faults.active("linear_col_step_element") else B * M
+    if plan.loops:
+        row_step = step_adder(asm, regs[GP_NEEDED:], B * V)
+        col_add = row_step if col_step == B * V else step_adder(asm, (), col_step)
     if plan.bias is not None:
         asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
         load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2])
@@ -202,9 +208,9 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
                                 wr, xr = gT1, gT2
                             asm.M_MM(0, G(wr), G(xr))
                         asm.M_MM_WO(G(gDg), G(0), 0)
-                        asm.S_ADDI_INT(G(gXg), G(gXg), B * V)
-                        asm.S_ADDI_INT(G(gDg), G(gDg), B * V)
-                    asm.S_ADDI_INT(G(gWj), G(gWj), col_step)
+                        row_step(gXg)
+                        row_step(gDg)
+                    col_add(gWj)
                     asm.S_ADDI_INT(G(gDj), G(gDj), B)
             else:
                 for j in range(M // B):
@@ -291,7 +297,7 @@ def plan_batched_matmul(config: HardwareConfig, *, nb: int, Mr: int, K: int, N: 
         regions["split"] = parts[0].vram_regions["split"]
     check_disjoint(k, regions)
     return BmmPlan(nb, Mr, K, N, a_base, y_base, tuple(parts), regions, parts[0].mram_tiles,
-                   {"w": nb * K * N}, loops)
+                   {"w": nb * K * N}, loops, gp_needed=parts[0].gp_needed)
 
 
 def emit_batched_matmul(asm: Asm, plan: BmmPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:

@@ -68,9 +68,11 @@ def plan_topk(config: HardwareConfig, *, T: int, policy: int, logits_base: int, 
     if fp_out < FP_STATE_BASE:
         fail(kernel, "fp_out", fp_out, f"must be >= {FP_STATE_BASE} (FP SRAM slots 0-15 are constants)")
     if fp_out + T * k > config.FP_SRAM_SIZE:
-        fail(kernel, "fp_out", fp_out, f"+ T*k={T * k} exceeds FP_SRAM_SIZE={config.FP_SRAM_SIZE}")
+        fail(kernel, "fp_out", fp_out, f"+ T*k={T * k} exceeds FP_SRAM_SIZE={config.FP_SRAM_SIZE}: T must be "
+             f"<= {max(0, config.FP_SRAM_SIZE - fp_out) // k}")
     if int_out + T * k > config.INT_SRAM_SIZE:
-        fail(kernel, "int_out", int_out, f"+ T*k={T * k} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}")
+        fail(kernel, "int_out", int_out, f"+ T*k={T * k} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}: T must be "
+             f"<= {max(0, config.INT_SRAM_SIZE - int_out) // k}")
     nrow = ceil_div(E, V)
     regions = {"logits": (logits_base // V, nrow * pitch, logits_role)}
     if nrow > 1:
@@ -161,7 +163,7 @@ def plan_router_topk(config: HardwareConfig, *, T: int, hidden: int, policy: int
         regions["stage"] = tk.vram_regions["stage"]
     check_disjoint(k, regions)
     return RouterPlan(T, hidden, E, Epad, lin, tk, regions, tk.fp_range, tk.int_range, lin.mram_tiles,
-                      lin.hbm_slack, config)
+                      lin.hbm_slack, config, gp_needed=lin.gp_needed)
 
 
 def emit_router_topk(asm: Asm, plan: RouterPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:

@@ -15,8 +15,8 @@ from plena_sim.config import HardwareConfig
 
 from . import faults
 from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX, IMM18_LIMIT
-from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs,
-                     vector_rows)
+from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, step_adder,
+                     take_regs, vector_rows)
 from .hbm import HbmTensor, load_vector
 
 __all__ = ["NormPlan", "plan_rms_norm", "plan_layer_norm", "emit_rms_norm", "emit_layer_norm"]
@@ -78,8 +78,10 @@ def _plan(kernel: str, cfg: HardwareConfig, rows, hidden, x_base, pitch, y_base,
     for name, (r0, k, _role) in regions.items():
         check_addr(kernel, f"{name} region end", (r0 + k) * V)
     check_disjoint(kernel, regions)
+    # a block stride pitch*V past the S_ADDI_INT immediate lives in a register: gBc without beta, else a 10th
+    gp_needed = 10 if (pitch * V >= IMM18_LIMIT and beta is not None) else 9
     return NormPlan(kernel, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base, beta, beta_base, V, nb,
-                    regions, slack, cfg)
+                    regions, slack, cfg, gp_needed=gp_needed)
 
 
 def plan_rms_norm(config: HardwareConfig, *, rows: int, hidden: int, x_base: int, pitch: int, y_base: int,
@@ -96,7 +98,7 @@ def plan_layer_norm(config: HardwareConfig, *, rows: int, hidden: int, x_base: i
 
 def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, fregs = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
-    gX, gY, gXc, gYc, gGc, gBc, gT, gL, gLc = regs
+    gX, gY, gXc, gYc, gGc, gBc, gT, gL, gLc = regs[:9]
     fa, fmu, fq, fEps, fInvH, fk = fregs
     V, nb, cfg = plan.V, plan.nb, plan.cfg
     step = plan.pitch * V
@@ -114,19 +116,8 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     swapped = faults.active("norm_slots_swapped")
     asm.S_LD_FP(F(fEps), G(0), SLOT["INV_HIDDEN"] if swapped else SLOT["EPS"])
     asm.S_LD_FP(F(fInvH), G(0), SLOT["EPS"] if swapped else SLOT["INV_HIDDEN"])
-    # block stride (pitch*V) does not fit every immediate: gBc holds it when there is no beta pointer
-    big = step >= IMM18_LIMIT
-    gStep = gBc if (big and plan.beta is None) else None
-    if big and gStep is None:
-        fail(plan.kernel, "pitch", plan.pitch, "pitch*VLEN >= 2^18 with beta is not supported")
-    if gStep is not None:
-        load_imm(asm, gStep, step)
-
-    def adv(r):
-        if gStep is not None:
-            asm.S_ADD_INT(G(r), G(r), G(gStep))
-        else:
-            asm.S_ADDI_INT(G(r), G(r), step)
+    # block stride (pitch*V) past the immediate: gBc holds it when there is no beta pointer, else a 10th register
+    adv = step_adder(asm, [gBc] if plan.beta is None else regs[9:], step)
 
     def blocks(name, body):
         with lb.loop(gLc, nb, name):

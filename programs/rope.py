@@ -22,8 +22,9 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, areg, fp as F, gp as G, load_imm
-from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs)
+from .asm import IMM18_LIMIT, Asm, areg, fp as F, gp as G, load_imm
+from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, step_adder,
+                     take_regs)
 from .hbm import HbmTensor, preload_act, row_pad
 
 __all__ = ["RopePlan", "plan_rope", "emit_rope", "rope_rotation_tile", "SUPPORTS_BLOCK_PATH"]
@@ -131,14 +132,16 @@ def plan_rope(config: HardwareConfig, *, rows: int, nh: int, d: int, x_base: int
     slack = {"cos": pitch * nh * d, "sin": pitch * nh * d}
     if not block_path:
         slack["rot"] = M * M
+    # the rotation matmul's pointer step B*V (= B*M) past the S_ADDI_INT immediate is kept in a 9th register
+    gp_needed = 9 if (not block_path and B * V >= IMM18_LIMIT) else 8
     return RopePlan(rows, nh, d, x_base, pitch, y_base, cos, sin, cos_base, sin_base, xr_base, t_base,
                     None if block_path else rot, mram_tile0, V, M, B, nblk, block_path, regions,
-                    None if block_path else (mram_tile0, 1), slack, config)
+                    None if block_path else (mram_tile0, 1), slack, config, gp_needed=gp_needed)
 
 
 def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, (fOne,) = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
-    gX, gY, gA, gB, gT, gL, gL2, gW = regs
+    gX, gY, gA, gB, gT, gL, gL2, gW = regs[:8]
     V, M, B, cfg = plan.V, plan.M, plan.B, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
     nh, d, pitch = plan.nh, plan.d, plan.pitch
@@ -155,6 +158,7 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
         asm.C_SET_SCALE_REG(G(gA))
         load_imm(asm, gA, rt)
         asm.H_PREFETCH_M(G(gA), G(0), areg(plan.rot.areg), 0, plan.rot.prec)
+        step = step_adder(asm, regs[8:], B * V)          # B*V == B*M (the matrix path needs V == M)
         for blk in range(plan.nblk):
             load_imm(asm, gW, rt)
             load_imm(asm, gT, plan.xr_base + blk * pitch * V)
@@ -164,9 +168,9 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
                 with lb.loop(gL2, pitch // B, "row blocks g"):
                     asm.M_MM(0, G(gW), G(gX))
                     asm.M_MM_WO(G(gY), G(0), 0)
-                    asm.S_ADDI_INT(G(gX), G(gX), B * V)
-                    asm.S_ADDI_INT(G(gY), G(gY), B * V)
-                asm.S_ADDI_INT(G(gW), G(gW), B * M)
+                    step(gX)
+                    step(gY)
+                step(gW)
                 asm.S_ADDI_INT(G(gT), G(gT), B)
     else:
         asm.comment(f"{KERNEL}: XR = rotate_half(X) by block permutation")

@@ -48,10 +48,3 @@ def get(name: str) -> ModuleType:
     if name not in TESTBENCHES:
         raise KeyError(f"unknown testbench {name!r} (known: {', '.join(TESTBENCHES)})")
     return importlib.import_module(f"{__name__}.{TESTBENCHES[name]}")
-
-
-def available() -> tuple[str, ...]:
-    """Registered testbenches whose module exists (others may still be being written)."""
-    import importlib.util
-    return tuple(n for n in TESTBENCHES
-                 if importlib.util.find_spec(f"{__name__}.{TESTBENCHES[n]}") is not None)

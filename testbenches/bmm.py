@@ -8,23 +8,27 @@ from programs.hbm import preload_act
 from programs.linear import emit_batched_matmul, plan_batched_matmul
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "bmm"
 DESCRIPTION = "batched matmul Y[b] = A[b] @ W[b], batches stacked in CBM rows (linear tolerance)"
-DEFAULTS = {"nb": 4, "Mr": 64, "K": 128, "N": 128, "loops": False, "scale": 1.0, "seed": 0}
+DEFAULTS = {"nb": 4, "Mr": hw(1, "MLEN"), "K": hw(2, "MLEN"), "N": hw(2, "MLEN"), "loops": False, "scale": 1.0,
+            "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("nb1_Mr1", {"nb": 1, "Mr": 1, "K": 64, "N": 64}, "default"),
-    ("nb3_Mr7", {"nb": 3, "Mr": 7, "K": 128, "N": 64}, "default"),
-    ("nb3_Mr7_loops", {"nb": 3, "Mr": 7, "K": 64, "N": 128, "loops": True}, "default"),
-    ("small", {"nb": 3, "Mr": 7, "K": 64, "N": 64}, "small"),
+    ("nb1_Mr1", {"nb": 1, "Mr": 1, "K": hw(1, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    ("nb3_Mr7", {"nb": 3, "Mr": hw(2, "BLEN", plus=-1), "K": hw(2, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    ("nb3_Mr7_loops", {"nb": 3, "Mr": hw(2, "BLEN", plus=-1), "K": hw(1, "MLEN"), "N": hw(2, "MLEN"),
+                       "loops": True}, "default"),
+    ("small", {"nb": 3, "Mr": hw(2, "BLEN", plus=-1), "K": hw(2, "MLEN"), "N": hw(2, "MLEN")}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"nb": [1, 3, 4], "Mr": [1, 7, 64], "K": [64, 128], "N": [64, 128]}
+RANGES = {"nb": [1, 3, 4], "Mr": [1, hw(2, "BLEN", plus=-1), hw(1, "MLEN")], "K": [hw(1, "MLEN"), hw(2, "MLEN")],
+          "N": [hw(1, "MLEN"), hw(2, "MLEN")]}
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     nb, Mr, K, N = p["nb"], p["Mr"], p["K"], p["N"]
     V = config.VLEN
     mp = rp(config, Mr)

@@ -21,8 +21,8 @@ the sizes the row depends on (``n_chunks``, ``bias``, ``nb``, ``Tk``, ``smax_r``
 :class:`Tolerance` whose :meth:`Tolerance.kwargs` feed :func:`compare`.  :func:`tolerance` looks a row
 up by name.  The table is never loosened to make a case pass (§5.2).
 
-bf16 decoding of SRAM dumps lives here too (:func:`bf16_decode`): every SRAM is decoded as bf16, never
-fp16.
+Every SRAM dump is decoded as bf16, never fp16: :func:`bf16_decode` / :func:`bf16_encode` are the
+host bf16 codec of :mod:`plena_sim.bf16` (``decode`` / ``encode``) under the names the testbenches use.
 """
 from __future__ import annotations
 
@@ -32,36 +32,22 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from plena_sim.bf16 import decode as bf16_decode
+from plena_sim.bf16 import encode as bf16_encode
+from plena_sim.bf16 import round_values
+
 __all__ = ["CheckResult", "Tolerance", "TOLERANCES", "tolerance", "compare", "bf16_decode", "bf16_encode",
            "is_bf16_exact", "fmt_coords", "TAU_FACTOR"]
 
 TAU_FACTOR = 2.0 ** -24
 
 
-# =========================================================================== bf16 codec (host side)
-
-def bf16_decode(bits) -> np.ndarray:
-    """float32 values of bf16 bit patterns (uint16): exact, ``u = bits << 16``."""
-    b = np.asarray(bits)
-    if b.dtype != np.uint16:
-        b = b.astype(np.uint16)
-    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def bf16_encode(values) -> np.ndarray:
-    """bf16 bit patterns of values (rounded to float32, then RNE to bf16; NaN -> sign|0x7FC0)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        x = np.asarray(values, dtype=np.float32)
-    u = x.view(np.uint32).astype(np.uint64)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    nan = ((u >> 16) & 0x8000) | 0x7FC0
-    return np.where(np.isnan(x), nan, rounded).astype(np.uint16)
-
+# =========================================================================== bf16 (host side)
 
 def is_bf16_exact(values) -> bool:
+    """Every finite value is a bf16 value (``bf16(f32(v)) == v``)."""
     v = np.asarray(values, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        back = bf16_decode(bf16_encode(v)).astype(np.float64)
+    back = round_values(v).astype(np.float64)
     fin = np.isfinite(v)
     return bool(np.array_equal(back[fin], v[fin]))
 

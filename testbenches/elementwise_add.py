@@ -9,23 +9,25 @@ from programs.hbm import preload_act
 
 from .compare import bf16_decode, bf16_encode
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "elementwise_add"
 DESCRIPTION = "out = a + b over CBM rows (add_rows); exact bf16(f32(a)+f32(b))"
-DEFAULTS = {"rows": 4, "cols": 128, "scale": 1.0, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
+DEFAULTS = {"rows": hw(1, "RP"), "cols": hw(2, "VLEN"), "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_cols64", {"rows": 1, "cols": 64}, "default"),
-    ("rows9_cols192", {"rows": 9, "cols": 192}, "default"),
-    ("rows4_cols192", {"rows": 4, "cols": 192}, "default"),
-    ("small", {"rows": 9, "cols": 64}, "small"),
+    ("rows1_cols64", {"rows": 1, "cols": hw(1, "VLEN")}, "default"),
+    ("rows9_cols192", {"rows": hw(2, "RP", plus=1), "cols": hw(3, "VLEN")}, "default"),
+    ("rows4_cols192", {"rows": hw(1, "RP"), "cols": hw(3, "VLEN")}, "default"),
+    ("small", {"rows": hw(2, "RP", plus=1), "cols": hw(2, "VLEN")}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"rows": [1, 4, 9], "cols": [64, 192]}
+RANGES = {"rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "cols": [hw(1, "VLEN"), hw(3, "VLEN")]}
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, cols = p["rows"], p["cols"]
     V = config.VLEN
     rows_p = rp(config, rows)

@@ -7,19 +7,24 @@ from programs.common import rp
 from programs.embedding import emit_embedding, plan_embedding
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "embedding"
 DESCRIPTION = "embedding gather out[t] = table[ids[t]] via a landing zone and exact row copies"
-DEFAULTS = {"vocab": 100, "hidden": 128, "T": 7, "ids_base": 16, "scale": 1.0, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine.
+# T = 2*RP-1 tokens fill the output pitch but one row, so a Pv-row prefetch into out spills past it.
+DEFAULTS = {"vocab": 100, "hidden": hw(2, "VLEN"), "T": hw(2, "RP", plus=-1), "ids_base": 16, "scale": 1.0,
+            "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("T1_h64", {"T": 1, "hidden": 64}, "default"),
-    ("T4_h256", {"T": 4, "hidden": 256}, "default"),
-    ("T33_h128", {"T": 33}, "default"),
-    ("small_T7", {"hidden": 64}, "small"),
+    ("T1_h64", {"T": 1, "hidden": hw(1, "VLEN")}, "default"),
+    ("T4_h256", {"T": hw(1, "RP"), "hidden": hw(4, "VLEN")}, "default"),
+    ("T33_h128", {"T": hw(8, "RP", plus=1)}, "default"),
+    ("small_T7", {"hidden": hw(2, "VLEN")}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"hidden": [64, 128, 256], "T": [1, 4, 7, 33]}
+RANGES = {"hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")],
+          "T": [1, hw(1, "RP"), hw(2, "RP", plus=-1), hw(8, "RP", plus=1)]}
 
 
 def token_ids(rng, T: int, vocab: int) -> np.ndarray:
@@ -33,7 +38,7 @@ def token_ids(rng, T: int, vocab: int) -> np.ndarray:
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     vocab, hidden, T = p["vocab"], p["hidden"], p["T"]
     V, Pv = config.VLEN, config.P_V
     cb = CaseBuilder(NAME, p, config)

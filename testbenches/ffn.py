@@ -9,21 +9,26 @@ from programs.ffn import (emit_ffn_intermediate, emit_ffn_swiglu, ffn_workspace_
 from programs.hbm import preload_act
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "ffn"
 DESCRIPTION = "SwiGLU FFN (silu(X Wg) * X Wu) Wd with SiLU on the gate (ffn tolerance)"
-DEFAULTS = {"rows": 8, "hidden": 128, "inter": 256, "max_k_tiles": None, "alias": False, "loops": False,
-            "scale": 1.0, "seed": 0}
+DEFAULTS = {"rows": hw(2, "BLEN"), "hidden": hw(2, "MLEN"), "inter": hw(4, "MLEN"), "max_k_tiles": None,
+            "alias": False, "loops": False, "scale": 1.0, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_h64_i128", {"rows": 1, "hidden": 64, "inter": 128}, "default"),
-    ("rows33_h256_i512", {"rows": 33, "hidden": 256, "inter": 512, "loops": True}, "default"),
+    ("rows1_h64_i128", {"rows": 1, "hidden": hw(1, "MLEN"), "inter": hw(2, "MLEN")}, "default"),
+    ("rows33_h256_i512", {"rows": hw(1, "MLEN", div=2, plus=1), "hidden": hw(4, "MLEN"), "inter": hw(8, "MLEN"),
+                          "loops": True}, "default"),
     ("mkt2", {"max_k_tiles": 2}, "default"),
     ("alias", {"alias": True, "max_k_tiles": 2}, "default"),
-    ("small", {"rows": 5, "hidden": 64, "inter": 128, "max_k_tiles": 2}, "small"),
+    ("small", {"rows": hw(1, "BLEN", plus=1), "hidden": hw(2, "MLEN"), "inter": hw(4, "MLEN"), "max_k_tiles": 2},
+     "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"hidden": [64, 128, 256], "inter": [128, 256, 512], "rows": [1, 8, 33], "max_k_tiles": [None, 2],
+RANGES = {"hidden": [hw(1, "MLEN"), hw(2, "MLEN"), hw(4, "MLEN")], "inter": [hw(2, "MLEN"), hw(4, "MLEN"),
+          hw(8, "MLEN")], "rows": [1, hw(2, "BLEN"), hw(1, "MLEN", div=2, plus=1)], "max_k_tiles": [None, 2],
           "alias": [False, True], "loops": [False, True]}
 
 
@@ -32,7 +37,7 @@ def _silu(x):
 
 
 def build_ffn(params, config, *, intermediate: bool, name: str):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, hidden, inter = p["rows"], p["hidden"], p["inter"]
     V = config.VLEN
     pitch = rp(config, rows)

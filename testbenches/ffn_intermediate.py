@@ -2,17 +2,12 @@
 from __future__ import annotations
 
 from . import ffn as _ffn
+from .shapes import resolve_params
 
 NAME = "ffn_intermediate"
 DESCRIPTION = "SwiGLU intermediate silu(X Wg) * X Wu with SiLU on the gate (ffn_int tolerance)"
 DEFAULTS = dict(_ffn.DEFAULTS)
-REQUIRED_CASES = [
-    ("default", {}, "default"),
-    ("rows1_h64_i128", {"rows": 1, "hidden": 64, "inter": 128}, "default"),
-    ("rows33_h256_i512", {"rows": 33, "hidden": 256, "inter": 512, "loops": True}, "default"),
-    ("mkt2", {"max_k_tiles": 2}, "default"),
-    ("small", {"rows": 5, "hidden": 64, "inter": 128, "max_k_tiles": 2}, "small"),
-]
+REQUIRED_CASES = [c for c in _ffn.REQUIRED_CASES if c[0] != "alias"]
 STRETCH_CASES: list = []
 RANGES = {k: v for k, v in _ffn.RANGES.items() if k != "alias"}
 #: the ffn_int tolerance row (kernels.md §5.2) has no K-split term: a split of the gate/up projections
@@ -23,7 +18,7 @@ UNCALIBRATED = "ffn_int row has no K-split term (hidden > max_k_tiles*MLEN)"
 
 
 def calibrated(params, config) -> bool:
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     mkt = p["max_k_tiles"]
     return mkt is None or p["hidden"] <= mkt * config.MLEN
 

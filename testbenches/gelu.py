@@ -8,23 +8,26 @@ from programs.common import rp
 from programs.hbm import preload_act
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "gelu"
 DESCRIPTION = "GELU (sigmoid approximation x*sigmoid(1.702x)) over CBM rows (act tolerance)"
-DEFAULTS = {"rows": 4, "hidden": 128, "scale": 3.0, "inplace": False, "seed": 0}
+DEFAULTS = {"rows": hw(1, "RP"), "hidden": hw(2, "VLEN"), "scale": 3.0, "inplace": False, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_h64", {"rows": 1, "hidden": 64}, "default"),
-    ("rows9_h256_inplace", {"rows": 9, "hidden": 256, "inplace": True}, "default"),
-    ("rows4_h64_inplace", {"rows": 4, "hidden": 64, "inplace": True}, "default"),
-    ("small", {"rows": 9, "hidden": 64}, "small"),
+    ("rows1_h64", {"rows": 1, "hidden": hw(1, "VLEN")}, "default"),
+    ("rows9_h256_inplace", {"rows": hw(2, "RP", plus=1), "hidden": hw(4, "VLEN"), "inplace": True}, "default"),
+    ("rows4_h64_inplace", {"rows": hw(1, "RP"), "hidden": hw(1, "VLEN"), "inplace": True}, "default"),
+    ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"rows": [1, 4, 9], "hidden": [64, 128, 256], "inplace": [False, True]}
+RANGES = {"rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")],
+          "inplace": [False, True]}
 
 
 def build_act(kind: str, name: str, params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, hidden = p["rows"], p["hidden"]
     V = config.VLEN
     pitch = rp(config, rows)

@@ -15,23 +15,25 @@ from programs.hbm import preload_act, store_act
 
 from .compare import bf16_decode, bf16_encode
 from .harness import GEN_FP, GEN_GP, CaseBuilder, HbmBytes, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "h_store"
 DESCRIPTION = "H_STORE_V round trip: HBM bytes equal the host MX encoding; re-prefetch equals decode(encode)"
-DEFAULTS = {"rows": 4, "cols": 128, "factor": 1.5, "scale": 1.0, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
+DEFAULTS = {"rows": hw(1, "RP"), "cols": hw(2, "VLEN"), "factor": 1.5, "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_cols64", {"rows": 1, "cols": 64}, "default"),
-    ("rows6_cols256", {"rows": 6, "cols": 256}, "default"),
-    ("rows4_cols64", {"rows": 4, "cols": 64}, "default"),
-    ("small", {"rows": 6, "cols": 64}, "small"),
+    ("rows1_cols64", {"rows": 1, "cols": hw(1, "VLEN")}, "default"),
+    ("rows6_cols256", {"rows": hw(1, "RP", plus=2), "cols": hw(4, "VLEN")}, "default"),
+    ("rows4_cols64", {"rows": hw(1, "RP"), "cols": hw(1, "VLEN")}, "default"),
+    ("small", {"rows": hw(1, "RP", plus=2), "cols": hw(2, "VLEN")}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"rows": [1, 4, 6], "cols": [64, 128, 256]}
+RANGES = {"rows": [1, hw(1, "RP"), hw(1, "RP", plus=2)], "cols": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")]}
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, cols = p["rows"], p["cols"]
     V = config.VLEN
     pitch = rp(config, rows)

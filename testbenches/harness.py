@@ -51,10 +51,10 @@ Running: :func:`run`
 (``timing``: ``None``/``"serial"`` or a timing mode the Machine accepts, e.g. ``"overlap"``):
 
 1. assembles ``case.program`` (an ``AssemblerError`` is a failure unless the case expects it);
-2. builds a :class:`~plena_sim.machine.Machine` with ``case.config``; writes the HBM image segments, the
-   FP SRAM constants (slots 0-15, every run) and extra words, the INT SRAM and VRAM preloads; poisons
-   every ``output`` and ``scratch`` region with bf16 NaN (``inout``/``input`` regions and guard rows are
-   not poisoned);
+2. builds a :class:`~plena_sim.machine.Machine` with ``case.config`` (:func:`prepare_machine`); writes the
+   HBM image segments, the FP SRAM constants (slots 0-15, every run) and extra words, the INT SRAM and
+   VRAM preloads; poisons every ``output`` and ``scratch`` region with bf16 NaN (``inout``/``input``
+   regions and guard rows are not poisoned);
 3. runs the program (``raise_on_fault=False``); a simulator fault fails the case unless ``case.expect``
    names its rule;
 4. reads back every check's data, compares it (:func:`testbenches.compare.compare`) and applies the
@@ -87,22 +87,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
 from plena_sim.image import ImageBuilder, Placement
 from programs.asm import Asm
 from programs.hbm import HbmTensor, set_addr_regs
 
-from .compare import (CheckResult, Tolerance, bf16_decode, bf16_encode, compare, tolerance)
+from .compare import CheckResult, Tolerance, compare, tolerance
 
 __all__ = ["FP_SLOTS", "FP_STATE_BASE", "fp_constants", "VramCbm", "VramRows", "FpWords", "IntWords",
-           "HbmBytes", "Check", "Case", "Report", "CaseBuilder", "run", "run_case", "GEN_GP", "GEN_FP",
-           "BF16_NAN"]
+           "HbmBytes", "Check", "Case", "Report", "CaseBuilder", "run", "run_case", "prepare_machine",
+           "GEN_GP", "GEN_FP", "BF16_NAN"]
 
 #: kernels.md §1.6 constant slots
 FP_SLOTS = {"NEG_INF": 0, "EPS": 1, "INV_HIDDEN": 2, "ONE": 3, "GELU_ALPHA": 4, "QK_SCALE": 5,
             "INV_BMM_SCALE": 6, "ZERO": 7, **{f"USER{i}": 8 + i for i in range(8)}}
 FP_STATE_BASE = 16
-BF16_NAN = 0x7FC0
+BF16_NAN = bf16.NAN_BITS
 #: the registers the testbenches hand to generators (kernels.md §1.4 limits: 12 gp, 6 fp)
 GEN_GP = tuple(range(1, 13))
 GEN_FP = tuple(range(1, 7))
@@ -135,7 +136,7 @@ def _vram_bf16(machine, row0: int, nrows: int) -> np.ndarray:
     bits = machine.vram.bits
     if row0 < 0 or row0 + nrows > bits.shape[0]:
         raise IndexError(f"VRAM rows [{row0}, {row0 + nrows}) out of range")
-    return bf16_decode(np.asarray(bits[row0:row0 + nrows]))
+    return bf16.decode(np.asarray(bits[row0:row0 + nrows]))
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class FpWords:
     post: Callable[[np.ndarray], np.ndarray] | None = None
 
     def read(self, machine) -> np.ndarray:
-        out = bf16_decode(np.asarray(machine.fp_sram.bits[self.addr:self.addr + self.n]))
+        out = bf16.decode(np.asarray(machine.fp_sram.bits[self.addr:self.addr + self.n]))
         return self.post(out) if self.post else out
 
 
@@ -375,7 +376,7 @@ class CaseBuilder:
     def fp_value(self, slot: str | int) -> float:
         """The bf16 value the device reads from a constant slot."""
         i = FP_SLOTS[slot] if isinstance(slot, str) else int(slot)
-        return float(bf16_decode(bf16_encode(self.fp[i:i + 1]))[0])
+        return float(bf16.round_values(self.fp[i:i + 1])[0])
 
     def fp_words(self, addr: int, values) -> None:
         self.fp_extra[int(addr)] = np.atleast_1d(np.asarray(values, dtype=np.float32))
@@ -464,21 +465,24 @@ def _regions_check(case: Case) -> None:
                              f"[{b0}, {b0 + bn}) overlap")
 
 
-def _prepare(case: Case, backend: str):
+def prepare_machine(case: Case, backend: str = "numba"):
+    """A :class:`~plena_sim.machine.Machine` of ``case.config`` holding the case's HBM image, FP SRAM
+    constants and preloads, INT SRAM and VRAM preloads, with every ``output``/``scratch`` region poisoned
+    with bf16 NaN; not run yet (step 2 of :func:`run`)."""
     from plena_sim.machine import Machine
     m = Machine(case.config, backend=backend)
     for base, data in case.hbm_segments:
         m.hbm.write(base, data)
     fps = m.fp_sram.bits
     consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
-    fps[0:16] = bf16_encode(consts)
+    fps[0:16] = bf16.encode(consts)
     for addr, vals in case.fp_preload.items():
-        fps[addr:addr + vals.size] = bf16_encode(vals)
+        fps[addr:addr + vals.size] = bf16.encode(vals)
     for addr, vals in case.int_preload.items():
         m.int_sram[addr:addr + vals.size] = vals
     vb = m.vram.bits
     for row, vals in case.vram_preload:
-        vb[row:row + vals.shape[0]] = bf16_encode(vals)
+        vb[row:row + vals.shape[0]] = bf16.encode(vals)
     for name, (r0, n, role) in case.regions.items():
         if role in ("output", "scratch") and n > 0:
             vb[r0:r0 + n] = BF16_NAN
@@ -519,14 +523,14 @@ def _hbm_footprint(case: Case, before: np.ndarray, m) -> CheckResult:
 
 def _constants(case: Case, m) -> CheckResult:
     consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
-    want = bf16_encode(consts)
+    want = bf16.encode(consts)
     got = np.asarray(m.fp_sram.bits[0:16])
     bad = np.flatnonzero(got != want)
     res = CheckResult(name="constants", passed=not bad.size, n=16, n_fail=int(bad.size), exact=True)
     if bad.size:
         k = int(bad[0])
-        res.reason = (f"FP SRAM constant slot {k} changed: {float(bf16_decode(want[k:k+1])[0])} -> "
-                      f"{float(bf16_decode(got[k:k+1])[0])}")
+        res.reason = (f"FP SRAM constant slot {k} changed: {float(bf16.decode(want[k:k+1])[0])} -> "
+                      f"{float(bf16.decode(got[k:k+1])[0])}")
         res.first = {"at": f"(slot={k})", "index": [k]}
     return res
 
@@ -554,26 +558,14 @@ def _simulate(case: Case, backend: str, timing, max_instructions, trace=False):
     """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw)."""
     from isa.assembler import assemble
     prog = assemble(case.program, f"{case.testbench}.asm")
-    m = _prepare(case, backend)
+    m = prepare_machine(case, backend)
     rows_hi = [r0 + n for (r0, n, _r) in case.regions.values()] + \
               [row + v.shape[0] for row, v in case.vram_preload] + [0]
     hw = min(max(rows_hi) + 64, m.vram.bits.shape[0])
     before = np.asarray(m.vram.bits[:hw]).copy()
     hbm_before = np.asarray(m.hbm.read(0, int(m.hbm.high_water)), dtype=np.uint8).copy()
-    kwargs = {"raise_on_fault": False, "name": f"{case.testbench}.asm"}
-    if max_instructions or case.max_instructions:
-        kwargs["max_instructions"] = max_instructions or case.max_instructions
-    if timing is not None:
-        import inspect
-        params = inspect.signature(m.run).parameters
-        key = next((k for k in ("timing_mode", "timing") if k in params), None)
-        if key is not None:
-            kwargs[key] = timing
-        elif timing != "serial":
-            raise ValueError(f"timing={timing!r}: this simulator supports only serial timing")
-    if trace:
-        kwargs["trace"] = trace
-    res = m.run(prog, **kwargs)
+    res = m.run(prog, max_instructions=max_instructions or case.max_instructions, trace=trace,
+                raise_on_fault=False, name=f"{case.testbench}.asm", timing=timing)
     return m, res, prog, before, hbm_before, hw
 
 

@@ -2,19 +2,23 @@
 from __future__ import annotations
 
 from . import rms_norm as _rms
+from .shapes import hw
 
 NAME = "layer_norm"
 DESCRIPTION = "LayerNorm (two-pass, centred) (x-mu)/sqrt(var+eps)*gamma+beta over CBM rows (ln tolerance)"
 DEFAULTS = dict(_rms.DEFAULTS, eps=1e-5, gamma=True, beta=True)
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_h64", {"rows": 1, "hidden": 64}, "default"),
-    ("rows9_h1024_inplace", {"rows": 9, "hidden": 1024, "inplace": True}, "default"),
-    ("rows4_h4096_nogb", {"rows": 4, "hidden": 4096, "gamma": False, "beta": False}, "default"),
+    ("rows1_h64", {"rows": 1, "hidden": hw(1, "VLEN")}, "default"),
+    ("rows9_h1024_inplace", {"rows": hw(2, "RP", plus=1), "hidden": hw(16, "VLEN"), "inplace": True}, "default"),
+    ("rows4_h4096_nogb", {"rows": hw(1, "RP"), "hidden": hw(64, "VLEN"), "gamma": False, "beta": False},
+     "default"),
     ("mean_offset", {"offset": 16.0}, "default"),
-    ("mean_offset_inplace", {"offset": 16.0, "rows": 9, "inplace": True, "beta": False}, "default"),
-    ("small", {"rows": 9, "hidden": 64}, "small"),
-    ("small_offset", {"rows": 4, "hidden": 128, "offset": 16.0}, "small"),
+    ("mean_offset_inplace", {"offset": 16.0, "rows": hw(2, "RP", plus=1), "inplace": True, "beta": False},
+     "default"),
+    ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
+    ("small_offset", {"rows": hw(1, "RP"), "hidden": hw(4, "VLEN"), "offset": 16.0}, "small"),
 ]
 STRETCH_CASES: list = []
 RANGES = dict(_rms.RANGES, beta=[False, True], offset=[0.0, 16.0], cfg=["default", "small"])

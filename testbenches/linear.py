@@ -3,43 +3,54 @@ from __future__ import annotations
 
 import numpy as np
 
+from programs.asm import IMM18_LIMIT
 from programs.common import rp, vector_rows
 from programs.hbm import preload_act
 from programs.linear import emit_linear, plan_linear
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "linear"
 DESCRIPTION = "Y = X @ W (+bias) with MRAM K chunks and bf16 split partial sums (linear tolerance)"
-DEFAULTS = {"rows": 8, "K": 128, "N": 256, "bias": False, "max_k_tiles": None, "big_base": False,
-            "loops": False, "scale": 1.0, "seed": 0}
+DEFAULTS = {"rows": hw(2, "BLEN"), "K": hw(2, "MLEN"), "N": hw(4, "MLEN"), "bias": False,
+            "max_k_tiles": None, "big_base": False, "loops": False, "scale": 1.0, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_K64_N64", {"rows": 1, "K": 64, "N": 64}, "default"),
-    ("rows5_bias", {"rows": 5, "K": 128, "N": 384, "bias": True}, "default"),
-    ("rows64_K512", {"rows": 64, "K": 512, "N": 64}, "default"),
-    ("rows130_N128", {"rows": 130, "K": 64, "N": 128, "bias": True}, "default"),
+    ("rows1_K64_N64", {"rows": 1, "K": hw(1, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    ("rows5_bias", {"rows": hw(1, "BLEN", plus=1), "K": hw(2, "MLEN"), "N": hw(6, "MLEN"), "bias": True},
+     "default"),
+    ("rows64_K512", {"rows": hw(1, "MLEN"), "K": hw(8, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    ("rows130_N128", {"rows": hw(2, "MLEN", plus=2), "K": hw(1, "MLEN"), "N": hw(2, "MLEN"), "bias": True},
+     "default"),
     ("ksplit", {"max_k_tiles": 1}, "default"),
-    ("ksplit_K512_bias", {"rows": 5, "K": 512, "N": 64, "max_k_tiles": 1, "bias": True}, "default"),
+    ("ksplit_K512_bias", {"rows": hw(1, "BLEN", plus=1), "K": hw(8, "MLEN"), "N": hw(1, "MLEN"),
+                          "max_k_tiles": 1, "bias": True}, "default"),
     ("big_base", {"big_base": True, "bias": True, "max_k_tiles": 1}, "default"),
-    ("small", {"rows": 5, "K": 64, "N": 96, "bias": True}, "small"),
-    ("small_ksplit", {"rows": 8, "K": 128, "N": 64, "max_k_tiles": 1}, "small"),
+    ("small", {"rows": hw(1, "BLEN", plus=1), "K": hw(2, "MLEN"), "N": hw(3, "MLEN"), "bias": True}, "small"),
+    ("small_ksplit", {"rows": hw(2, "BLEN"), "K": hw(4, "MLEN"), "N": hw(2, "MLEN"), "max_k_tiles": 1},
+     "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"rows": [1, 5, 8, 64, 130], "K": [64, 128, 512], "N": [64, 256, 384], "bias": [False, True],
-          "max_k_tiles": [None, 1], "big_base": [False, True], "cfg": ["default", "small"]}
+RANGES = {"rows": [1, hw(1, "BLEN", plus=1), hw(2, "BLEN"), hw(1, "MLEN"), hw(2, "MLEN", plus=2)],
+          "K": [hw(1, "MLEN"), hw(2, "MLEN"), hw(8, "MLEN")], "N": [hw(1, "MLEN"), hw(4, "MLEN"), hw(6, "MLEN")],
+          "bias": [False, True], "max_k_tiles": [None, 1], "big_base": [False, True], "cfg": ["default", "small"]}
 
-BIG_BASE_ROW = 4100          # VRAM element 262400 > 2^18 with V = 64
+
+def big_base_row(config) -> int:
+    """The first row of a big-base case: VRAM element addresses past 2^18 (row 4100 with V = 64)."""
+    return IMM18_LIMIT // config.VLEN + 4
 
 
 def build(params, config, *, name: str = NAME):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, K, N = p["rows"], p["K"], p["N"]
     V, M = config.VLEN, config.MLEN
     pitch = rp(config, rows)
     cb = CaseBuilder(name, p, config)
     if p["big_base"]:
-        cb.skip_to(BIG_BASE_ROW)
+        cb.skip_to(big_base_row(config))
     tx, X = cb.tensor("x", cb.randn((rows, K), p["scale"]), "act", alloc_rows=pitch)
     tw, W = cb.tensor("w", cb.randn((K, N), 1.0 / np.sqrt(K)), "weight")
     tbias, bvec = None, None

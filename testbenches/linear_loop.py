@@ -4,25 +4,29 @@ from __future__ import annotations
 from . import linear as _linear
 from .compare import tolerance
 from .harness import Check
+from .shapes import hw, resolve_params
 
 NAME = "linear_loop"
 DESCRIPTION = "linear with hardware loops (loops=True): linear tolerance + bit-identical to loops=False"
-DEFAULTS = dict(_linear.DEFAULTS, rows=4, K=128, N=128, loops=True)
+DEFAULTS = dict(_linear.DEFAULTS, rows=hw(1, "BLEN"), K=hw(2, "MLEN"), N=hw(2, "MLEN"), loops=True)
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_K64_N64", {"rows": 1, "K": 64, "N": 64}, "default"),
-    ("rows5_bias", {"rows": 5, "K": 128, "N": 384, "bias": True}, "default"),
-    ("rows130_K512", {"rows": 130, "K": 512, "N": 64}, "default"),
-    ("ksplit_bias", {"rows": 8, "K": 512, "N": 256, "max_k_tiles": 1, "bias": True}, "default"),
+    ("rows1_K64_N64", {"rows": 1, "K": hw(1, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    ("rows5_bias", {"rows": hw(1, "BLEN", plus=1), "K": hw(2, "MLEN"), "N": hw(6, "MLEN"), "bias": True},
+     "default"),
+    ("rows130_K512", {"rows": hw(2, "MLEN", plus=2), "K": hw(8, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    ("ksplit_bias", {"rows": hw(2, "BLEN"), "K": hw(8, "MLEN"), "N": hw(4, "MLEN"), "max_k_tiles": 1,
+                     "bias": True}, "default"),
     ("big_base", {"big_base": True, "max_k_tiles": 1}, "default"),
-    ("small", {"rows": 5, "K": 64, "N": 96, "bias": True, "max_k_tiles": 1}, "small"),
+    ("small", {"rows": hw(1, "BLEN", plus=1), "K": hw(2, "MLEN"), "N": hw(3, "MLEN"), "bias": True,
+               "max_k_tiles": 1}, "small"),
 ]
 STRETCH_CASES: list = []
 RANGES = dict(_linear.RANGES)
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     case = _linear.build(dict(p, loops=True), config, name=NAME)
     companion = _linear.build(dict(p, loops=False), config, name=NAME)
     out = case.checks[0]

@@ -8,26 +8,28 @@ from programs.hbm import preload_act
 from programs.norms import emit_layer_norm, emit_rms_norm, plan_layer_norm, plan_rms_norm
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "rms_norm"
 DESCRIPTION = "RMSNorm x/sqrt(mean(x^2)+eps)*gamma over CBM rows (rms tolerance)"
-DEFAULTS = {"rows": 4, "hidden": 128, "eps": 1e-6, "gamma": True, "inplace": False, "scale": 1.0,
-            "offset": 0.0, "seed": 0}
+DEFAULTS = {"rows": hw(1, "RP"), "hidden": hw(2, "VLEN"), "eps": 1e-6, "gamma": True, "inplace": False,
+            "scale": 1.0, "offset": 0.0, "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("rows1_h64", {"rows": 1, "hidden": 64}, "default"),
-    ("rows9_h1024_inplace", {"rows": 9, "hidden": 1024, "inplace": True}, "default"),
-    ("rows4_h4096_nogamma", {"rows": 4, "hidden": 4096, "gamma": False}, "default"),
-    ("rows9_h128_nogamma_inplace", {"rows": 9, "gamma": False, "inplace": True}, "default"),
-    ("small", {"rows": 9, "hidden": 64}, "small"),
+    ("rows1_h64", {"rows": 1, "hidden": hw(1, "VLEN")}, "default"),
+    ("rows9_h1024_inplace", {"rows": hw(2, "RP", plus=1), "hidden": hw(16, "VLEN"), "inplace": True}, "default"),
+    ("rows4_h4096_nogamma", {"rows": hw(1, "RP"), "hidden": hw(64, "VLEN"), "gamma": False}, "default"),
+    ("rows9_h128_nogamma_inplace", {"rows": hw(2, "RP", plus=1), "gamma": False, "inplace": True}, "default"),
+    ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"hidden": [64, 128, 1024, 4096], "rows": [1, 4, 9], "gamma": [False, True],
-          "inplace": [False, True]}
+RANGES = {"hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(16, "VLEN"), hw(64, "VLEN")],
+          "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "gamma": [False, True], "inplace": [False, True]}
 
 
 def build_norm(kind: str, name: str, defaults, params, config):
-    p = dict(defaults, **params)
+    p = resolve_params(dict(defaults, **params), config)
     rows, hidden = p["rows"], p["hidden"]
     V = config.VLEN
     pitch = rp(config, rows)

@@ -8,23 +8,28 @@ from programs.hbm import preload_act
 from programs.rope import emit_rope, plan_rope, rope_rotation_tile
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "rope"
 DESCRIPTION = "RoPE (HF rotate_half) with an MX-exact rotation tile or block permutation (rope tolerance)"
-DEFAULTS = {"seq": 32, "nh": 4, "d": 64, "inplace": False, "theta": 10000.0, "pos0": 0, "scale": 1.0,
+# head dims in fractions of MLEN (M/d heads share one rotation tile), positions in RP units
+# (testbenches/shapes.py); the ids name the values on the reference machine
+D16, D32, D64 = hw(1, "MLEN", div=4), hw(1, "MLEN", div=2), hw(1, "MLEN")
+SEQ5 = hw(1, "RP", plus=1)
+DEFAULTS = {"seq": hw(8, "RP"), "nh": 4, "d": D64, "inplace": False, "theta": 10000.0, "pos0": 0, "scale": 1.0,
             "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("d16", {"d": 16}, "default"),
-    ("d32_seq5", {"d": 32, "seq": 5}, "default"),
+    ("d16", {"d": D16}, "default"),
+    ("d32_seq5", {"d": D32, "seq": SEQ5}, "default"),
     ("d64_seq1_inplace", {"seq": 1, "inplace": True}, "default"),
-    ("d16_seq5_inplace", {"d": 16, "seq": 5, "inplace": True, "nh": 8}, "default"),
-    ("small_d16", {"d": 16, "seq": 5}, "small"),
+    ("d16_seq5_inplace", {"d": D16, "seq": SEQ5, "inplace": True, "nh": 8}, "default"),
+    ("small_d16", {"d": D32, "seq": SEQ5}, "small"),               # d = 16 on the small machine
 ]
 STRETCH_CASES = [
-    ("d128_block", {"d": 128, "nh": 2, "pos0": 100}, "default"),
+    ("d128_block", {"d": hw(2, "MLEN"), "nh": 2, "pos0": 100}, "default"),
 ]
-RANGES = {"d": [16, 32, 64], "seq": [1, 5, 32], "inplace": [False, True], "nh": [4, 8]}
+RANGES = {"d": [D16, D32, D64], "seq": [1, SEQ5, hw(8, "RP")], "inplace": [False, True], "nh": [4, 8]}
 
 
 def rotate_half(x, d):
@@ -35,7 +40,7 @@ def rotate_half(x, d):
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     seq, nh, d = p["seq"], p["nh"], p["d"]
     V, M = config.VLEN, config.MLEN
     cols = nh * d

@@ -13,24 +13,26 @@ from programs.common import rp
 from programs.hbm import ceil_div, preload_act
 
 from .harness import FP_STATE_BASE, GEN_GP, CaseBuilder, FpWords, VramRows
+from .shapes import hw, resolve_params
 
 NAME = "s_map_v"
 DESCRIPTION = "V_RED_MAX / V_RED_SUM (plain and masked) into FP SRAM, S_MAP_V_FP back to VRAM"
-DEFAULTS = {"rows": 64, "variant": "max", "mask": 0b1010, "scale": 1.0, "seed": 0}
+# one row per FP SRAM word of S_MAP_V_FP: rows = VLEN fills one VRAM map row (testbenches/shapes.py)
+DEFAULTS = {"rows": hw(1, "VLEN"), "variant": "max", "mask": 0b1010, "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
     ("max", {}, "default"),
     ("sum", {"variant": "sum"}, "default"),
     ("masked_max", {"variant": "masked_max"}, "default"),
     ("masked_sum", {"variant": "masked_sum"}, "default"),
-    ("small_max", {}, "small"),
-    ("small_masked_sum", {"variant": "masked_sum"}, "small"),
+    ("small_max", {"rows": hw(2, "VLEN")}, "small"),                      # two map rows
+    ("small_masked_sum", {"rows": hw(2, "VLEN"), "variant": "masked_sum"}, "small"),
 ]
 STRETCH_CASES: list = []
-RANGES = {"variant": ["max", "sum", "masked_max", "masked_sum"], "rows": [1, 64]}
+RANGES = {"variant": ["max", "sum", "masked_max", "masked_sum"], "rows": [1, hw(1, "VLEN")]}
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, var = p["rows"], p["variant"]
     V, H = config.VLEN, config.HLEN
     pitch = rp(config, rows)
@@ -43,7 +45,10 @@ def build(params, config):
     ro = cb.rows(nmap, "map", "output")
     base = FP_STATE_BASE
     if base + nmap * V > config.FP_SRAM_SIZE:
-        raise ValueError(f"s_map_v: rows={rows} do not fit FP SRAM")
+        most = (config.FP_SRAM_SIZE - base) // V * V
+        fits = f"must be <= {most}" if most else "cannot fit (not even one map row)"
+        raise ValueError(f"s_map_v: rows={rows} {fits}: S_MAP_V_FP reads whole VLEN={V} word groups from "
+                         f"FP[{base}..] inside FP_SRAM_SIZE={config.FP_SRAM_SIZE}")
     asm = cb.asm()
     preload_act(asm, config, tx, rows, V, rx * V, pitch, GEN_GP)
     gX, gI, gL, gM = 1, 2, 3, 4

@@ -8,26 +8,30 @@ from programs.hbm import preload_act, round_up
 from programs.softmax import emit_softmax, plan_softmax, softmax_scratch_rows
 
 from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .shapes import hw, resolve_params
 
 NAME = "softmax"
 DESCRIPTION = "row softmax over L columns with tail mask and optional scale slot (softmax tolerance)"
-DEFAULTS = {"rows": 8, "L": 128, "scaled": False, "scale_value": 0.35, "inplace": False, "scale": 2.0,
-            "seed": 0}
+# shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
+L100 = hw(1, "VLEN", plus=36)            # a partial last column block (the tail mask)
+DEFAULTS = {"rows": hw(2, "RP"), "L": hw(2, "VLEN"), "scaled": False, "scale_value": 0.35, "inplace": False,
+            "scale": 2.0, "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
     ("L1", {"L": 1}, "default"),
-    ("L64_scaled", {"L": 64, "scaled": True}, "default"),
-    ("L100", {"L": 100}, "default"),
-    ("L100_scaled_inplace", {"L": 100, "scaled": True, "inplace": True, "rows": 5}, "default"),
-    ("L1024_scaled", {"L": 1024, "scaled": True, "rows": 4}, "default"),
-    ("small_L100", {"L": 100, "scaled": True}, "small"),
+    ("L64_scaled", {"L": hw(1, "VLEN"), "scaled": True}, "default"),
+    ("L100", {"L": L100}, "default"),
+    ("L100_scaled_inplace", {"L": L100, "scaled": True, "inplace": True, "rows": hw(1, "RP", plus=1)}, "default"),
+    ("L1024_scaled", {"L": hw(16, "VLEN"), "scaled": True, "rows": hw(1, "RP")}, "default"),
+    ("small_L100", {"L": hw(3, "VLEN", plus=4), "scaled": True}, "small"),      # L = 100 on the small machine
 ]
 STRETCH_CASES: list = []
-RANGES = {"L": [1, 64, 100, 1024], "scaled": [False, True], "rows": [1, 8], "inplace": [False, True]}
+RANGES = {"L": [1, hw(1, "VLEN"), L100, hw(16, "VLEN")], "scaled": [False, True], "rows": [1, hw(2, "RP")],
+          "inplace": [False, True]}
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, L = p["rows"], p["L"]
     V = config.VLEN
     cols = round_up(L, V)

@@ -1,7 +1,8 @@
 """v_shift_v: ``V_SHFT_V`` zero-fill shifts (kernels.md §4.4); exact.
 
-``out[j] = a[j - s]`` for ``j >= s`` else +0, for shifts {0, 1, 2, 15, 16, 63, 64, 100} over 4 HBM rows, plus
-a host-preloaded row holding NaN and ±Inf shifted by ``s >= V``, which must give all zeros.
+``out[j] = a[j - s]`` for ``j >= s`` else +0, for shifts {0, 1, 2, H-1, H, V-1, V, V+36} over 4 HBM rows
+({0, 1, 2, 15, 16, 63, 64, 100} on the reference machine), plus a host-preloaded row holding NaN and ±Inf
+shifted by V and by the largest shift (when it is >= V), which must give all zeros.
 """
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from programs.asm import gp as G, load_imm
 from programs.hbm import preload_act
 
 from .harness import GEN_GP, CaseBuilder, VramRows
+from .shapes import hw, resolve_params
 
 NAME = "v_shift_v"
 DESCRIPTION = "V_SHFT_V zero-fill shifts incl. s >= V and a NaN/Inf source row (exact)"
-DEFAULTS = {"rows": 4, "shifts": (0, 1, 2, 15, 16, 63, 64, 100), "scale": 1.0, "seed": 0}
+# shifts around HLEN and VLEN (testbenches/shapes.py): {0,1,2,15,16,63,64,100} on the reference machine
+DEFAULTS = {"rows": 4, "shifts": (0, 1, 2, hw(1, "HLEN", plus=-1), hw(1, "HLEN"), hw(1, "VLEN", plus=-1),
+                                  hw(1, "VLEN"), hw(1, "VLEN", plus=36)), "scale": 1.0, "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
-    ("small", {}, "small"),
+    # {0,1,2,15,16,63,64,100} on the small machine: shifts of 2*VLEN and past it
+    ("small", {"shifts": (0, 1, 2, hw(1, "HLEN", plus=-1), hw(1, "HLEN"), hw(2, "VLEN", plus=-1),
+                          hw(2, "VLEN"), hw(3, "VLEN", plus=4))}, "small"),
 ]
 STRETCH_CASES: list = []
 RANGES = {"rows": [4], "shifts": [DEFAULTS["shifts"]]}
@@ -31,7 +37,7 @@ def shift_row(a: np.ndarray, s: int) -> np.ndarray:
 
 
 def build(params, config):
-    p = dict(DEFAULTS, **params)
+    p = resolve_params(dict(DEFAULTS, **params), config)
     rows, shifts = p["rows"], tuple(p["shifts"])
     V, Pv = config.VLEN, config.P_V
     rows_p = -(-rows // Pv) * Pv
@@ -46,7 +52,7 @@ def build(params, config):
     bad[2::4] = -np.inf
     rbad = cb.rows(1, "special", "input")
     cb.vram_preload(rbad, bad)
-    big = [s for s in (V, 100) if s >= V]
+    big = sorted({s for s in (V, max(shifts)) if s >= V})       # the NaN/Inf row: V and the largest shift
     n_out = len(shifts) * rows + len(big)
     ro = cb.rows(n_out, "out", "output")
     asm = cb.asm()

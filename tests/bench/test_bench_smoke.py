@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbenches import bench
+from plena_cli import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD_KEYS = {"name", "instructions", "cycles", "sim_s", "jit_first_call_s", "instr_per_s", "cycles_per_s",
@@ -18,7 +18,7 @@ WORKLOAD_KEYS = {"name", "instructions", "cycles", "sim_s", "jit_first_call_s", 
 
 @pytest.fixture(scope="module")
 def quick_json():
-    p = subprocess.run([sys.executable, "-m", "plena_sim.cli", "bench", "--quick", "--json",
+    p = subprocess.run([sys.executable, "-m", "plena_cli", "bench", "--quick", "--json",
                         "--only", "scalar_loop", "--only", "reference_ratio,arith_floor"],
                        capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert p.returncode == 0, p.stderr
@@ -56,7 +56,7 @@ def test_scalar_loop_program_size():
 
 
 def test_unknown_workload_is_usage_error():
-    p = subprocess.run([sys.executable, "-m", "plena_sim.cli", "bench", "--quick", "--only", "nope"],
+    p = subprocess.run([sys.executable, "-m", "plena_cli", "bench", "--quick", "--only", "nope"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 2 and "nope" in p.stderr
 

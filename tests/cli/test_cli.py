@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from plena_sim.cli import main
+from plena_cli.main import main
 
 
 def run(capsys, *argv):
@@ -88,5 +88,5 @@ def test_isa_command_and_markdown(capsys):
 
 def test_console_script_entry_point(tmp_path):
     # the installed console script runs (python -m as a fallback when the script is not on PATH)
-    r = subprocess.run([sys.executable, "-m", "plena_sim.cli", "isa", "--markdown"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "plena_cli", "isa", "--markdown"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("# PLENA opcode reference")

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from plena_sim.cli import main
+from plena_cli.main import main
 from plena_sim.config import default_config
 from plena_sim.image import ImageBuilder
 

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from plena_sim.cli import main
+from plena_cli.main import main
 from programs import faults
 
 

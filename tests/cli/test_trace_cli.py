@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from plena_sim.cli import main
+from plena_cli.main import main
 
 
 def run(capsys, *argv):

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from isa.disasm import disassemble_word
 from isa.encoding import encode
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS, NOT_INSTRUCTIONS
-from plena_sim import core, reference
+from plena_sim import bf16, core, reference
 from plena_sim.config import FpType, MxType, PlainType, load_config
 from plena_sim.faults import RULE_BY_CODE
 from plena_sim.hbm import Hbm
@@ -387,7 +387,7 @@ _SPECIAL_F32 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3.4e38, 3.4
 def _rand_bf16(rng, shape):
     n = int(np.prod(shape))
     x = (rng.standard_normal(n) * np.exp2(rng.integers(-4, 5, n))).astype(np.float32)
-    bits = reference.bf16_bits(x)
+    bits = bf16.encode(x)
     sel = rng.random(n)
     bits = np.where(sel < 0.04, _SPECIAL_BF16[rng.integers(0, len(_SPECIAL_BF16), n)], bits)
     bits = np.where(sel > 0.985, rng.integers(0, 1 << 16, n), bits)

@@ -1,6 +1,6 @@
 """Fuzz: random command lines (subcommands, flags, values, good / corrupt / missing / NUL-byte paths).
 
-Contract: ``plena_sim.cli.main`` returns an exit code -- 0, 2 (usage or input error) or 3 (fault); never 4
+Contract: ``plena_cli.main.main`` returns an exit code -- 0, 2 (usage or input error) or 3 (fault); never 4
 (an internal error) and never a Python traceback. Default CI size: 300 command lines.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 import pytest
 
 from fuzzlib import BASE_SEED, SMALL, count
-from plena_sim.cli import main
+from plena_cli.main import main
 
 pytestmark = pytest.mark.fuzz
 

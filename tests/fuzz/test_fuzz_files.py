@@ -227,7 +227,7 @@ SMALL_SET = [a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")]
 
 
 def run_cli(argv, capsys):
-    from plena_sim.cli import main
+    from plena_cli.main import main
     code = main(list(argv))
     cap = capsys.readouterr()
     return code, cap.out, cap.err

@@ -91,7 +91,7 @@ def test_same_run_same_everything_in_process(text):
 def _exec_in_subprocess(tmp: Path, tag: str, program: Path, hash_seed: str) -> tuple[int, bytes, bytes, dict]:
     out = tmp / tag
     out.mkdir()
-    argv = [sys.executable, "-m", "plena_sim.cli", "exec", str(program), "--json",
+    argv = [sys.executable, "-m", "plena_cli", "exec", str(program), "--json",
             *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
             "--hbm", str(tmp / "hbm.bin"), "--fp", ",".join(map(str, FP_VALUES)),
             "--dump-vram", f"0:16={out / 'vram.npy'}", "--dump-hbm", f"0:8192={out / 'hbm.bin'}",

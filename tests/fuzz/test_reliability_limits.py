@@ -83,7 +83,7 @@ def test_absurd_hbm_sizes_are_config_errors(monkeypatch):
 # ------------------------------------------------------------------------------------------- CLI
 
 def _cli(argv, capsys):
-    from plena_sim.cli import main
+    from plena_cli.main import main
     code = main([str(a) for a in argv])
     cap = capsys.readouterr()
     return code, cap.out, cap.err
@@ -106,11 +106,11 @@ def test_cli_unwritable_outputs(tmp_path, prog, capsys, monkeypatch):
     code, _, err = _cli(["exec", prog, *_small_set(), "--dump-hbm", f"0:16={tmp_path / 'no' / 'x.bin'}"], capsys)
     assert code == 2 and "does not exist" in err
 
-    import plena_sim.cli as cli
+    import plena_cli.paths as paths
 
     def disk_full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    monkeypatch.setattr(cli, "atomic_write", disk_full)
+    monkeypatch.setattr(paths, "atomic_write", disk_full)
     code, _, err = _cli(["exec", prog, *_small_set(), "--dump-fp-sram", tmp_path / "f.npy"], capsys)
     assert code == 2 and "cannot write" in err and "No space left" in err and "Traceback" not in err
     import tempfile

@@ -99,3 +99,36 @@ def test_round_bf16_array_matches_scalar():
     arr = round_bf16_array(x).view(np.uint32)
     expect = f32_array_to_bf16_bits(x).astype(np.uint32) << 16
     np.testing.assert_array_equal(arr, expect)
+
+
+# --------------------------------------------------------------------- the host module (plena_sim.bf16)
+
+def test_host_codec_matches_the_kernels_on_every_pattern():
+    """plena_sim.bf16 (numpy, host side) is bit-identical to the njit kernels: widening of all 65536
+    patterns, and narrowing of all of them widened (NaN canonicalisation included)."""
+    from plena_sim import bf16
+    f = bf16.decode(ALL_BF16)
+    np.testing.assert_array_equal(f.view(np.uint32), bf16_bits_array_to_f32(ALL_BF16).view(np.uint32))
+    np.testing.assert_array_equal(bf16.encode(f), f32_array_to_bf16_bits(f))
+    ref = ALL_BF16.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32)
+    np.testing.assert_array_equal(f.view(np.uint32), ref)
+
+
+def test_host_codec_matches_the_kernels_on_random_f32():
+    from plena_sim import bf16
+    x = _random_f32_bits(2_000_000, 4).view(np.float32)
+    np.testing.assert_array_equal(bf16.encode(x), f32_array_to_bf16_bits(x))
+    np.testing.assert_array_equal(bf16.round_values(x).view(np.uint32), round_bf16_array(x).view(np.uint32))
+
+
+def test_host_codec_shapes_float64_and_scalars():
+    from plena_sim import bf16
+    v = np.array([[1.0, 1e300], [-np.nan, 2.0 ** -140]])          # float64: cast to f32 first (RNE)
+    bits = bf16.encode(v)
+    assert bits.shape == (2, 2) and bits.dtype == np.uint16
+    with np.errstate(over="ignore"):
+        f32 = v.astype(np.float32).reshape(-1)
+    np.testing.assert_array_equal(bits, f32_array_to_bf16_bits(f32).reshape(2, 2))
+    assert bf16.decode(np.array([0x3F80, 0x1_3F80], dtype=np.int64)).tolist() == [1.0, 1.0]   # wraps to 16 bits
+    assert bf16.encode_scalar(1.0 + 2.0 ** -8) == 0x3F80 and bf16.encode_scalar(float("nan")) == bf16.NAN_BITS
+    assert bf16.decode_scalar(0xC0A0) == np.float32(-5.0)

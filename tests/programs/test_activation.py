@@ -1,13 +1,10 @@
 """activation (silu, gelu) generator structure (kernels.md §2.5)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.activation import emit_activation, plan_activation  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402

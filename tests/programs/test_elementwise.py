@@ -1,13 +1,10 @@
 """add_rows (kernels.md §2.10) and scale_rows generator structure."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.elementwise import emit_add_rows, emit_scale_rows, plan_add_rows, plan_scale_rows  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402

@@ -1,13 +1,10 @@
 """ffn_swiglu / ffn_intermediate generator structure (kernels.md §2.4)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.common import rp  # noqa: E402
 from programs.ffn import (emit_ffn_intermediate, emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_intermediate,  # noqa: E402

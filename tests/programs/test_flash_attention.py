@@ -11,14 +11,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "util"))
-import scalar_trace  # noqa: E402
+from tests.util import scalar_trace
 
 from isa.assembler import assemble  # noqa: E402
 from plena_sim.config import MxType  # noqa: E402

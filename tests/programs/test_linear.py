@@ -1,17 +1,15 @@
 """linear / batched_matmul generator structure (kernels.md §2.2, §2.3, §1, §6.4)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.common import rp, vector_rows  # noqa: E402
 from programs.linear import (emit_batched_matmul, emit_linear, plan_batched_matmul, plan_linear)  # noqa: E402
 from testbenches import linear as tb_linear  # noqa: E402
+from testbenches.shapes import resolve_params  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
 
 CFG = get_config("default")
@@ -36,8 +34,7 @@ def make(cfg=CFG, gp=ku.GP, fp=ku.FP, rows=8, K=128, N=256, bias=False, max_k_ti
 
 
 def _grid():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbench"))
-    from catalogue_util import range_points
+    from tests.testbench.catalogue_util import range_points
     r = dict(tb_linear.RANGES)
     r["loops"] = [False, True]
     r["rows"] = [1, 5, 8]                # rows 64/130 are covered end to end; keep the unrolled text small
@@ -47,7 +44,7 @@ def _grid():
 @pytest.mark.parametrize("ov,var", _grid())
 def test_assembles_over_ranges(ov, var):
     cfg = get_config(var)
-    text = make(cfg, **ov)
+    text = make(cfg, **resolve_params(ov, cfg))        # RANGES shapes are in machine units
     ku.check_assembles(text)
     ku.check_begin_end(text, "linear")
 

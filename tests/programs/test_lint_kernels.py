@@ -8,15 +8,11 @@ assembler on every line.)
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "util"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbench"))
-import scalar_trace  # noqa: E402
-from catalogue_util import OTHER_TESTBENCHES, range_points  # noqa: E402
+from tests.util import scalar_trace
+from tests.testbench.catalogue_util import OTHER_TESTBENCHES, range_points
 
 import testbenches  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402

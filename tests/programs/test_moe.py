@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.common import rp  # noqa: E402
 from programs.moe import emit_router_topk, emit_topk, plan_router_topk, plan_topk  # noqa: E402

@@ -1,13 +1,10 @@
 """rms_norm / layer_norm generator structure (kernels.md §2.6)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.common import rp, vector_rows  # noqa: E402
 from programs.norms import emit_layer_norm, emit_rms_norm, plan_layer_norm, plan_rms_norm  # noqa: E402

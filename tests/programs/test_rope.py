@@ -1,14 +1,11 @@
 """rope generator structure and the rotation-tile helper (kernels.md §2.8)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.common import rp  # noqa: E402
 from programs.rope import emit_rope, plan_rope, rope_rotation_tile  # noqa: E402

@@ -1,13 +1,10 @@
 """softmax_rows generator structure (kernels.md §2.7)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_util as ku  # noqa: E402
+from tests.programs import kernel_util as ku
 
 from programs.common import rp  # noqa: E402
 from programs.softmax import emit_softmax, plan_softmax  # noqa: E402

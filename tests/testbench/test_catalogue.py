@@ -6,17 +6,13 @@ sweep over samples of each testbench's RANGES.
 from __future__ import annotations
 
 import zlib
-import sys
-from pathlib import Path
 
 import pytest
 
 import testbenches
 from testbenches.harness import run_case
 from testbenches.variants import get_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from catalogue_util import OTHER_TESTBENCHES, range_points  # noqa: E402
+from tests.testbench.catalogue_util import OTHER_TESTBENCHES, range_points
 
 REQUIRED = [(tb, cid, ov, var) for tb in OTHER_TESTBENCHES for (cid, ov, var) in testbenches.get(tb).REQUIRED_CASES]
 

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
+import plena_sim.hbm_presets as hp
 import plena_sim.hbm_timing as ht
 from plena_sim.config import ConfigError, default_config, load_config
-from plena_sim.hbm_timing import (
-    PRESET_KEYS, PRM_N, HbmTimer, available_presets, check_timing_config, load_preset, map_address,
-    new_dma_scratch, new_stats, new_timing_state, timing_params, max_dma_blocks, NEG_INF,
-)
+from plena_sim.hbm_presets import PRESET_KEYS, PRM_N, available_presets, check_timing_config, load_preset, timing_params
+from plena_sim.hbm_timing import HbmTimer, map_address, new_dma_scratch, new_stats, new_timing_state, max_dma_blocks, \
+    NEG_INF
 
 
 def _spec_block() -> str:
@@ -23,14 +23,14 @@ def _spec_block() -> str:
 
 def test_hbm2_file_equals_spec_block():
     spec = tomllib.loads(_spec_block())
-    assert dict(ht._read_preset("HBM2")) == spec
+    assert dict(hp._read_preset("HBM2")) == spec
     assert set(spec) == {"name", *PRESET_KEYS}
 
 
 def test_shipped_presets_have_the_same_key_set():
     assert {"HBM2", "HBM3"} <= set(available_presets())
     for name in available_presets():
-        raw = dict(ht._read_preset(name))
+        raw = dict(hp._read_preset(name))
         assert set(raw) == {"name", *PRESET_KEYS} and raw["name"] == name
         assert load_preset(name).name == name
 
@@ -39,8 +39,8 @@ def test_hbm2_derived_values(hbm2):
     assert hbm2.peak_bytes_per_cycle == 256.0 and hbm2.banks == 16
     a = hbm2.as_array()
     assert a.shape == (PRM_N,) and a.dtype.name == "int64"
-    assert a[ht.PRM_CB] == 3 and a[ht.PRM_GB] == 2 and a[ht.PRM_KB] == 5 and a[ht.PRM_BB] == 2
-    assert a[ht.PRM_TRCD_PS] == 14000 and a[ht.PRM_TBL_PS] == 2000
+    assert a[hp.PRM_CB] == 3 and a[hp.PRM_GB] == 2 and a[hp.PRM_KB] == 5 and a[hp.PRM_BB] == 2
+    assert a[hp.PRM_TRCD_PS] == 14000 and a[hp.PRM_TBL_PS] == 2000
 
 
 def test_hbm3_preset(hbm3):
@@ -66,7 +66,7 @@ def test_state_and_scratch_layouts(hbm2, cfg):
     assert ch.shape == (8, 3) and bk.shape == (8, 16, 3)
     assert (ch[:, ht.CH_BG_LAST] == -1).all() and (bk[:, :, ht.BK_OPEN_ROW] == -1).all()
     assert (ch[:, ht.CH_COL_LAST] == NEG_INF).all() and (bk[:, :, ht.BK_PRE_OK] == NEG_INF).all()
-    assert new_stats(hbm2).shape == (ht.ST_CHANNEL_BASE + 8,)
+    assert new_stats(hbm2).shape == (ht.HST_CHANNEL_BASE + 8,)
     blocks, hset, work = new_dma_scratch(hbm2, 100)
     assert blocks.shape == (100,) and hset.shape == (256,) and work.shape == (ht.W_N, 100)
     assert max_dma_blocks(cfg, hbm2) >= 72
@@ -135,8 +135,8 @@ BAD_FILES = [
 @pytest.mark.parametrize("text,msg", BAD_FILES, ids=[b[1] for b in BAD_FILES])
 def test_bad_preset_file(tmp_path, monkeypatch, text, msg):
     (tmp_path / "HBM2.toml").write_text(text)
-    monkeypatch.setattr(ht, "_preset_dir", lambda: tmp_path)
-    ht._read_preset.cache_clear()
+    monkeypatch.setattr(hp, "_preset_dir", lambda: tmp_path)
+    hp._read_preset.cache_clear()
     try:
         with pytest.raises(ConfigError) as ei:
             load_preset("HBM2")
@@ -146,5 +146,5 @@ def test_bad_preset_file(tmp_path, monkeypatch, text, msg):
         assert ei.value.key == "HBM_TIMING_PRESET"
     finally:
         monkeypatch.undo()
-        ht._read_preset.cache_clear()
+        hp._read_preset.cache_clear()
     assert load_preset("HBM2").tRCD == 14

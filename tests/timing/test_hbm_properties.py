@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from plena_sim.hbm_presets import load_preset
 from plena_sim.hbm_timing import (
-    EMPTY, HbmTimer, PyTimingState, block_fields, dma_blocks_py, dma_requests, load_preset, map_address,
+    EMPTY, HbmTimer, PyTimingState, block_fields, dma_blocks_py, dma_requests, map_address,
     new_dma_scratch, new_stats_py, schedule_py,
 )
 

@@ -274,7 +274,7 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
     """The kernels compose inside another @njit function (how the core's run loop uses them)."""
     from numba import njit
     from plena_sim.hbm_timing import (dma_instruction, dma_payload_bytes, max_dma_blocks, new_dma_scratch,
-                                      new_stats, new_timing_state, ST_READ_REQUESTS, ST_WRITE_REQUESTS)
+                                      new_stats, new_timing_state, HST_READ_REQUESTS, HST_WRITE_REQUESTS)
 
     @njit
     def loop(p, geoms, ops, offs, ch, bk, stats, blocks, hset, work, out):
@@ -307,4 +307,4 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
         t += lat
     assert out.tolist() == expect and total == t
     assert payload == 3 * 4 * (64 + 8) + 64 * (64 + 8)
-    assert stats[ST_READ_REQUESTS] == 5 + 5 + 72 and stats[ST_WRITE_REQUESTS] == 5
+    assert stats[HST_READ_REQUESTS] == 5 + 5 + 72 and stats[HST_WRITE_REQUESTS] == 5

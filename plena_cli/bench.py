@@ -1,7 +1,7 @@
 """The performance benchmark suite of plena-sim (``plena-sim bench``; docs/performance.md).
 
 A fixed, versioned list of workloads (:data:`WORKLOADS`, :data:`SUITE_VERSION`).  Every workload runs in
-a fresh subprocess (``python -m testbenches.bench --worker NAME``) so that its peak RSS and its first-call
+a fresh subprocess (``python -m plena_cli.bench --worker NAME``) so that its peak RSS and its first-call
 JIT time are its own; the parent repeats each workload ``repeat`` times and reports the median with the
 min/max spread.  Measured per workload: instructions, simulated cycles, wall seconds of the simulation
 alone (``Machine.run`` only: JIT, case building, assembling and judging excluded), the first call of the
@@ -113,20 +113,9 @@ def _build_case(tb: str, params: dict, hw: str | None = None):
 
 def _machine_for(case, backend: str):
     from isa.assembler import assemble
-    from testbenches.harness import _prepare
+    from testbenches.harness import prepare_machine
     prog = assemble(case.program, f"{case.testbench}.asm")
-    return _prepare(case, backend), prog
-
-
-def _timing_supported(m, mode: str) -> bool:
-    import inspect
-    if mode == "serial":
-        return True
-    try:
-        from plena_sim.timing import TIMING_MODES
-    except ImportError:
-        return False
-    return mode in TIMING_MODES and "timing" in inspect.signature(m.run).parameters
+    return prepare_machine(case, backend), prog
 
 
 #: peak RSS of the simulation phase alone (VmHWM reset just before ``Machine.run``), set by _run_machine
@@ -134,13 +123,10 @@ _SIM_PEAK: dict[str, int] = {}
 
 
 def _run_machine(m, prog, mode: str) -> tuple[Any, float]:
-    kw = {"raise_on_fault": False}
-    if mode != "serial":
-        kw["timing"] = mode
     before = peak_rss_bytes()
     ok = reset_peak_rss()
     t0 = time.perf_counter()
-    res = m.run(prog, **kw)
+    res = m.run(prog, raise_on_fault=False, timing=mode)
     wall = time.perf_counter() - t0
     if ok:
         _SIM_PEAK["sim"] = max(_SIM_PEAK.get("sim", 0), peak_rss_bytes())
@@ -208,54 +194,66 @@ def _floor_kernel():
 
 
 def worker(name: str, quick: bool) -> dict:
+    """Run workload ``name`` in this (fresh) process; the JSON-able measurements."""
     spec = WORKLOADS[name]
     params = dict(spec["quick"] if quick else spec["params"])
     out: dict[str, Any] = {"name": name, "what": spec["what"], "params": params, "quick": quick,
                            "timing": spec["timing"]}
     t_proc = time.perf_counter()
-    jit = _warm_up()
-    out["jit_first_call_s"] = jit
-    kind = spec["kind"]
-    if kind == "scalar":
-        from isa.assembler import assemble
-        from plena_sim.machine import Machine
-        from testbenches.variants import get_config
-        t0 = time.perf_counter()
-        prog = assemble(scalar_loop_program(params["outer"], params["inner"]), "scalar_loop.asm")
-        m = Machine(get_config("default"))
-        m.write_fp_sram(0, [0.0, 1.5, 0.75])
-        out["build_s"] = time.perf_counter() - t0
-        res, wall = _run_machine(m, prog, "serial")
-        out.update(_result_fields(res, wall))
-    elif kind in ("testbench", "floor"):
-        t0 = time.perf_counter()
-        case = _build_case(spec["tb"], params, spec.get("hw"))
-        m, prog = _machine_for(case, "numba")
-        out["build_s"] = time.perf_counter() - t0
-        if not _timing_supported(m, spec["timing"]):
-            out["unavailable"] = f"timing={spec['timing']!r} is not available in this simulator yet"
-        else:
-            res, wall = _run_machine(m, prog, spec["timing"])
-            out.update(_result_fields(res, wall))
-            if kind == "floor":
-                out.update(_floor(res, m.cfg))
-    elif kind == "reference":
-        case = _build_case(spec["tb"], params)
-        m, prog = _machine_for(case, "numba")
-        res, wall = _run_machine(m, prog, "serial")
-        out.update(_result_fields(res, wall))
-        m2, prog2 = _machine_for(case, "reference")
-        res2, wall2 = _run_machine(m2, prog2, "serial")
-        same = (res2.instructions == res.instructions and res2.cycles == res.cycles
-                and bool((m.vram.bits == m2.vram.bits).all()))
-        out.update({"reference_s": wall2, "ratio": wall2 / wall if wall > 0 else None, "identical": same})
+    out["jit_first_call_s"] = _warm_up()
+    out.update(_KINDS[spec["kind"]](spec, params))
     out["worker_s"] = time.perf_counter() - t_proc
     # peak RSS of the whole worker (case building + goldens + JIT + simulation) and of the simulation
     # phase alone (Machine state + the core; None where VmHWM cannot be reset)
     out["peak_rss_bytes"] = max(peak_rss_bytes(), _SIM_PEAK.get("before", 0))
     out["sim_peak_rss_bytes"] = _SIM_PEAK.get("sim")
-    out.pop("by_opcode", None) if kind != "floor" else None
+    if spec["kind"] != "floor":
+        out.pop("by_opcode", None)
     return out
+
+
+def _scalar_workload(spec: dict, params: dict) -> dict:
+    from isa.assembler import assemble
+    from plena_sim.machine import Machine
+    from testbenches.variants import get_config
+    t0 = time.perf_counter()
+    prog = assemble(scalar_loop_program(params["outer"], params["inner"]), "scalar_loop.asm")
+    m = Machine(get_config("default"))
+    m.write_fp_sram(0, [0.0, 1.5, 0.75])
+    build_s = time.perf_counter() - t0
+    res, wall = _run_machine(m, prog, "serial")
+    return dict(_result_fields(res, wall), build_s=build_s)
+
+
+def _testbench_workload(spec: dict, params: dict) -> dict:
+    """A testbench case on the Numba core (``floor``: plus the arithmetic floor of its tile products)."""
+    t0 = time.perf_counter()
+    case = _build_case(spec["tb"], params, spec.get("hw"))
+    m, prog = _machine_for(case, "numba")
+    build_s = time.perf_counter() - t0
+    res, wall = _run_machine(m, prog, spec["timing"])
+    out = dict(_result_fields(res, wall), build_s=build_s)
+    if spec["kind"] == "floor":
+        out.update(_floor(res, m.cfg))
+    return out
+
+
+def _reference_workload(spec: dict, params: dict) -> dict:
+    """A testbench case on both backends: the reference interpreter's time over the Numba core's."""
+    case = _build_case(spec["tb"], params)
+    m, prog = _machine_for(case, "numba")
+    res, wall = _run_machine(m, prog, "serial")
+    m2, prog2 = _machine_for(case, "reference")
+    res2, wall2 = _run_machine(m2, prog2, "serial")
+    same = (res2.instructions == res.instructions and res2.cycles == res.cycles
+            and bool((m.vram.bits == m2.vram.bits).all()))
+    return dict(_result_fields(res, wall), reference_s=wall2, ratio=wall2 / wall if wall > 0 else None,
+                identical=same)
+
+
+#: workload kind -> its runner ``(spec, params) -> measurements``
+_KINDS = {"scalar": _scalar_workload, "testbench": _testbench_workload, "floor": _testbench_workload,
+          "reference": _reference_workload}
 
 
 def _floor(res, cfg) -> dict:
@@ -324,7 +322,7 @@ def _spawn(args: list[str], env: dict | None = None, timeout: float = 3600) -> t
 
 
 def _run_worker(name: str, quick: bool, env: dict | None = None) -> dict:
-    args = [sys.executable, "-m", "testbenches.bench", "--worker", name] + (["--quick"] if quick else [])
+    args = [sys.executable, "-m", "plena_cli.bench", "--worker", name] + (["--quick"] if quick else [])
     rc, so, se, wall = _spawn(args, env=env)
     lines = [ln for ln in so.splitlines() if ln.startswith("{")]
     if rc != 0 or not lines:
@@ -366,7 +364,7 @@ def _e2e(cold: bool) -> dict:
         tmp = tempfile.TemporaryDirectory(prefix="plena-bench-cold-")
         env["NUMBA_CACHE_DIR"] = tmp.name
     try:
-        rc, _so, se, wall = _spawn([sys.executable, "-m", "plena_sim.cli", "run", "flashattn_prefill"], env=env)
+        rc, _so, se, wall = _spawn([sys.executable, "-m", "plena_cli", "run", "flashattn_prefill"], env=env)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -380,7 +378,7 @@ def _cold_compile() -> dict:
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="plena-bench-cold-") as tmp:
         env["NUMBA_CACHE_DIR"] = tmp
-        rc, so, se, wall = _spawn([sys.executable, "-m", "testbenches.bench", "--worker", "_compile"], env=env)
+        rc, so, se, wall = _spawn([sys.executable, "-m", "plena_cli.bench", "--worker", "_compile"], env=env)
     if rc != 0:
         return {"error": (se.strip().splitlines() or ["?"])[-1]}
     return dict(json.loads([ln for ln in so.splitlines() if ln.startswith("{")][-1]), process_s=wall)
@@ -395,41 +393,46 @@ def run_suite(*, quick: bool = False, only: list[str] | None = None, repeat: int
             raise KeyError(f"unknown workload {n!r} (known: {', '.join(WORKLOADS)})")
     repeat = repeat if repeat is not None else (1 if quick else 3)
     cold = (not quick) if cold is None else cold
+    say = progress or (lambda _s: None)
     result: dict[str, Any] = {"suite": "plena-sim-bench", "suite_version": SUITE_VERSION, "quick": quick,
                               "repeat": repeat, "machine": machine_description(),
                               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "workloads": {}}
     for n in names:
         runs = []
         for k in range(repeat):
-            if progress:
-                progress(f"{n} run {k + 1}/{repeat}")
+            say(f"{n} run {k + 1}/{repeat}")
             runs.append(_run_worker(n, quick))
         result["workloads"][n] = _aggregate(runs)
-    wl = result["workloads"]
+    _relate_floor(result["workloads"])
+    if cold:
+        result["compile"] = _compile_measurements(repeat, say)
+    result["targets"] = targets(result)
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return result
+
+
+def _relate_floor(wl: dict) -> None:
+    """arith_floor's ``prefill_over_floor``: prefill_1k's sim wall (or its own run's) over the floor."""
     if "arith_floor" in wl and "floor_s" in wl["arith_floor"]:
         base = wl.get("prefill_1k", wl["arith_floor"])
         if base.get("sim_s") and wl["arith_floor"].get("floor_s"):
             wl["arith_floor"]["prefill_over_floor"] = base["sim_s"] / wl["arith_floor"]["floor_s"]
             wl["arith_floor"]["prefill_sim_s_used"] = base["sim_s"]
-    if cold:
-        if progress:
-            progress("compile with an empty JIT cache")
-        comp = {"cold_compile": _cold_compile()}
-        e2e_w = []
-        for k in range(repeat):
-            if progress:
-                progress(f"plena-sim run flashattn_prefill, warm cache {k + 1}/{repeat}")
-            e2e_w.append(_e2e(False))
-        secs = [d["seconds"] for d in e2e_w]
-        comp["e2e_run_warm_s"] = statistics.median(secs)
-        comp["e2e_run_warm_spread"] = [min(secs), max(secs)]
-        if progress:
-            progress("plena-sim run flashattn_prefill, empty JIT cache")
-        comp["e2e_run_cold"] = _e2e(True)
-        result["compile"] = comp
-    result["targets"] = targets(result)
-    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return result
+
+
+def _compile_measurements(repeat: int, say) -> dict:
+    """The empty-cache compile, and ``plena-sim run flashattn_prefill`` end to end (warm x repeat, cold)."""
+    say("compile with an empty JIT cache")
+    comp = {"cold_compile": _cold_compile()}
+    secs = []
+    for k in range(repeat):
+        say(f"plena-sim run flashattn_prefill, warm cache {k + 1}/{repeat}")
+        secs.append(_e2e(False)["seconds"])
+    comp["e2e_run_warm_s"] = statistics.median(secs)
+    comp["e2e_run_warm_spread"] = [min(secs), max(secs)]
+    say("plena-sim run flashattn_prefill, empty JIT cache")
+    comp["e2e_run_cold"] = _e2e(True)
+    return comp
 
 
 def targets(result: dict) -> list[dict]:
@@ -482,8 +485,8 @@ def _spr(w, k, fmt):
 
 
 def render(result: dict, console=None) -> None:
+    """Print a suite result: the headline, the workload table, the compile line and the targets."""
     from rich.console import Console
-    from rich.table import Table
     con = console or Console()
     if not con.is_terminal and con.width < 200:     # piped / captured: do not wrap the table at 80 columns
         con.width = 200
@@ -492,56 +495,73 @@ def render(result: dict, console=None) -> None:
               f"{' (quick)' if result['quick'] else ''}, median of {result['repeat']} run(s) [min..max]; "
               f"{mach['cpu']}, {mach['logical_cores']} cores, Python {mach['python']}, numba {mach.get('numba')}, "
               f"load {mach['loadavg_at_start']}, commit {mach['git_commit']}")
+    con.print(_workload_table(result["workloads"]))
+    if result.get("compile"):
+        con.print(_compile_line(result["compile"]))
+    con.print(_targets_table(result["targets"]))
+
+
+def _workload_table(workloads: dict):
+    from rich.table import Table
     t = Table(show_lines=False)
     for col in ("workload", "instructions", "cycles", "sim wall", "first call (JIT)", "instr/s", "cycles/s",
                 "MACs/s", "peak RSS", "sim RSS", "notes"):
         t.add_column(col, justify="left" if col in ("workload", "notes") else "right")
-    for name, w in result["workloads"].items():
-        if "error" in w or "unavailable" in w:
-            t.add_row(name, *["-"] * 9, w.get("error") or w.get("unavailable"))
+    for name, w in workloads.items():
+        if "error" in w:
+            t.add_row(name, *["-"] * 9, w["error"])
             continue
-        note = ""
-        if "ratio" in w:
-            note = f"reference {_sec(w['reference_s'])}: ratio {w['ratio']:.0f}x" \
-                   f"{_spr(w, 'ratio', lambda v: f'{v:.0f}')}{'' if w.get('identical') else ' (STATE DIFFERS)'}"
-        if "floor_s" in w:
-            pf = w.get("prefill_over_floor")
-            note = (f"{w['tile_products']} tile products: floor {_sec(w['floor_s'])}"
-                    + (f", prefill/floor {pf:.2f}x" if pf else ""))
-        if w.get("fault"):
-            note += f" FAULT {w['fault']}"
         t.add_row(name, f"{w['instructions']:,}", f"{w['cycles']:,}",
                   _sec(w["sim_s"]) + _spr(w, "sim_s", _sec),
                   _sec(w["jit_first_call_s"]) + _spr(w, "jit_first_call_s", _sec),
                   _si(w["instr_per_s"]), _si(w["cycles_per_s"]), _si(w["macs_per_s"]),
                   f"{w['peak_rss_bytes'] / 2**20:.0f} MiB" + _spr(w, "peak_rss_bytes", lambda v: f"{v / 2**20:.0f}"),
                   "-" if not w.get("sim_peak_rss_bytes") else f"{w['sim_peak_rss_bytes'] / 2**20:.0f} MiB",
-                  note)
-    con.print(t)
-    comp = result.get("compile")
-    if comp:
-        cc = comp.get("cold_compile", {})
-        cold = comp.get("e2e_run_cold", {})
-        con.print(f"compile with an empty JIT cache: {_sec(cc.get('jit_first_call_s'))} "
-                  f"(process {_sec(cc.get('process_s'))}); `plena-sim run flashattn_prefill` end to end: warm cache "
-                  f"{_sec(comp['e2e_run_warm_s'])} [{_sec(comp['e2e_run_warm_spread'][0])}.."
-                  f"{_sec(comp['e2e_run_warm_spread'][1])}], empty cache {_sec(cold.get('seconds'))}"
-                  + (f" (exit {cold.get('exit')})" if cold.get("exit") else ""))
+                  _note(w))
+    return t
+
+
+def _note(w: dict) -> str:
+    note = ""
+    if "ratio" in w:
+        note = f"reference {_sec(w['reference_s'])}: ratio {w['ratio']:.0f}x" \
+               f"{_spr(w, 'ratio', lambda v: f'{v:.0f}')}{'' if w.get('identical') else ' (STATE DIFFERS)'}"
+    if "floor_s" in w:
+        pf = w.get("prefill_over_floor")
+        note = (f"{w['tile_products']} tile products: floor {_sec(w['floor_s'])}"
+                + (f", prefill/floor {pf:.2f}x" if pf else ""))
+    if w.get("fault"):
+        note += f" FAULT {w['fault']}"
+    return note
+
+
+def _compile_line(comp: dict) -> str:
+    cc = comp.get("cold_compile", {})
+    cold = comp.get("e2e_run_cold", {})
+    return (f"compile with an empty JIT cache: {_sec(cc.get('jit_first_call_s'))} "
+            f"(process {_sec(cc.get('process_s'))}); `plena-sim run flashattn_prefill` end to end: warm cache "
+            f"{_sec(comp['e2e_run_warm_s'])} [{_sec(comp['e2e_run_warm_spread'][0])}.."
+            f"{_sec(comp['e2e_run_warm_spread'][1])}], empty cache {_sec(cold.get('seconds'))}"
+            + (f" (exit {cold.get('exit')})" if cold.get("exit") else ""))
+
+
+def _targets_table(targets_: list[dict]):
+    from rich.table import Table
     tt = Table(title="targets")
     for col in ("target", "measured", "limit", "met"):
         tt.add_column(col)
-    for tg in result["targets"]:
-        v = tg["value"]
-        vs = "-" if v is None else (_si(v, tg["unit"]) if tg["unit"] in ("cycles/s", "instr/s") else f"{v:.2f} {tg['unit']}")
+    for tg in targets_:
+        v, unit = tg["value"], tg["unit"]
+        vs = "-" if v is None else (_si(v, unit) if unit in ("cycles/s", "instr/s") else f"{v:.2f} {unit}")
         met = {True: "[green]met[/]", False: "[red]NOT met[/]", None: "not measured"}[tg["met"]]
         tt.add_row(tg["target"], vs, f"{tg['op']} {_si(tg['limit']) if tg['limit'] >= 1e3 else tg['limit']}", met)
-    con.print(tt)
+    return tt
 
 
 # ==================================================================================== entry points
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbenches.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m plena_cli.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--only", action="append", metavar="NAME", help="run only this workload (repeatable, or a,b)")
@@ -582,10 +602,9 @@ def run_and_print(*, quick=False, as_json=False, only=None, repeat=None, cold=No
     return 1 if bad else 0
 
 
-
 # ==================================================================================== per-opcode costs
 
-#: opcode microbenchmarks (``python -m testbenches.bench --op-costs``): one instruction repeated in a
+#: opcode microbenchmarks (``python -m plena_cli.bench --op-costs``): one instruction repeated in a
 #: hardware loop; the cost per instruction is (time - empty-loop time) / count.  gp1 = VRAM row 0,
 #: gp2 = VRAM row 1 (element 64), gp3 = VRAM row 2, gp4 = MRAM tile 0; f1 = 1.5.
 OP_COST_LINES = {

@@ -1,0 +1,24 @@
+"""The ``plena-sim`` command line: the top floor (it may import every other package; nothing imports it).
+
+Floors: ``isa`` <- ``plena_sim`` <- ``programs`` <- ``testbenches`` <- ``plena_cli`` (tests/test_layering.py).
+
+Modules, one job each:
+
+* :mod:`.main` -- the parser (every command module registers its subcommands), the dispatch and the
+  error boundary that maps every failure to an exit code (:mod:`.errors`);
+* :mod:`.errors` -- the exit codes and :class:`~plena_cli.errors.UsageError`;
+* :mod:`.options` -- flags and flag values shared by several commands (``--hw``, ``--config``, ``--set``,
+  integers, ``ADDR:COUNT=PATH`` specs);
+* :mod:`.paths` -- the files a command reads and writes (program input, checked output paths, atomic
+  and streamed writes);
+* :mod:`.render` -- shared rich/JSON rendering (consoles, run summary, trace tables, fault headline);
+* commands: :mod:`.isa_commands` (asm, disasm, isa), :mod:`.config_commands` (hw, config),
+  :mod:`.exec_command` (exec), :mod:`.demo_command` (demo), :mod:`.testbench_commands` (list, run,
+  mutants; with :mod:`.testbench_args` -- a testbench, its parameters and its machine from the command
+  line -- and :mod:`.run_report` -- the JSON document and panel of one run), :mod:`.trace_command`
+  (trace), :mod:`.bench_command` (bench);
+* :mod:`.bench` -- the performance benchmark suite (``plena-sim bench``, ``python -m plena_cli.bench``).
+
+The library is imported inside the command functions, so ``plena-sim --help`` and the ISA commands
+start without loading Numba.
+"""

@@ -1,0 +1,37 @@
+"""``plena-sim bench``: run the benchmark suite (:mod:`plena_cli.bench`) and print or return its numbers."""
+from __future__ import annotations
+
+import argparse
+
+from .errors import EXIT_BUG, EXIT_OK, UsageError
+from .render import print_json
+
+__all__ = ["register", "cmd_bench"]
+
+
+def register(sub) -> None:
+    be = sub.add_parser("bench", help="run the benchmark suite (speed, JIT, peak RSS; docs/performance.md)")
+    be.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
+    be.add_argument("--json", action="store_true", help="print one JSON object")
+    be.add_argument("--only", action="append", metavar="NAME", help="only this workload (repeatable, or a,b)")
+    be.add_argument("--repeat", type=int, default=None, help="runs per workload (default 3, 1 with --quick)")
+    be.add_argument("--cold", action=argparse.BooleanOptionalAction, default=None,
+                    help="also measure the empty-JIT-cache compile and end-to-end run (default: on unless --quick)")
+    be.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args, out, err) -> int:
+    from . import bench
+    only = [x.strip() for o in (args.only or []) for x in o.split(",") if x.strip()] or None
+    unknown = [n for n in (only or []) if n not in bench.WORKLOADS]
+    if unknown:
+        raise UsageError(f"--only: unknown workload(s) {', '.join(unknown)} (valid: {', '.join(bench.WORKLOADS)})")
+    if args.repeat is not None and args.repeat < 1:
+        raise UsageError("--repeat must be >= 1")
+    progress = None if args.json else (lambda s: err.print(f"[dim]bench: {s}[/]"))
+    res = bench.run_suite(quick=args.quick, only=only, repeat=args.repeat, cold=args.cold, progress=progress)
+    if args.json:
+        print_json(out, res)
+    else:
+        bench.render(res, out)
+    return EXIT_BUG if any("error" in w for w in res["workloads"].values()) else EXIT_OK

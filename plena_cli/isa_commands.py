@@ -1,0 +1,72 @@
+"""``plena-sim asm``, ``disasm`` and ``isa``: the assembler, the disassembler and the opcode table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from .errors import EXIT_OK, UsageError
+
+__all__ = ["register", "cmd_asm", "cmd_disasm", "cmd_isa"]
+
+
+def register(sub) -> None:
+    a = sub.add_parser("asm", help="assemble a .asm file into .mem machine code")
+    a.add_argument("input", metavar="IN.asm")
+    a.add_argument("-o", "--output", metavar="OUT.mem", help="output .mem (default: stdout)")
+    a.set_defaults(func=cmd_asm)
+
+    d = sub.add_parser("disasm", help="disassemble a .mem file into canonical assembly")
+    d.add_argument("input", metavar="IN.mem")
+    d.add_argument("--addresses", action="store_true", help="prefix each line with index and word")
+    d.set_defaults(func=cmd_disasm)
+
+    i = sub.add_parser("isa", help="print the opcode table")
+    i.add_argument("--markdown", action="store_true", help="print the generated Markdown reference")
+    i.set_defaults(func=cmd_isa)
+
+
+def cmd_asm(args, out, err) -> int:
+    from isa import assemble_file, format_mem, write_mem
+    src = Path(args.input)
+    if not src.is_file():
+        raise UsageError(f"no such file: {args.input}")
+    prog = assemble_file(src)
+    if args.output in (None, "-"):
+        out.file.write(format_mem(prog.words))
+        return EXIT_OK
+    dst = Path(args.output)
+    if not dst.parent.exists() and str(dst.parent) not in ("", "."):
+        raise UsageError(f"output directory does not exist: {dst.parent}")
+    try:
+        write_mem(dst, prog.words)
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    err.print(f"[green]assembled[/] {len(prog)} instructions -> {args.output}")
+    return EXIT_OK
+
+
+def cmd_disasm(args, out, err) -> int:
+    from isa import disassemble_word, read_mem
+    prog = read_mem(args.input)
+    for k, w in enumerate(prog.words):
+        text = disassemble_word(w)
+        out.print(f"{k:6d}  0x{w:08X}  {text}" if args.addresses else text, markup=False)
+    return EXIT_OK
+
+
+def cmd_isa(args, out, err) -> int:
+    from isa.docs import opcode_markdown
+    from isa.table import INSTRUCTIONS, UNITS
+    if args.markdown:
+        out.file.write(opcode_markdown())
+        return EXIT_OK
+    t = Table(title="PLENA opcode table (isa/table.py)")
+    for col in ("hex", "mnemonic", "unit", "operands", "fmt", "latency", "meaning"):
+        t.add_column(col)
+    for i in INSTRUCTIONS:
+        ops = ", ".join(("[" + o.name + "]") if o.optional else o.name for o in i.operands if not o.compat)
+        t.add_row(f"{i.opcode:02X}", i.mnemonic, UNITS[i.unit], ops, i.fmt,
+                  i.latency + (" (0 if rd=0)" if i.noop_if_rd0 else ""), i.summary)
+    out.print(t)
+    return EXIT_OK

@@ -1,0 +1,98 @@
+"""Rendering shared by the commands: the consoles, JSON output, the run summary, traces, the fault headline.
+
+Every command prints its result to ``out`` (stdout) and diagnostics to ``err`` (stderr); machine-readable
+output (``--json``) is one JSON document written straight to ``out.file``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["consoles", "json_default", "print_json", "print_fault", "print_plain", "status", "run_summary",
+           "upstream_lines", "render_trace"]
+
+
+def consoles() -> tuple[Console, Console]:
+    """``(out, err)``: stdout and stderr consoles (no highlighting, no hard wrapping)."""
+    return Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def json_default(o):
+    """JSON of the numpy scalars and arrays in a result document (anything else: its str)."""
+    import numpy as np
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def print_json(out: Console, doc, *, sort_keys: bool = False, indent: int | None = None) -> None:
+    """Write ``doc`` as one JSON document (one line unless ``indent``) to ``out``'s file."""
+    out.file.write(json.dumps(doc, default=json_default, sort_keys=sort_keys, indent=indent) + "\n")
+
+
+def print_fault(err: Console, text: str) -> None:
+    """The fault headline: ``fault: <message>`` (the message printed verbatim)."""
+    err.print("[red]fault:[/] ", end="")
+    err.print(text, markup=False)
+
+
+def print_plain(console: Console, lines) -> None:
+    """Print ``lines`` verbatim (no markup, no highlighting)."""
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+
+
+def status(err: Console, text: str, quiet: bool):
+    """A spinner on ``err`` showing ``text`` (a do-nothing context yielding None when ``quiet``)."""
+    return contextlib.nullcontext() if quiet else err.status(text)
+
+
+def run_summary(res, out: Console, title: str) -> None:
+    """The statistics table of one ``Machine.run`` result, then its instructions by opcode."""
+    st = res.stats
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("instructions", f"{res.instructions:,}")
+    t.add_row(f"cycles ({st.get('timing_mode', 'serial')})", f"{res.cycles:,}")
+    for unit, n in st.get("by_unit", {}).items():
+        t.add_row(f"unit {unit}", f"{n:,}")
+    t.add_row("matrix MACs", f"{st.get('matrix_macs', 0):,}")
+    t.add_row("host seconds", f"{st.get('host_seconds', 0.0):.4f}")
+    out.print(t)
+    if st.get("by_opcode"):
+        ops = Table(title="instructions by opcode")
+        ops.add_column("opcode")
+        ops.add_column("count", justify="right")
+        for name, n in sorted(st["by_opcode"].items(), key=lambda kv: -kv[1]):
+            ops.add_row(name, f"{n:,}")
+        out.print(ops)
+
+
+def upstream_lines(stats: dict) -> list[str]:
+    """The upstream emulator's summary lines (timing.md §6) from a run's statistics."""
+    cycles = int(stats.get("cycles", 0))
+    h = stats.get("hbm", {})
+    r, w = int(h.get("bytes_read", 0)), int(h.get("bytes_written", 0))
+    util = (r + w) / (cycles * 1e-9) if cycles else 0.0
+    return [f"Simulation completed. Latency {cycles}.000ns",
+            f"HBM Statistics - Bytes read: {r} | Bytes written: {w} | Utilization: {util:.6g} bytes/sec"]
+
+
+def render_trace(out: Console, trace, stats: dict, last: int | None = None, title: str | None = None,
+                 full=None) -> None:
+    """Table of ``trace`` (its last ``last`` rows), per-opcode summary of ``full`` (default: ``trace``)
+    and the per-unit utilization bars of the run."""
+    from plena_sim.trace import render_summary, render_table, render_utilization
+    shown = trace.filter(last=last) if last is not None else trace
+    out.print(render_table(shown, title=escape(title) if title else None))
+    out.print(render_summary(full if full is not None else trace))
+    out.print(render_utilization(stats.get("unit_busy_cycles", trace.unit_busy()), int(stats.get("cycles", 0))))

@@ -1,0 +1,203 @@
+"""``plena-sim list``, ``run`` and ``mutants``: the testbenches, one testbench case, the mutation campaign."""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
+from .options import add_backend_arg, add_hw_arg, add_timing_arg
+from .paths import out_path, save_npz, write_out, write_perfetto
+from .render import json_default, print_fault, print_json, render_trace, status
+from .run_report import render_hardware, render_report, result_json, tolerance_info
+from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
+
+__all__ = ["register", "cmd_list", "cmd_run", "cmd_mutants"]
+
+
+def register(sub) -> None:
+    ls = sub.add_parser("list", help="list the testbenches")
+    add_hw_arg(ls)
+    ls.set_defaults(func=cmd_list)
+
+    r = sub.add_parser("run", help="run a testbench: build, generate, assemble, simulate, compare")
+    r.add_argument("name", metavar="NAME")
+    r.add_argument("--case", metavar="ID", help="a required/stretch case id (e.g. P3)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="testbench parameter (repeatable)")
+    add_machine_args(r, "hardware variant: default, emu025, small, wide")
+    add_backend_arg(r)
+    r.add_argument("--save", metavar="DIR", help="write program.asm, program.mem, result.json, arrays.npz")
+    r.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_timing_arg(r)
+    r.add_argument("--trace", action="store_true", help="record an execution trace; show its last 50 rows")
+    r.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
+    r.set_defaults(func=cmd_run)
+
+    mu = sub.add_parser("mutants", help="prove the testbenches catch every known codegen bug (kernels.md §6)")
+    mu.add_argument("--only", metavar="NAME[,NAME]", help="run only these mutations")
+    mu.add_argument("--quick", action="store_true",
+                    help="only the cheapest exposing case per mutation (default: every listed case)")
+    add_backend_arg(mu)
+    mu.add_argument("--json", action="store_true", help="print one JSON object")
+    mu.set_defaults(func=cmd_mutants)
+
+
+# ----------------------------------------------------------------------------------------- list
+
+def cmd_list(args, out, err) -> int:
+    import testbenches
+    from plena_sim.presets import load_preset
+    cfg = load_preset(args.hw) if args.hw else None
+    where = f" on {args.hw}" if args.hw else "; shapes in machine units, --hw P shows their values"
+    t = Table(title=f"testbenches (plena-sim run NAME){where}")
+    for col in ("name", "description", "parameters (defaults)", "required cases"):
+        t.add_column(col)
+    for name in testbenches.names():
+        try:
+            mod = testbenches.get(name)
+        except ImportError as exc:
+            t.add_row(name, f"[red]cannot import: {exc}[/]", "", "")
+            continue
+        cases = " ".join(c[0] for c in mod.REQUIRED_CASES)
+        t.add_row(name, getattr(mod, "DESCRIPTION", ""), _defaults_text(mod.DEFAULTS, cfg), cases)
+    out.print(t)
+    return EXIT_OK
+
+
+def _defaults_text(defaults: dict, cfg) -> str:
+    """``k=v`` of every default; a shape in machine units also shows its value on ``cfg`` if given."""
+    from testbenches.shapes import Hw
+    return ", ".join(f"{k}={v} (={v.resolve(cfg)})" if isinstance(v, Hw) and cfg is not None else f"{k}={v}"
+                     for k, v in defaults.items())
+
+
+# ----------------------------------------------------------------------------------------- run
+
+def cmd_run(args, out, err) -> int:
+    mod = get_testbench(args.name)
+    params, cfg = case_params_and_config(mod, args.name, args)
+    save_dir = _save_dir(args.save) if args.save else None
+    perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto else None
+    if not args.json:
+        render_hardware(out, f"{args.name} [{args.case or 'custom'}] hardware ({_machine_name(args, cfg)})",
+                        cfg, params)
+    t0 = time.perf_counter()
+    with status(err, "build + generate ...", args.json) as spinner:
+        case = build_case(mod, args.name, params, cfg, args)
+        if spinner is not None:
+            spinner.update("assemble + simulate + compare ...")
+        rep, sim, program_mem = _simulate(case, args, want_trace=bool(args.trace or perfetto))
+    doc = result_json(args.name, params, cfg, rep, tolerance_info(case))
+    doc["wall_s"] = time.perf_counter() - t0
+    if save_dir is not None:
+        _save(save_dir, case, sim, program_mem, doc)
+    if perfetto is not None and rep.trace is not None:
+        write_perfetto(perfetto, rep.trace)
+    if args.json:
+        print_json(out, doc, sort_keys=True)
+    else:
+        render_report(out, rep, doc)
+        if args.trace and rep.trace is not None:
+            render_trace(out, rep.trace, rep.stats, last=50)
+    if rep.fault is not None and not rep.passed:
+        if not args.json:
+            print_fault(err, doc["fault"]["message"])
+        return EXIT_FAULT
+    return EXIT_OK if rep.passed else EXIT_MISMATCH
+
+
+def _save_dir(path: str) -> Path:
+    save_dir = Path(path)
+    try:
+        save_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--save: cannot create {path}: {exc.strerror or exc}") from None
+    return save_dir
+
+
+def _machine_name(args, cfg) -> str:
+    if args.config:
+        return cfg.section
+    return cfg.preset + ("" if args.variant in (None, "default") else f", {args.variant}")
+
+
+def _simulate(case, args, want_trace: bool):
+    """Run the case in a temporary work directory: ``(report, sim output or None, program.mem text or None)``."""
+    import numpy as np
+    from testbenches.harness import run
+    with tempfile.TemporaryDirectory(prefix="plena-run-") as tmp:
+        rep = run(case, backend=args.backend, workdir=tmp, timing=args.timing, trace=want_trace)
+        sim_file, mem_file = Path(tmp) / "sim.npy", Path(tmp) / "program.mem"
+        sim = np.load(sim_file) if sim_file.exists() else None
+        program_mem = mem_file.read_text() if mem_file.exists() else None
+    return rep, sim, program_mem
+
+
+def _save(save_dir: Path, case, sim, program_mem: str | None, doc: dict) -> None:
+    """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output) and result.json."""
+    import numpy as np
+    write_out(save_dir / "program.asm", case.program, "--save")
+    if program_mem is not None:
+        write_out(save_dir / "program.mem", program_mem, "--save")
+    arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
+    if case.golden is not None:
+        arrays["golden"] = np.asarray(case.golden, dtype=np.float32)
+    if sim is not None:
+        arrays["output"] = np.asarray(sim, dtype=np.float32)
+    save_npz(save_dir / "arrays.npz", arrays, "--save")
+    write_out(save_dir / "result.json", json.dumps(doc, default=json_default, indent=1) + "\n", "--save")
+
+
+# ----------------------------------------------------------------------------------------- mutants
+
+def cmd_mutants(args, out, err) -> int:
+    from testbenches import mutations as mut
+    hooks = _mutation_names(args.only, mut)
+    rows = []
+    with status(err, "running mutants ...", args.json) as spinner:
+        for h in hooks:
+            rows += _mutant_rows(h, args, mut, spinner)
+    all_caught = all(r["caught"] for r in rows)
+    if args.json:
+        print_json(out, {"all_caught": all_caught, "mutants": rows})
+    else:
+        _render_mutants(out, rows)
+    return EXIT_OK if all_caught else EXIT_MISMATCH
+
+
+def _mutation_names(only: str | None, mut) -> list[str]:
+    if not only:
+        return list(mut.MUTATIONS)
+    wanted = [h.strip() for h in only.split(",") if h.strip()]
+    unknown = [h for h in wanted if h not in mut.MUTATIONS]
+    if unknown:
+        raise UsageError(f"--only: unknown mutation(s) {', '.join(unknown)} (valid: {', '.join(mut.MUTATIONS)})")
+    return wanted
+
+
+def _mutant_rows(hook: str, args, mut, spinner) -> list[dict]:
+    """One row per exposing case of mutation ``hook`` (only the cheapest one with ``--quick``)."""
+    rows = []
+    cases = [dict(mut.ci_subset())[hook]] if args.quick else mut.exposures(hook)
+    for exp in cases:
+        if spinner is not None:
+            spinner.update(f"{hook} on {exp.label}")
+        rep = mut.run_mutation(hook, exp, backend=args.backend)
+        how = mut.how_caught(rep)
+        rows.append({"mutation": hook, "description": mut.DESCRIPTIONS[hook], "case": exp.label,
+                     "caught": bool(how), "how": how or "NOT CAUGHT",
+                     "worst_err_over_tol": rep.worst_ratio if how == "mismatch" else None, "detail": rep.summary})
+    return rows
+
+
+def _render_mutants(out, rows: list[dict]) -> None:
+    t = Table(title=f"mutants: {sum(r['caught'] for r in rows)}/{len(rows)} caught")
+    for col in ("mutation", "exposing case", "caught", "how", "worst err/tol"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["mutation"], r["case"], "[green]yes[/]" if r["caught"] else "[red]NO[/]", r["how"],
+                  "" if r["worst_err_over_tol"] is None else f"{r['worst_err_over_tol']:.3g}")
+    out.print(t)
