@@ -560,14 +560,19 @@ def _targets_table(targets_: list[dict]):
 
 # ==================================================================================== entry points
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m plena_cli.bench", description=__doc__.splitlines()[0])
+def add_options(ap) -> None:
+    """The suite's options, shared by ``plena-sim bench`` and ``python -m plena_cli.bench``."""
     ap.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--only", action="append", metavar="NAME", help="run only this workload (repeatable, or a,b)")
-    ap.add_argument("--repeat", type=int, default=None, help="runs per workload (default 3; 1 with --quick)")
+    ap.add_argument("--only", action="append", metavar="NAME", help="only this workload (repeatable, or a,b)")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per workload (default 3, 1 with --quick)")
     ap.add_argument("--cold", action=argparse.BooleanOptionalAction, default=None,
-                    help="measure the empty-cache compile and the end-to-end run (default: on, off with --quick)")
+                    help="also measure the empty-JIT-cache compile and end-to-end run (default: on unless --quick)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m plena_cli.bench", description=__doc__.splitlines()[0])
+    add_options(ap)
     ap.add_argument("--op-costs", action="store_true", help="print the per-opcode cost microbenchmark")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

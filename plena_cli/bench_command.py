@@ -1,8 +1,8 @@
 """``plena-sim bench``: run the benchmark suite (:mod:`plena_cli.bench`) and print or return its numbers."""
 from __future__ import annotations
 
-import argparse
 
+from .bench import add_options
 from .errors import EXIT_BUG, EXIT_OK, UsageError
 from .render import print_json
 
@@ -11,12 +11,7 @@ __all__ = ["register", "cmd_bench"]
 
 def register(sub) -> None:
     be = sub.add_parser("bench", help="run the benchmark suite (speed, JIT, peak RSS; docs/performance.md)")
-    be.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
-    be.add_argument("--json", action="store_true", help="print one JSON object")
-    be.add_argument("--only", action="append", metavar="NAME", help="only this workload (repeatable, or a,b)")
-    be.add_argument("--repeat", type=int, default=None, help="runs per workload (default 3, 1 with --quick)")
-    be.add_argument("--cold", action=argparse.BooleanOptionalAction, default=None,
-                    help="also measure the empty-JIT-cache compile and end-to-end run (default: on unless --quick)")
+    add_options(be)
     be.set_defaults(func=cmd_bench)
 
 
