@@ -12,7 +12,7 @@ from types import MappingProxyType
 __all__ = [
     "Field", "FIELDS", "FORMATS", "Operand", "Instr", "INSTRUCTIONS", "BY_MNEMONIC", "BY_OPCODE",
     "NOT_INSTRUCTIONS", "UNITS", "OPERAND_KINDS", "WORD_BITS", "FAMILIES", "ALUS", "SPACES", "SPECIAL_WRITES",
-    "TOPK_POLICIES", "EXP_CLAMP", "REGISTER_COUNT",
+    "TOPK_POLICIES", "EXP_CLAMP", "REGISTER_COUNT", "mac_table",
 ]
 
 WORD_BITS = 32
@@ -192,6 +192,16 @@ FAMILIES: tuple[str, ...] = ("sint", "intmem", "sfp", "fpmem", "mapv", "vbin", "
 TOPK_POLICIES: tuple[tuple[int, int], ...] = ((32, 4), (128, 8))
 #: exp instructions clamp their argument to [-EXP_CLAMP, EXP_CLAMP] (isa.md §6.1, §6.3)
 EXP_CLAMP = 88.0
+def mac_table(M: int, B: int, H: int, BA: int) -> list[int]:
+    """Matrix-unit MACs per opcode number (the ``macs`` expressions of the table) at this machine."""
+    env = {"M": M, "B": B, "H": H, "BA": BA}
+    out = [0] * (1 << FIELDS["opcode"].width)
+    for i in INSTRUCTIONS:
+        if i.macs:
+            out[i.opcode] = int(eval(i.macs, {"__builtins__": {}}, env))  # noqa: S307 - table data, not input
+    return out
+
+
 #: registers an instruction can write that are not operands
 SPECIAL_WRITES: tuple[str, ...] = ("SCALE", "STRIDE", "V_MASK", "LOOP")
 #: memory spaces an address operand can point into

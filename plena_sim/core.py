@@ -61,7 +61,7 @@ from isa.encoding import (  # noqa: F401  (generated module constants, used as c
     OP_V_SHFT_V, OP_C_BREAK, OP_V_MAX_VF, OP_V_MIN_VF, OP_V_TOPK,
 )
 from isa.program import Program
-from isa.table import BY_OPCODE
+from isa.table import BY_OPCODE, EXP_CLAMP, TOPK_POLICIES, mac_table
 from .faults import (  # noqa: F401
     R_IL_OPC, R_IL_FREG, R_IL_AREG, R_IL_BRD, R_IL_TOPK, R_CF_VM, R_CF_BA, R_LP_ZERO, R_LP_GP0,
     R_LP_NOMATCH, R_LP_BREAK, R_LP_RUNAWAY, R_BUDGET, R_AL_VROW, R_AL_MTILE, R_AL_MM, R_AL_MV,
@@ -141,6 +141,9 @@ O_RS3 = 3
 O_IMM = 5
 
 _U32 = 0xFFFFFFFF
+#: V_TOPK experts E and selections K per policy (isa.table.TOPK_POLICIES)
+_TOPK_E = tuple(e for e, _k in TOPK_POLICIES)
+_TOPK_K = tuple(k for _e, k in TOPK_POLICIES)
 
 _VALID = np.zeros(64, dtype=np.bool_)
 for _op in BY_OPCODE:
@@ -182,10 +185,10 @@ def _exp_clamped(a):
     if a != a:
         return a
     x = np.float64(a)
-    if x < -88.0:
-        x = -88.0
-    elif x > 88.0:
-        x = 88.0
+    if x < -EXP_CLAMP:
+        x = -EXP_CLAMP
+    elif x > EXP_CLAMP:
+        x = EXP_CLAMP
     return np.float32(math.exp(x))
 
 
@@ -405,8 +408,8 @@ def _topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits,
     if rs3 > 1:
         return _fault(frec, R_IL_TOPK, pc, O_RS3, rs3, -1, 2, 0, 0)
     V = cfg[C_V]
-    E = 32 if rs3 == 0 else 128
-    K = 4 if rs3 == 0 else 8
+    E = _TOPK_E[rs3]
+    K = _TOPK_K[rs3]
     nrow = (E + V - 1) // V
     fdst = np.int64(gp[rd])
     a = np.int64(gp[rs1])
@@ -943,8 +946,8 @@ def _run(op, rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a, word_a,
     sbuf = np.empty(W, dtype=np.uint8)
     fbuf = np.empty(W, dtype=np.float32)
     counts = np.zeros(2, dtype=np.int64)
-    logits = np.empty(128, dtype=np.float32)
-    taken = np.empty(128, dtype=np.bool_)
+    logits = np.empty(max(_TOPK_E), dtype=np.float32)
+    taken = np.empty(max(_TOPK_E), dtype=np.bool_)
     sel = np.empty(8, dtype=np.int64)
     wts = np.empty(8, dtype=np.float32)
     rr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
@@ -1237,11 +1240,7 @@ def _params(cfg):
             fmt[t, F_BLOCK] = 1
         fmt[t, F_EB] = ty.elem_bytes
     M, B, H, BA = cfg.MLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
-    macs = np.zeros(64, dtype=np.int64)
-    macs[OP_M_MM] = macs[OP_M_TMM] = B * B * M
-    macs[OP_M_MV] = macs[OP_M_TMV] = B * M
-    macs[OP_M_BMM] = macs[OP_M_BTMM] = BA * M * M * H
-    macs[OP_M_BMV] = macs[OP_M_BTMV] = BA * M * H
+    macs = np.array(mac_table(M, B, H, BA), dtype=np.int64)
     out = (c, fmt, np.ascontiguousarray(latency_table(cfg), dtype=np.int64), float(cfg.BMM_SCALE), macs)
     if len(_PARAM_CACHE) >= 64:
         _PARAM_CACHE.clear()

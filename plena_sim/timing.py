@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from isa.table import TOPK_POLICIES
 from isa.encoding import (  # noqa: F401
     OP_M_MM, OP_M_TMM, OP_M_BMM, OP_M_BTMM, OP_M_BMM_WO, OP_M_MM_WO, OP_M_MV, OP_M_TMV, OP_M_BMV,
     OP_M_BTMV, OP_M_MV_WO, OP_M_BMV_WO, OP_V_ADD_VV, OP_V_ADD_VF, OP_V_SUB_VV, OP_V_SUB_VF,
@@ -93,6 +94,9 @@ TC_TOTAL = 15
 TC_N = 16
 
 MAX_RANGES = 8
+#: V_TOPK experts E and selections K per policy (isa.table.TOPK_POLICIES)
+_TOPK_E = np.array([e for e, _k in TOPK_POLICIES], dtype=np.int64)
+_TOPK_K = np.array([k for _e, k in TOPK_POLICIES], dtype=np.int64)
 #: most DMA blocks the preallocated per-run scratch holds (see TimingState)
 SCRATCH_CAP = 1 << 16
 
@@ -244,8 +248,8 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
         nw = _put(wr, nw, RS_FP + rd, 1, 1)
         return nr, nw
     if o == OP_V_TOPK:
-        E = 32 if rs3 == 0 else 128
-        K = 4 if rs3 == 0 else 8
+        E = _TOPK_E[rs3 & 1]
+        K = _TOPK_K[rs3 & 1]
         for g in (rd, rs1, rs2):
             if g != 0:
                 nr = _put(rr, nr, RS_GP + g, 1, 1)
