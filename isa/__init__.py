@@ -4,10 +4,24 @@ Public API: :func:`assemble`, :func:`assemble_file`, :class:`AssemblerError`, :f
 :func:`disassemble_word`, :class:`Program`, :func:`read_mem`, :func:`write_mem`, :func:`parse_mem`,
 :func:`format_mem`, :class:`MemFormatError`.
 """
+
 from .assembler import AsmDiagnostic, AssemblerError, assemble, assemble_file
 from .disasm import disassemble, disassemble_word
 from .memfile import MemFormatError, format_mem, parse_mem, read_mem, write_mem
 from .program import Program, SourceLine
 
-__all__ = ["AsmDiagnostic", "AssemblerError", "assemble", "assemble_file", "disassemble", "disassemble_word",
-           "MemFormatError", "format_mem", "parse_mem", "read_mem", "write_mem", "Program", "SourceLine"]
+__all__ = [
+    "AsmDiagnostic",
+    "AssemblerError",
+    "assemble",
+    "assemble_file",
+    "disassemble",
+    "disassemble_word",
+    "MemFormatError",
+    "format_mem",
+    "parse_mem",
+    "read_mem",
+    "write_mem",
+    "Program",
+    "SourceLine",
+]

@@ -7,6 +7,7 @@ are case-insensitive.
 Every operand is kind- and range-checked against the opcode table; all errors of a file are collected
 and raised together as one :class:`AssemblerError`.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,9 +30,10 @@ _RESERVED_NAMES = {name: op for op, name in NOT_INSTRUCTIONS.items() if name}
 @dataclass(frozen=True)
 class AsmDiagnostic:
     """One located assembler error."""
+
     file: str
-    line: int        # 1-based
-    column: int      # 1-based column of ``token`` in the line
+    line: int  # 1-based
+    column: int  # 1-based column of ``token`` in the line
     token: str
     reason: str
     line_text: str
@@ -81,7 +83,7 @@ _MAX_DIGITS = 40
 
 def _shown(tok: str, limit: int = 40) -> str:
     """``tok`` for a message, shortened to ``limit`` characters."""
-    return tok if len(tok) <= limit else tok[:limit - 3] + "..."
+    return tok if len(tok) <= limit else tok[: limit - 3] + "..."
 
 
 def _parse_number(tok: str) -> int | None:
@@ -114,7 +116,7 @@ def _parse_operand(op: Operand, tok: str, col: int, index: int, instr: Instr) ->
     m = _REG_RE.match(tok)
     if op.kind in ("gp", "f", "a"):
         if not m and op.zero_literal and _parse_number(tok) == 0:
-            m = _REG_RE.match(f"{op.kind}0")   # upstream-compatibility spelling of register 0 (table.py)
+            m = _REG_RE.match(f"{op.kind}0")  # upstream-compatibility spelling of register 0 (table.py)
         if not m:
             also = " (or 0 for gp0)" if op.zero_literal else ""
             raise _LineError(col, tok, f"{pos}: expected {_expected(op)}{also}, got {_describe(tok)}")
@@ -143,7 +145,7 @@ def _parse_operand(op: Operand, tok: str, col: int, index: int, instr: Instr) ->
         f = FIELDS[op.field] if op.field else None
         hi = op.max_value if op.max_value is not None else (f.max if f else 0)
         if v < 0 or v > hi:
-            shown = v if 0 <= v and len(tok) <= 40 else _shown(tok)
+            shown = v if v >= 0 and len(tok) <= 40 else _shown(tok)
             raise _LineError(col, tok, f"{pos}: value {shown} out of range; expected {op.name} 0..{hi}")
         value = v
     for bad, why in op.forbid:
@@ -176,10 +178,15 @@ def _assemble_line(code: str) -> int | None:
     instr = BY_MNEMONIC.get(mnem)
     if instr is None:
         if mnem in _RESERVED_NAMES:
-            raise _LineError(col0, mnem_tok, f"{mnem} (opcode {_RESERVED_NAMES[mnem]:#04x}) is not an "
-                                             "instruction of this ISA")
-        raise _LineError(col0, mnem_tok, "unknown mnemonic; expected an instruction name such as S_ADDI_INT "
-                                         "(labels, directives and '#' comments are not supported)")
+            raise _LineError(
+                col0, mnem_tok, f"{mnem} (opcode {_RESERVED_NAMES[mnem]:#04x}) is not an instruction of this ISA"
+            )
+        raise _LineError(
+            col0,
+            mnem_tok,
+            "unknown mnemonic; expected an instruction name such as S_ADDI_INT "
+            "(labels, directives and '#' comments are not supported)",
+        )
     ops: list[tuple[str, int]] = []
     if len(parts) > 1:
         rest_col = col0 + body.index(parts[1], len(mnem_tok))
@@ -192,11 +199,15 @@ def _assemble_line(code: str) -> int | None:
         allowed = " | ".join(", ".join(o.name for o in f) or "(none)" for f in instr.forms())
         tok, col = ops[-1] if ops else (mnem_tok, col0)
         hint = " (missing commas?)" if any(" " in t or "\t" in t for t, _ in ops) else ""
-        raise _LineError(col, tok, f"{mnem} takes {' or '.join(str(len(f)) for f in instr.forms())} "
-                                   f"operands, got {len(ops)}{hint}; expected: {allowed}")
+        raise _LineError(
+            col,
+            tok,
+            f"{mnem} takes {' or '.join(str(len(f)) for f in instr.forms())} "
+            f"operands, got {len(ops)}{hint}; expected: {allowed}",
+        )
     form = forms[0]
     fields: dict[str, int] = {}
-    for k, (op, (tok, col)) in enumerate(zip(form, ops)):
+    for k, (op, (tok, col)) in enumerate(zip(form, ops, strict=True)):
         if " " in tok or "\t" in tok:
             raise _LineError(col, tok, f"operand {k + 1} ({op.name}): contains whitespace (missing comma?)")
         value = _parse_operand(op, tok, col, k, instr)
@@ -210,17 +221,16 @@ def _assemble_line(code: str) -> int | None:
 #: assembled), so this memo removes most of the parsing; bounded (cleared when full) to cap its memory.
 _LINE_MEMO: dict[str, int | None] = {}
 _LINE_MEMO_MAX = 1 << 17
-_MISS = object()
 
 
 def assemble_line_cached(line: str) -> int | None:
     """The word of one source line (None if blank/comment); raises _LineError. Memoized (see above)."""
-    word = _LINE_MEMO.get(line, _MISS)
-    if word is _MISS:
-        word = _assemble_line(strip_comment(line))
-        if len(_LINE_MEMO) >= _LINE_MEMO_MAX:
-            _LINE_MEMO.clear()
-        _LINE_MEMO[line] = word
+    if line in _LINE_MEMO:
+        return _LINE_MEMO[line]
+    word = _assemble_line(strip_comment(line))
+    if len(_LINE_MEMO) >= _LINE_MEMO_MAX:
+        _LINE_MEMO.clear()
+    _LINE_MEMO[line] = word
     return word
 
 
@@ -248,7 +258,7 @@ def assemble_file(path: str | Path) -> Program:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         reason = f"cannot read file: {getattr(exc, 'strerror', None) or exc}"
         raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", reason, "")]) from None
     try:
@@ -257,9 +267,15 @@ def assemble_file(path: str | Path) -> Program:
         # locate the first bad byte: line (1-based, counted in b"\n") and column (1-based, in bytes)
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         line_end = data.find(b"\n", exc.start)
-        raw_line = data[line_start:line_end if line_end >= 0 else len(data)]
+        raw_line = data[line_start : line_end if line_end >= 0 else len(data)]
         shown = raw_line.decode("utf-8", errors="replace")
-        diag = AsmDiagnostic(str(p), data.count(b"\n", 0, exc.start) + 1, exc.start - line_start + 1, "",
-                             f"not UTF-8 text: byte 0x{data[exc.start]:02X} cannot be decoded", shown)
+        diag = AsmDiagnostic(
+            str(p),
+            data.count(b"\n", 0, exc.start) + 1,
+            exc.start - line_start + 1,
+            "",
+            f"not UTF-8 text: byte 0x{data[exc.start]:02X} cannot be decoded",
+            shown,
+        )
         raise AssemblerError([diag]) from None
     return assemble(text, str(p))

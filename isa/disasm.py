@@ -7,7 +7,11 @@ non-zero; upstream-compatibility operands are never printed. Non-zero unused bit
 assembled, e.g. an fp field of 8) prints as ``.word 0x........`` with a comment saying why; such words are
 not an error until executed.
 """
+
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import SupportsInt
 
 from .encoding import field
 from .table import BY_OPCODE, NOT_INSTRUCTIONS, REGISTER_COUNT, Instr, Operand
@@ -23,7 +27,7 @@ def _operand_value(op: Operand, word: int) -> int:
 
 def illegal_reason(instr: Instr, word: int) -> str | None:
     """Why the operand fields of ``word`` cannot be written in assembly (None if they can)."""
-    for k, op in enumerate(instr.operands):
+    for op in instr.operands:
         if op.field is None:
             continue
         v = field(word, op.field)
@@ -65,7 +69,5 @@ def disassemble_word(word: int) -> str:
     return text
 
 
-def disassemble(words) -> list[str]:
+def disassemble(words: Iterable[SupportsInt]) -> list[str]:
     return [disassemble_word(int(w)) for w in words]
-
-

@@ -3,8 +3,10 @@
 ``atomic_write(path, data)`` writes to a temporary file in the target directory and renames it over the
 target, so an interrupted or failing writer never leaves a truncated file that looks complete.
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -21,8 +23,6 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
             fh.write(payload)
         os.replace(tmp, p)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

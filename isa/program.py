@@ -1,7 +1,10 @@
 """The assembled program: 32-bit words plus a source map (word index -> file, line, text)."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import SupportsInt
 
 import numpy as np
 
@@ -11,8 +14,8 @@ __all__ = ["SourceLine", "Program"]
 @dataclass(frozen=True)
 class SourceLine:
     file: str
-    line: int          # 1-based line number in ``file`` (for .mem input: the word's line)
-    text: str          # the original source text of that line (comments included)
+    line: int  # 1-based line number in ``file`` (for .mem input: the word's line)
+    text: str  # the original source text of that line (comments included)
 
     def where(self) -> str:
         return f"{self.file}:{self.line}"
@@ -21,11 +24,12 @@ class SourceLine:
 @dataclass(frozen=True)
 class Program:
     """An immutable program. ``words[i]`` came from ``source[i]``."""
+
     words: tuple[int, ...]
     source: tuple[SourceLine, ...]
     name: str = "<program>"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if len(self.words) != len(self.source):
             raise ValueError("words and source map differ in length")
 
@@ -44,8 +48,9 @@ class Program:
         return f"{self.name}: pc {pc} (past the end)"
 
     @classmethod
-    def from_words(cls, words, name: str = "<words>") -> "Program":
+    def from_words(cls, words: Iterable[SupportsInt], name: str = "<words>") -> Program:
         """A program whose source map is its own disassembly (for .mem input)."""
         from .disasm import disassemble_word
+
         ws = tuple(int(w) for w in words)
         return cls(ws, tuple(SourceLine(name, k + 1, disassemble_word(w)) for k, w in enumerate(ws)), name)

@@ -1,4 +1,5 @@
 """``python -m plena_cli`` = ``plena-sim``."""
+
 import sys
 
 from .main import main

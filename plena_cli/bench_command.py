@@ -1,22 +1,29 @@
 """``plena-sim bench``: run the benchmark suite (:mod:`plena_cli.bench`) and print or return its numbers."""
+
 from __future__ import annotations
 
+import argparse
+from typing import TYPE_CHECKING
 
 from .bench import add_options
 from .errors import EXIT_BUG, EXIT_OK, UsageError
 from .render import print_json
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 __all__ = ["register", "cmd_bench"]
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     be = sub.add_parser("bench", help="run the benchmark suite (speed, JIT, peak RSS; docs/performance.md)")
     add_options(be)
     be.set_defaults(func=cmd_bench)
 
 
-def cmd_bench(args, out, err) -> int:
+def cmd_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
     from . import bench
+
     only = [x.strip() for o in (args.only or []) for x in o.split(",") if x.strip()] or None
     unknown = [n for n in (only or []) if n not in bench.WORKLOADS]
     if unknown:

@@ -1,5 +1,9 @@
 """``plena-sim hw`` and ``config``: the hardware presets and the effective hardware configuration."""
+
 from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.markup import escape
@@ -8,6 +12,11 @@ from rich.table import Table
 from .errors import EXIT_OK
 from .options import add_config_args, config_from_args
 from .render import print_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from plena_sim.config import HardwareConfig
 
 __all__ = ["register", "cmd_hw", "cmd_config"]
 
@@ -25,7 +34,7 @@ _HW_COLUMNS = (
 )
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hwp = sub.add_parser("hw", help="list the hardware presets, or show one with its sources")
     hwp.add_argument("name", metavar="NAME", nargs="?", help="a preset name")
     hwp.add_argument("--json", action="store_true", help="print JSON")
@@ -37,7 +46,7 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_config)
 
 
-def cmd_hw(args, out, err) -> int:
+def cmd_hw(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``plena-sim hw [NAME]``: the hardware presets, or one preset's file with its sources."""
     if args.name:
         return _show_preset(args.name, args.json, out)
@@ -45,8 +54,11 @@ def cmd_hw(args, out, err) -> int:
     if args.json:
         print_json(out, rows, indent=2)
         return EXIT_OK
-    t = Table(title="hardware presets (--hw NAME; plena-sim hw NAME shows one with its sources)",
-              box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table(
+        title="hardware presets (--hw NAME; plena-sim hw NAME shows one with its sources)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     cells = [[cell(r) for _, cell in _HW_COLUMNS] for r in rows]
     for k, (col, _) in enumerate(_HW_COLUMNS):
         t.add_column(col, min_width=max(len(col), *(len(c[k]) for c in cells)))
@@ -56,31 +68,56 @@ def cmd_hw(args, out, err) -> int:
     return EXIT_OK
 
 
-def _show_preset(name: str, as_json: bool, out) -> int:
+def _show_preset(name: str, as_json: bool, out: Console) -> int:
     from plena_sim.presets import load_preset, preset_info
+
     info = preset_info(name)
     if as_json:
-        print_json(out, {"name": info.name, "description": info.description, "base": info.base,
-                         "config": load_preset(info.name).values()}, indent=2)
+        print_json(
+            out,
+            {
+                "name": info.name,
+                "description": info.description,
+                "base": info.base,
+                "config": load_preset(info.name).values(),
+            },
+            indent=2,
+        )
     else:
         out.file.write(info.text)
     return EXIT_OK
 
 
-def _preset_rows() -> list[dict]:
+def _preset_rows() -> list[dict[str, Any]]:
     from plena_sim.presets import load_preset, preset_info, preset_names
+
     rows = []
     for name in preset_names():
         c = load_preset(name)
-        rows.append({"name": name, "MLEN": c.MLEN, "VLEN": c.VLEN, "BLEN": c.BLEN, "HLEN": c.HLEN,
-                     "BROADCAST_AMOUNT": c.BROADCAST_AMOUNT, "P_M": c.P_M, "P_V": c.P_V, "P_W": c.P_W,
-                     "mram_tiles": c.mram_tiles, "FP_SRAM_SIZE": c.FP_SRAM_SIZE, "HBM_SIZE": c.HBM_SIZE,
-                     "HBM_TIMING_PRESET": c.HBM_TIMING_PRESET, "description": preset_info(name).description})
+        rows.append(
+            {
+                "name": name,
+                "MLEN": c.MLEN,
+                "VLEN": c.VLEN,
+                "BLEN": c.BLEN,
+                "HLEN": c.HLEN,
+                "BROADCAST_AMOUNT": c.BROADCAST_AMOUNT,
+                "P_M": c.P_M,
+                "P_V": c.P_V,
+                "P_W": c.P_W,
+                "mram_tiles": c.mram_tiles,
+                "FP_SRAM_SIZE": c.FP_SRAM_SIZE,
+                "HBM_SIZE": c.HBM_SIZE,
+                "HBM_TIMING_PRESET": c.HBM_TIMING_PRESET,
+                "description": preset_info(name).description,
+            }
+        )
     return rows
 
 
-def cmd_config(args, out, err) -> int:
+def cmd_config(args: argparse.Namespace, out: Console, err: Console) -> int:
     from plena_sim.config import inconsistencies
+
     cfg = config_from_args(args)
     if args.json:
         print_json(out, _config_doc(cfg), indent=2)
@@ -99,16 +136,27 @@ def cmd_config(args, out, err) -> int:
     out.print(t)
     for b in inconsistencies(cfg):
         err.print("[yellow]note:[/] ", end="")
-        err.print(f"{b.rule}: {b.key}={b.value} (consistent: {b.suggested}); such instructions fault at run "
-                  "time and the kernel generators refuse this machine", markup=False)
+        err.print(
+            f"{b.rule}: {b.key}={b.value} (consistent: {b.suggested}); such instructions fault at run "
+            "time and the kernel generators refuse this machine",
+            markup=False,
+        )
     return EXIT_OK
 
 
-def _config_doc(cfg) -> dict:
+def _config_doc(cfg: HardwareConfig) -> dict[str, Any]:
     from plena_sim.config import inconsistencies
-    return {"section": cfg.section, "source": cfg.source, "preset": cfg.preset, "config": cfg.values(),
-            "inconsistencies": [b.__dict__ for b in inconsistencies(cfg)],
-            "derived": {"P_M": cfg.P_M, "P_V": cfg.P_V, "P_W": cfg.P_W, "mram_tiles": cfg.mram_tiles},
-            "precision": {k: v.describe() for k, v in cfg.precision.items()},
-            "latency": {k: {"dc_lib_en": en, "dc_lib_dis": dis, "effective": cfg.latency_cycles(k)}
-                        for k, (en, dis) in cfg.latency.items()}}
+
+    return {
+        "section": cfg.section,
+        "source": cfg.source,
+        "preset": cfg.preset,
+        "config": cfg.values(),
+        "inconsistencies": [b.__dict__ for b in inconsistencies(cfg)],
+        "derived": {"P_M": cfg.P_M, "P_V": cfg.P_V, "P_W": cfg.P_W, "mram_tiles": cfg.mram_tiles},
+        "precision": {k: v.describe() for k, v in cfg.precision.items()},
+        "latency": {
+            k: {"dc_lib_en": en, "dc_lib_dis": dis, "effective": cfg.latency_cycles(k)}
+            for k, (en, dis) in cfg.latency.items()
+        },
+    }

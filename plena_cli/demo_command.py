@@ -1,9 +1,16 @@
 """``plena-sim demo``: run a built-in program and check its output against a host golden bit for bit."""
+
 from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
 
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .options import add_backend_arg
 from .render import run_summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["register", "cmd_demo", "DEMO_ASM"]
 
@@ -26,15 +33,16 @@ H_STORE_V gp0, gp0, a1, 0, 0
 """
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dm = sub.add_parser("demo", help="run the built-in demo program and check it against a host golden")
     add_backend_arg(dm)
     dm.add_argument("--seed", type=int, default=0)
     dm.set_defaults(func=cmd_demo)
 
 
-def cmd_demo(args, out, err) -> int:
+def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     import numpy as np
+
     from isa import assemble
     from plena_sim import bf16
     from plena_sim.config import default_config

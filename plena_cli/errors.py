@@ -4,6 +4,7 @@ Exit codes: 0 ok; 1 a testbench, demo or mutant mismatch; 2 usage or input error
 located details where there are any; never a traceback); 3 the simulated program faulted; 4 an
 internal error (a bug: ``--debug`` shows the traceback); 130 interrupted.
 """
+
 from __future__ import annotations
 
 __all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_FAULT", "EXIT_BUG", "EXIT_INTERRUPTED", "UsageError"]

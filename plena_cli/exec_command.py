@@ -1,19 +1,27 @@
 """``plena-sim exec``: run a program (.asm or .mem) with raw memory images, dump memories, print statistics."""
+
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
-from .options import add_backend_arg, add_config_args, add_timing_arg, config_from_args, dump_specs, int_arg, \
-    split_spec
+from .options import add_backend_arg, add_config_args, add_timing_arg, config_from_args, dump_specs, int_arg, split_spec
 from .paths import out_path, read_program, save_npy, write_hbm_dump
 from .render import print_fault, print_json, print_plain, run_summary, upstream_lines
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from plena_sim.config import HardwareConfig
+    from plena_sim.machine import Machine
 
 __all__ = ["register", "cmd_exec"]
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = sub.add_parser("exec", help="run a program (.asm or .mem) with raw memory images")
     e.add_argument("program", metavar="PROGRAM")
     add_config_args(e)
@@ -35,12 +43,13 @@ def register(sub) -> None:
 @dataclass
 class _Dumps:
     """The memory dumps asked for, validated against the machine before anything runs."""
+
     vram: list[tuple[int, int, Path]]
     hbm: list[tuple[int, int, Path]]
     fp_sram: Path | None
 
 
-def cmd_exec(args, out, err) -> int:
+def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.max_instructions is not None and args.max_instructions < 0:
         raise UsageError(f"--max-instructions: {args.max_instructions} must be >= 0")
     cfg = config_from_args(args)
@@ -48,42 +57,55 @@ def cmd_exec(args, out, err) -> int:
     dumps = _dumps(args, cfg)
     m = _loaded_machine(args, cfg)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
-    _write_dumps(m, dumps)                        # even after a fault (post-mortem), each atomically
-    faulted = res.fault is not None
-    if faulted:                                   # the fault is the headline; statistics are partial
-        print_fault(err, str(res.fault))
+    _write_dumps(m, dumps)  # even after a fault (post-mortem), each atomically
+    fault = res.fault
+    faulted = fault is not None
+    if fault is not None:  # the fault is the headline; statistics are partial
+        print_fault(err, str(fault))
     if args.json:
-        doc = dict(res.stats, program=str(args.program), partial=faulted,
-                   fault=dict(res.fault.to_dict(), message=str(res.fault)) if faulted else None)
+        doc = dict(
+            res.stats,
+            program=str(args.program),
+            partial=faulted,
+            fault=dict(fault.to_dict(), message=str(fault)) if fault is not None else None,
+        )
         print_json(out, doc, sort_keys=True)
     else:
-        title = (f"plena-sim exec {args.program}: partial statistics (faulted at pc {res.fault.pc}, "
-                 f"not retired)" if faulted else f"plena-sim exec {args.program}")
+        title = (
+            f"plena-sim exec {args.program}: partial statistics (faulted at pc {fault.pc}, not retired)"
+            if fault is not None
+            else f"plena-sim exec {args.program}"
+        )
         run_summary(res, out, title)
-    if not faulted:                               # with --json the upstream lines go to stderr
+    if not faulted:  # with --json the upstream lines go to stderr
         print_plain(err if args.json else out, upstream_lines(res.stats))
     return EXIT_FAULT if faulted else EXIT_OK
 
 
-def _dumps(args, cfg) -> _Dumps:
-    d = _Dumps(vram=dump_specs(args.dump_vram, "--dump-vram", "ADDR:ROWS=OUT.npy"),
-               hbm=dump_specs(args.dump_hbm, "--dump-hbm", "ADDR:LEN=OUT.bin"),
-               fp_sram=out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram else None)
+def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:
+    d = _Dumps(
+        vram=dump_specs(args.dump_vram, "--dump-vram", "ADDR:ROWS=OUT.npy"),
+        hbm=dump_specs(args.dump_hbm, "--dump-hbm", "ADDR:LEN=OUT.bin"),
+        fp_sram=out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram else None,
+    )
     for addr, rows, _ in d.vram:
         if addr % cfg.VLEN or addr // cfg.VLEN + rows > cfg.VECTOR_SRAM_SIZE:
-            raise UsageError(f"--dump-vram: rows [{addr}, +{rows}) are not whole VRAM rows inside "
-                             f"VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE} (VLEN={cfg.VLEN})")
+            raise UsageError(
+                f"--dump-vram: rows [{addr}, +{rows}) are not whole VRAM rows inside "
+                f"VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE} (VLEN={cfg.VLEN})"
+            )
     for addr, n, _ in d.hbm:
         if addr + n > cfg.HBM_SIZE:
             raise UsageError(f"--dump-hbm: [{addr}, +{n}) exceeds HBM_SIZE={cfg.HBM_SIZE}")
     return d
 
 
-def _loaded_machine(args, cfg):
+def _loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
     """A Machine with the HBM images and the SRAM preloads of the command line."""
     from plena_sim.image import load_raw_image
     from plena_sim.machine import Machine
     from plena_sim.sram_io import fp_sram_from_values, load_fp_sram_file, load_int_sram_file
+
     m = Machine(cfg, backend=args.backend, timing=args.timing)
     if args.hbm:
         load_raw_image(args.hbm, m.hbm, 0)
@@ -108,8 +130,9 @@ def _fp_values(text: str) -> list[float]:
         raise UsageError(f"--fp: {text!r} is not a comma-separated list of numbers") from None
 
 
-def _write_dumps(m, dumps: _Dumps) -> None:
+def _write_dumps(m: Machine, dumps: _Dumps) -> None:
     import numpy as np
+
     for addr, rows, path in dumps.vram:
         save_npy(path, m.vram.read(addr, rows), "--dump-vram")
     for addr, n, path in dumps.hbm:

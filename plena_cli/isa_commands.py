@@ -1,16 +1,22 @@
 """``plena-sim asm``, ``disasm`` and ``isa``: the assembler, the disassembler and the opcode table."""
+
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from .errors import EXIT_OK, UsageError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 __all__ = ["register", "cmd_asm", "cmd_disasm", "cmd_isa"]
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = sub.add_parser("asm", help="assemble a .asm file into .mem machine code")
     a.add_argument("input", metavar="IN.asm")
     a.add_argument("-o", "--output", metavar="OUT.mem", help="output .mem (default: stdout)")
@@ -26,8 +32,9 @@ def register(sub) -> None:
     i.set_defaults(func=cmd_isa)
 
 
-def cmd_asm(args, out, err) -> int:
+def cmd_asm(args: argparse.Namespace, out: Console, err: Console) -> int:
     from isa import assemble_file, format_mem, write_mem
+
     src = Path(args.input)
     if not src.is_file():
         raise UsageError(f"no such file: {args.input}")
@@ -46,8 +53,9 @@ def cmd_asm(args, out, err) -> int:
     return EXIT_OK
 
 
-def cmd_disasm(args, out, err) -> int:
+def cmd_disasm(args: argparse.Namespace, out: Console, err: Console) -> int:
     from isa import disassemble_word, read_mem
+
     prog = read_mem(args.input)
     for k, w in enumerate(prog.words):
         text = disassemble_word(w)
@@ -55,9 +63,10 @@ def cmd_disasm(args, out, err) -> int:
     return EXIT_OK
 
 
-def cmd_isa(args, out, err) -> int:
+def cmd_isa(args: argparse.Namespace, out: Console, err: Console) -> int:
     from isa.docs import opcode_markdown
     from isa.table import INSTRUCTIONS, UNITS
+
     if args.markdown:
         out.file.write(opcode_markdown())
         return EXIT_OK
@@ -66,7 +75,14 @@ def cmd_isa(args, out, err) -> int:
         t.add_column(col)
     for i in INSTRUCTIONS:
         ops = ", ".join(("[" + o.name + "]") if o.optional else o.name for o in i.operands if not o.compat)
-        t.add_row(f"{i.opcode:02X}", i.mnemonic, UNITS[i.unit], ops, i.fmt,
-                  i.latency + (" (0 if rd=0)" if i.noop_if_rd0 else ""), i.summary)
+        t.add_row(
+            f"{i.opcode:02X}",
+            i.mnemonic,
+            UNITS[i.unit],
+            ops,
+            i.fmt,
+            i.latency + (" (0 if rd=0)" if i.noop_if_rd0 else ""),
+            i.summary,
+        )
     out.print(t)
     return EXIT_OK

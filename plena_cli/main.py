@@ -6,32 +6,54 @@ library's typed input errors and :class:`~plena_cli.errors.UsageError` print one
 located assembler diagnostics) and exit 2, a simulator fault exits 3, anything else is a bug (exit 4,
 ``--debug`` re-raises it with its traceback).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
 
-from . import (bench_command, config_commands, demo_command, exec_command, isa_commands, testbench_commands,
-               trace_command)
+from . import (
+    bench_command,
+    config_commands,
+    demo_command,
+    exec_command,
+    isa_commands,
+    testbench_commands,
+    trace_command,
+)
 from .errors import EXIT_BUG, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from .render import consoles
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["main", "build_parser", "user_error_types", "COMMAND_MODULES"]
 
 #: the command modules, in the order of ``plena-sim --help``
-COMMAND_MODULES = (isa_commands, config_commands, exec_command, demo_command, testbench_commands, trace_command,
-                   bench_command)
+COMMAND_MODULES = (
+    isa_commands,
+    config_commands,
+    exec_command,
+    demo_command,
+    testbench_commands,
+    trace_command,
+    bench_command,
+)
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse prints usage + exits 2; keep the exit code, add our red line
+    def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep the exit code, add our red line
         raise UsageError(f"{self.prog}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="plena-sim", description="PLENA accelerator simulator, assembler and testbenches")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub: argparse._SubParsersAction[argparse.ArgumentParser] = p.add_subparsers(
+        dest="command", parser_class=_Parser, metavar="COMMAND"
+    )
     for module in COMMAND_MODULES:
         module.register(sub)
     return p
@@ -41,10 +63,11 @@ def user_error_types() -> tuple[type[Exception], ...]:
     """The exceptions that are the user's input error (exit 2, one red line), not a bug."""
     from isa import AssemblerError, MemFormatError
     from plena_sim.errors import ConfigError, ImageError
+
     return UsageError, AssemblerError, MemFormatError, ConfigError, ImageError
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     out, err = consoles()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -61,7 +84,7 @@ def main(argv=None) -> int:
         return _unexpected_failure(exc, err)
 
 
-def _dispatch(argv: list[str], out, err) -> int:
+def _dispatch(argv: list[str], out: Console, err: Console) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -73,10 +96,11 @@ def _dispatch(argv: list[str], out, err) -> int:
     return int(args.func(args, out, err))
 
 
-def _expected_failure(exc: Exception, err) -> int | None:
+def _expected_failure(exc: Exception, err: Console) -> int | None:
     """The exit code of a user error or a simulator fault (printed), else None."""
     from isa import AssemblerError
     from plena_sim.faults import SimFault
+
     if isinstance(exc, AssemblerError):
         err.print(f"[red]error:[/] {len(exc.diagnostics)} assembler error(s)", markup=True)
         for dgn in exc.diagnostics:
@@ -93,12 +117,15 @@ def _expected_failure(exc: Exception, err) -> int | None:
     return None
 
 
-def _unexpected_failure(exc: Exception, err) -> int:
+def _unexpected_failure(exc: Exception, err: Console) -> int:
     """Out of host memory (exit 2: not a bug, no traceback), else an internal error (exit 4)."""
     if isinstance(exc, MemoryError):
         err.print("[red]error:[/] ", end="")
-        err.print(f"out of host memory ({exc}); use a smaller configuration (VECTOR_SRAM_SIZE, "
-                  "MATRIX_SRAM_SIZE, FP/INT_SRAM_SIZE, HBM_SIZE) or touch less HBM", markup=False)
+        err.print(
+            f"out of host memory ({exc}); use a smaller configuration (VECTOR_SRAM_SIZE, "
+            "MATRIX_SRAM_SIZE, FP/INT_SRAM_SIZE, HBM_SIZE) or touch less HBM",
+            markup=False,
+        )
         return EXIT_USAGE
     err.print(f"[red]internal error:[/] {type(exc).__name__}: ", end="")
     err.print(f"{exc} (run with --debug for the traceback; please report it)", markup=False)

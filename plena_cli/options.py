@@ -1,44 +1,73 @@
 """Flags shared by several commands and the parsing of their values (a bad value is a UsageError)."""
+
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UsageError
 from .paths import out_path
 
-__all__ = ["add_hw_arg", "add_config_args", "add_backend_arg", "add_timing_arg", "config_from_args", "int_arg",
-           "split_spec", "dump_specs"]
+if TYPE_CHECKING:
+    from plena_sim.config import HardwareConfig
+
+__all__ = [
+    "add_hw_arg",
+    "add_config_args",
+    "add_backend_arg",
+    "add_timing_arg",
+    "config_from_args",
+    "int_arg",
+    "split_spec",
+    "dump_specs",
+]
 
 TIMING_HELP = "cycle accounting (timing.md §3 serial / §4 overlap scoreboard)"
 
 
-def add_hw_arg(p) -> None:
-    p.add_argument("--hw", metavar="NAME", default=None,
-                   help="hardware preset (plena-sim hw lists them; default: the reference machine)")
+def add_hw_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--hw",
+        metavar="NAME",
+        default=None,
+        help="hardware preset (plena-sim hw lists them; default: the reference machine)",
+    )
 
 
-def add_config_args(p) -> None:
+def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--hw``, ``--config``/``--settings``, ``--section``/``--mode`` and ``--set KEY=VALUE`` (CONFIG keys)."""
     add_hw_arg(p)
-    p.add_argument("--config", "--settings", dest="config", metavar="FILE",
-                   help="plena_settings.toml (default: $PLENA_SETTINGS_TOML, else the built-in reference file)")
-    p.add_argument("--section", "--mode", dest="section", default="TRANSACTIONAL",
-                   help="TOML section to read (default TRANSACTIONAL; e.g. ANALYTIC)")
+    p.add_argument(
+        "--config",
+        "--settings",
+        dest="config",
+        metavar="FILE",
+        help="plena_settings.toml (default: $PLENA_SETTINGS_TOML, else the built-in reference file)",
+    )
+    p.add_argument(
+        "--section",
+        "--mode",
+        dest="section",
+        default="TRANSACTIONAL",
+        help="TOML section to read (default TRANSACTIONAL; e.g. ANALYTIC)",
+    )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one CONFIG key (repeatable)")
 
 
-def add_backend_arg(p) -> None:
+def add_backend_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("numba", "reference"), default="numba")
 
 
-def add_timing_arg(p, help_text: str | None = TIMING_HELP) -> None:
+def add_timing_arg(p: argparse.ArgumentParser, help_text: str | None = TIMING_HELP) -> None:
     p.add_argument("--timing", choices=("serial", "overlap"), default="serial", help=help_text)
 
 
-def config_from_args(args):
+def config_from_args(args: argparse.Namespace) -> HardwareConfig:
     """The :class:`~plena_sim.config.HardwareConfig` of :func:`add_config_args`' flags."""
     from plena_sim.config import parse_override
     from plena_sim.presets import resolve_config
+
     overrides = dict(parse_override(s) for s in (args.set or []))
     return resolve_config(args.config, hw=args.hw, section=args.section, overrides=overrides)
 
@@ -62,9 +91,9 @@ def split_spec(spec: str, what: str, form: str) -> tuple[str, str]:
     return left, right
 
 
-def dump_specs(specs, flag: str, form: str) -> list[tuple[int, int, Path]]:
+def dump_specs(specs: list[str] | None, flag: str, form: str) -> list[tuple[int, int, Path]]:
     """Parse ``ADDR:COUNT=PATH`` dump options (validated, paths checked, before anything runs)."""
-    parsed = []
+    parsed: list[tuple[int, int, Path]] = []
     names = form.split("=")[0].split(":")
     for spec in specs or []:
         left, path = split_spec(spec, flag, form)

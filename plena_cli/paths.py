@@ -1,23 +1,35 @@
 """The files a command reads and writes: program input, output paths checked before anything runs, and
 writes that are atomic (or streamed through a temporary file) and turn an OS error into a usage error."""
+
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from isa.fileio import atomic_write
 
 from .errors import UsageError
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from isa.program import Program
+    from plena_sim.hbm import Hbm
+    from plena_sim.trace import Trace
+
 __all__ = ["read_program", "out_path", "write_out", "write_hbm_dump", "save_npy", "save_npz", "write_perfetto"]
 
 
-def read_program(path: str):
+def read_program(path: str) -> Program:
     """The :class:`~isa.program.Program` of a ``.mem``/``.hex`` machine-code file or an assembly file."""
     from isa import assemble_file, read_mem
+
     p = Path(path)
     if not p.exists():
         raise UsageError(f"no such file: {path}")
@@ -50,10 +62,10 @@ def write_out(path: Path, data: bytes | str, what: str) -> None:
         raise UsageError(f"{what}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def write_hbm_dump(path: Path, hbm, addr: int, n: int) -> None:
+def write_hbm_dump(path: Path, hbm: Hbm, addr: int, n: int) -> None:
     """Stream HBM bytes [addr, addr+n) to ``path`` in 16 MiB pieces (a dump of a multi-GiB range never
     holds it in memory), through a temporary file renamed over the target (atomic like atomic_write)."""
-    tmp = None
+    tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
         with os.fdopen(fd, "wb") as fh:
@@ -65,28 +77,30 @@ def write_hbm_dump(path: Path, hbm, addr: int, n: int) -> None:
         raise UsageError(f"--dump-hbm: cannot write {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         if tmp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
 
 
-def save_npy(path: Path, array, what: str = "output") -> None:
+def save_npy(path: Path, array: npt.ArrayLike, what: str = "output") -> None:
     """``numpy.save`` of one array, written atomically."""
     import numpy as np
+
     buf = io.BytesIO()
     np.save(buf, array)
     write_out(path, buf.getvalue(), what)
 
 
-def save_npz(path: Path, arrays: dict, what: str = "output") -> None:
+def save_npz(path: Path, arrays: Mapping[str, npt.ArrayLike], what: str = "output") -> None:
     """``numpy.savez`` of named arrays, written atomically."""
     import numpy as np
+
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    # numpy's stub lets a **mapping also fill savez's ``allow_pickle: bool`` keyword, so any array mapping is
+    # rejected; the names here are array names (and older numpy has no allow_pickle to pass explicitly)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
     write_out(path, buf.getvalue(), what)
 
 
-def write_perfetto(path: Path, trace, what: str = "--perfetto") -> None:
+def write_perfetto(path: Path, trace: Trace, what: str = "--perfetto") -> None:
     """The trace as Chrome/Perfetto trace JSON at a checked output path."""
     write_out(path, json.dumps(trace.to_perfetto()).encode(), what)

@@ -3,17 +3,35 @@
 Every command prints its result to ``out`` (stdout) and diagnostics to ``err`` (stderr); machine-readable
 output (``--json``) is one JSON document written straight to ``out.file``.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["consoles", "json_default", "print_json", "print_fault", "print_plain", "status", "run_summary",
-           "upstream_lines", "render_trace"]
+if TYPE_CHECKING:
+    from rich.status import Status
+
+    from plena_sim.machine import RunResult
+    from plena_sim.trace import Trace
+
+__all__ = [
+    "consoles",
+    "json_default",
+    "print_json",
+    "print_fault",
+    "print_plain",
+    "status",
+    "run_summary",
+    "upstream_lines",
+    "render_trace",
+]
 
 
 def consoles() -> tuple[Console, Console]:
@@ -21,9 +39,10 @@ def consoles() -> tuple[Console, Console]:
     return Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def json_default(o):
+def json_default(o: object) -> object:
     """JSON of the numpy scalars and arrays in a result document (anything else: its str)."""
     import numpy as np
+
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
@@ -33,7 +52,7 @@ def json_default(o):
     return str(o)
 
 
-def print_json(out: Console, doc, *, sort_keys: bool = False, indent: int | None = None) -> None:
+def print_json(out: Console, doc: object, *, sort_keys: bool = False, indent: int | None = None) -> None:
     """Write ``doc`` as one JSON document (one line unless ``indent``) to ``out``'s file."""
     out.file.write(json.dumps(doc, default=json_default, sort_keys=sort_keys, indent=indent) + "\n")
 
@@ -44,18 +63,18 @@ def print_fault(err: Console, text: str) -> None:
     err.print(text, markup=False)
 
 
-def print_plain(console: Console, lines) -> None:
+def print_plain(console: Console, lines: Iterable[str]) -> None:
     """Print ``lines`` verbatim (no markup, no highlighting)."""
     for line in lines:
         console.print(line, markup=False, highlight=False)
 
 
-def status(err: Console, text: str, quiet: bool):
+def status(err: Console, text: str, quiet: bool) -> contextlib.AbstractContextManager[Status | None]:
     """A spinner on ``err`` showing ``text`` (a do-nothing context yielding None when ``quiet``)."""
     return contextlib.nullcontext() if quiet else err.status(text)
 
 
-def run_summary(res, out: Console, title: str) -> None:
+def run_summary(res: RunResult, out: Console, title: str) -> None:
     """The statistics table of one ``Machine.run`` result, then its instructions by opcode."""
     st = res.stats
     t = Table(title=title)
@@ -77,21 +96,30 @@ def run_summary(res, out: Console, title: str) -> None:
         out.print(ops)
 
 
-def upstream_lines(stats: dict) -> list[str]:
+def upstream_lines(stats: Mapping[str, Any]) -> list[str]:
     """The upstream emulator's summary lines (timing.md §6) from a run's statistics."""
     cycles = int(stats.get("cycles", 0))
     h = stats.get("hbm", {})
     r, w = int(h.get("bytes_read", 0)), int(h.get("bytes_written", 0))
     util = (r + w) / (cycles * 1e-9) if cycles else 0.0
-    return [f"Simulation completed. Latency {cycles}.000ns",
-            f"HBM Statistics - Bytes read: {r} | Bytes written: {w} | Utilization: {util:.6g} bytes/sec"]
+    return [
+        f"Simulation completed. Latency {cycles}.000ns",
+        f"HBM Statistics - Bytes read: {r} | Bytes written: {w} | Utilization: {util:.6g} bytes/sec",
+    ]
 
 
-def render_trace(out: Console, trace, stats: dict, last: int | None = None, title: str | None = None,
-                 full=None) -> None:
+def render_trace(
+    out: Console,
+    trace: Trace,
+    stats: Mapping[str, Any],
+    last: int | None = None,
+    title: str | None = None,
+    full: Trace | None = None,
+) -> None:
     """Table of ``trace`` (its last ``last`` rows), per-opcode summary of ``full`` (default: ``trace``)
     and the per-unit utilization bars of the run."""
     from plena_sim.trace import render_summary, render_table, render_utilization
+
     shown = trace.filter(last=last) if last is not None else trace
     out.print(render_table(shown, title=escape(title) if title else None))
     out.print(render_summary(full if full is not None else trace))

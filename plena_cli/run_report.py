@@ -1,39 +1,72 @@
 """The result of one testbench run: its JSON document (``run --json``, ``result.json``) and its rich panel."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from rich.panel import Panel
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from plena_sim.config import HardwareConfig
+    from testbenches.harness import Case, Report
+
 __all__ = ["result_json", "fault_json", "tolerance_info", "render_hardware", "render_report"]
 
 
-def fault_json(rep) -> dict | None:
+def fault_json(rep: Report) -> dict[str, Any] | None:
     """The fault of a harness :class:`~testbenches.harness.Report` as JSON (None without one)."""
     f = rep.fault
     if not f:
         return None
-    return {"kind": f.get("class"), "rule": f.get("rule"), "pc": f.get("pc"), "line": f.get("line"),
-            "message": f"{f.get('line')}: {f.get('text')}: {f.get('detail')} [{f.get('rule')}, pc {f.get('pc')}]"}
-
-
-def result_json(name: str, params: dict, cfg, rep, primary_tol: dict) -> dict:
-    """The JSON document of one run (``primary_tol`` from :func:`tolerance_info`)."""
     return {
-        "testbench": name, "case": rep.case_id, "params": params, "hardware": cfg.values(),
-        "hw": cfg.preset or None, "variant": rep.variant or None,
-        "passed": bool(rep.passed), "max_abs_err": rep.max_abs, "max_rel_err": rep.max_rel,
-        "rms_err": rep.rms, "rel_rms": rep.rel_rms, "worst": rep.worst or None, "first": rep.first,
-        "failing_elements": rep.n_fail,
-        "atol": primary_tol.get("atol"), "rtol": primary_tol.get("rtol"), "tolerance": primary_tol.get("text"),
-        "checks": [c.to_dict() for c in rep.checks],
-        "cycles": rep.cycles, "instructions": rep.instructions, "stats": rep.stats,
-        "wall_s": rep.wall_time, "fault": fault_json(rep), "error": rep.error,
+        "kind": f.get("class"),
+        "rule": f.get("rule"),
+        "pc": f.get("pc"),
+        "line": f.get("line"),
+        "message": f"{f.get('line')}: {f.get('text')}: {f.get('detail')} [{f.get('rule')}, pc {f.get('pc')}]",
     }
 
 
-def tolerance_info(case) -> dict:
+def result_json(
+    name: str, params: dict[str, Any], cfg: HardwareConfig, rep: Report, primary_tol: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The JSON document of one run (``primary_tol`` from :func:`tolerance_info`)."""
+    return {
+        "testbench": name,
+        "case": rep.case_id,
+        "params": params,
+        "hardware": cfg.values(),
+        "hw": cfg.preset or None,
+        "variant": rep.variant or None,
+        "passed": bool(rep.passed),
+        "max_abs_err": rep.max_abs,
+        "max_rel_err": rep.max_rel,
+        "rms_err": rep.rms,
+        "rel_rms": rep.rel_rms,
+        "worst": rep.worst or None,
+        "first": rep.first,
+        "failing_elements": rep.n_fail,
+        "atol": primary_tol.get("atol"),
+        "rtol": primary_tol.get("rtol"),
+        "tolerance": primary_tol.get("text"),
+        "checks": [c.to_dict() for c in rep.checks],
+        "cycles": rep.cycles,
+        "instructions": rep.instructions,
+        "stats": rep.stats,
+        "wall_s": rep.wall_time,
+        "fault": fault_json(rep),
+        "error": rep.error,
+    }
+
+
+def tolerance_info(case: Case | None) -> dict[str, Any]:
     """``atol``/``rtol``/``text`` of the case's primary check ({} without a case or checks)."""
     import numpy as np
+
     if case is None or not case.checks:
         return {}
     tol = case.checks[0].tol
@@ -41,22 +74,32 @@ def tolerance_info(case) -> dict:
         return {"atol": 0.0, "rtol": 0.0, "text": tol.describe()}
     ea = float(np.max(tol.eps_a)) if isinstance(tol.eps_a, np.ndarray) else float(tol.eps_a)
     atol = tol.abs_term if not tol.uses_A else ea
-    return {"atol": atol, "rtol": float(tol.eps_g), "text": tol.describe()
-            + (" (atol scales the reference envelope A)" if tol.uses_A else "")}
+    return {
+        "atol": atol,
+        "rtol": float(tol.eps_g),
+        "text": tol.describe() + (" (atol scales the reference envelope A)" if tol.uses_A else ""),
+    }
 
 
-def render_hardware(out, title: str, cfg, params: dict) -> None:
+def render_hardware(out: Console, title: str, cfg: HardwareConfig, params: Mapping[str, Any]) -> None:
     """The machine's shape table and the resolved parameters, printed before a run."""
     hw = Table(title=title)
     for col in ("MLEN", "VLEN", "BLEN", "HLEN", "BA", "Pm/Pv/Ps", "BMM_SCALE"):
         hw.add_column(col, justify="right")
-    hw.add_row(str(cfg.MLEN), str(cfg.VLEN), str(cfg.BLEN), str(cfg.HLEN), str(cfg.BROADCAST_AMOUNT),
-               f"{cfg.P_M}/{cfg.P_V}/{cfg.P_W}", str(cfg.BMM_SCALE))
+    hw.add_row(
+        str(cfg.MLEN),
+        str(cfg.VLEN),
+        str(cfg.BLEN),
+        str(cfg.HLEN),
+        str(cfg.BROADCAST_AMOUNT),
+        f"{cfg.P_M}/{cfg.P_V}/{cfg.P_W}",
+        str(cfg.BMM_SCALE),
+    )
     out.print(hw)
     out.print("params: " + ", ".join(f"{k}={v}" for k, v in params.items()), markup=False)
 
 
-def render_report(out, rep, doc) -> None:
+def render_report(out: Console, rep: Report, doc: Mapping[str, Any]) -> None:
     """PASS/FAIL, the primary check's errors and the run's size and unit use, in one panel."""
     status = "[bold green]PASS[/]" if rep.passed else "[bold red]FAIL[/]"
     lines = [f"{status}  {rep.summary}"]
@@ -69,25 +112,30 @@ def render_report(out, rep, doc) -> None:
     out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
 
 
-def _check_lines(rep, doc) -> list[str]:
+def _check_lines(rep: Report, doc: Mapping[str, Any]) -> list[str]:
     c0 = rep.checks[0]
-    lines = [f"max abs err {rep.max_abs:.4g}   max rel err {rep.max_rel:.4g}   rms {rep.rms:.4g}   "
-             f"rel rms {rep.rel_rms:.4g}   failing {rep.n_fail}/{c0.n}"]
+    lines = [
+        f"max abs err {rep.max_abs:.4g}   max rel err {rep.max_rel:.4g}   rms {rep.rms:.4g}   "
+        f"rel rms {rep.rel_rms:.4g}   failing {rep.n_fail}/{c0.n}"
+    ]
     if rep.worst:
         w = rep.worst
-        lines.append(f"worst element ({w.get('at')}): sim={w.get('sim')} golden={w.get('golden')} "
-                     f"err={w.get('err')} tol={w.get('tol')}")
+        lines.append(
+            f"worst element ({w.get('at')}): sim={w.get('sim')} golden={w.get('golden')} "
+            f"err={w.get('err')} tol={w.get('tol')}"
+        )
     lines.append(f"tolerance: {doc.get('tolerance')}")
     for c in rep.checks[1:]:
         lines.append(f"check {c.name}: {'ok' if c.passed else 'FAILED ' + c.reason}")
     return lines
 
 
-def _unit_lines(stats: dict) -> list[str]:
+def _unit_lines(stats: Mapping[str, Any]) -> list[str]:
     util = stats.get("unit_utilization") or {}
     if util:
-        return [f"  {u:>2} {'#' * int(round(40 * min(1.0, float(f)))):<40} {100 * float(f):5.1f}%"
-                for u, f in util.items()]
+        return [
+            f"  {u:>2} {'#' * int(round(40 * min(1.0, float(f)))):<40} {100 * float(f):5.1f}%" for u, f in util.items()
+        ]
     busy = stats.get("by_unit") or {}
     if busy:
         return ["  instructions by unit: " + ", ".join(f"{u}={n}" for u, n in busy.items())]

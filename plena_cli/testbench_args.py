@@ -5,15 +5,24 @@ against the default), then ``--seed``; shapes in machine units are resolved on t
 ``--config FILE`` (with ``--section``), else ``--variant`` (default: the case's) on ``--hw``; then
 ``--set-hw KEY=VALUE``.
 """
+
 from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 from .options import add_hw_arg
 
+if TYPE_CHECKING:
+    from plena_sim.config import HardwareConfig
+    from testbenches.harness import Case
+
 __all__ = ["add_machine_args", "get_testbench", "case_params_and_config", "build_case", "parse_param_value"]
 
 
-def add_machine_args(p, variant_help: str) -> None:
+def add_machine_args(p: argparse.ArgumentParser, variant_help: str) -> None:
     """``--variant``, ``--hw``, ``--config``/``--settings``, ``--section``, ``--set-hw`` and ``--seed``."""
     p.add_argument("--variant", default=None, help=variant_help)
     add_hw_arg(p)
@@ -23,19 +32,23 @@ def add_machine_args(p, variant_help: str) -> None:
     p.add_argument("--seed", type=int, default=None)
 
 
-def get_testbench(name: str):
+def get_testbench(name: str) -> ModuleType:
     """The module of testbench ``name`` (UsageError naming the valid ones)."""
     import testbenches
+
     if name not in testbenches.names():
         raise UsageError(f"unknown testbench {name!r} (valid: {', '.join(testbenches.names())})")
     return testbenches.get(name)
 
 
-def case_params_and_config(mod, name: str, args):
+def case_params_and_config(
+    mod: ModuleType, name: str, args: argparse.Namespace
+) -> tuple[dict[str, Any], HardwareConfig]:
     """Parameters (defaults, then ``--case`` overrides, ``--set``, ``--seed``) and the hardware config
     (``--case``'s variant unless ``--variant``/``--config`` is given; then ``--set-hw``). Sets
     ``args.variant`` to the variant used."""
     from testbenches.shapes import resolve_params
+
     params = dict(mod.DEFAULTS)
     if args.case:
         overrides, variant = _case(mod, name, args)
@@ -49,7 +62,9 @@ def case_params_and_config(mod, name: str, args):
     return params, cfg
 
 
-def build_case(mod, name: str, params: dict, cfg, args):
+def build_case(
+    mod: ModuleType, name: str, params: dict[str, Any], cfg: HardwareConfig, args: argparse.Namespace
+) -> Case:
     """``mod.build(params, cfg)`` labelled with ``--case`` and the variant (a plan error is a UsageError)."""
     try:
         case = mod.build(params, cfg)
@@ -60,11 +75,12 @@ def build_case(mod, name: str, params: dict, cfg, args):
     return case
 
 
-def _case(mod, name: str, args) -> tuple[dict, str | None]:
+def _case(mod: ModuleType, name: str, args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     """``--case``'s parameter overrides and the variant to use (``--variant``/``--config`` win; ``--hw``
     replaces a case's own machine)."""
     from testbenches.harness import cases_of
     from testbenches.variants import fixes_machine
+
     cases = cases_of(mod)
     if args.case not in cases:
         raise UsageError(f"--case: unknown case {args.case!r} of {name} (valid: {', '.join(cases)})")
@@ -77,7 +93,7 @@ def _case(mod, name: str, args) -> tuple[dict, str | None]:
     return overrides, variant
 
 
-def parse_param_value(text: str):
+def parse_param_value(text: str) -> bool | int | float | str | None:
     """A ``--set`` value: true/false, none, int, float, else the string itself."""
     low = text.strip().lower()
     if low in ("true", "false"):
@@ -92,7 +108,9 @@ def parse_param_value(text: str):
     return text.strip()
 
 
-def _testbench_params(mod, base: dict, sets: list[str], seed: int | None) -> dict:
+def _testbench_params(
+    mod: ModuleType, base: dict[str, Any], sets: list[str] | None, seed: int | None
+) -> dict[str, Any]:
     """``base`` (defaults + case overrides) with the ``--set`` values and ``--seed`` applied, type-checked."""
     params = dict(base)
     for spec in sets or []:
@@ -101,20 +119,23 @@ def _testbench_params(mod, base: dict, sets: list[str], seed: int | None) -> dic
         if not sep or not key:
             raise UsageError(f"--set: {spec!r} must look like KEY=VALUE")
         if key not in mod.DEFAULTS:
-            raise UsageError(f"--set: unknown parameter {key!r} of {mod.__name__.rsplit('.', 1)[-1]} "
-                             f"(valid: {', '.join(mod.DEFAULTS)})")
+            raise UsageError(
+                f"--set: unknown parameter {key!r} of {mod.__name__.rsplit('.', 1)[-1]} "
+                f"(valid: {', '.join(mod.DEFAULTS)})"
+            )
         params[key] = _checked_value(key, value, mod.DEFAULTS[key])
     if seed is not None:
         params["seed"] = seed
     return params
 
 
-def _checked_value(key: str, text: str, default):
+def _checked_value(key: str, text: str, default: object) -> bool | int | float | str | None:
     """The ``--set`` value ``text`` of parameter ``key``, of the type of its default."""
     from testbenches.shapes import Hw
+
     v = parse_param_value(text)
     if isinstance(default, Hw):
-        default = 0                              # a shape in machine units: an integer
+        default = 0  # a shape in machine units: an integer
     if isinstance(default, bool) and not isinstance(v, bool):
         raise UsageError(f"--set {key}: expected true or false, got {text!r}")
     if isinstance(default, int) and not isinstance(default, bool) and not isinstance(v, int):
@@ -124,8 +145,9 @@ def _checked_value(key: str, text: str, default):
     return v
 
 
-def _testbench_config(args):
+def _testbench_config(args: argparse.Namespace) -> HardwareConfig:
     from plena_sim.config import inconsistency_message, parse_override
+
     hw = dict(parse_override(s) for s in (args.set_hw or []))
     cfg = _config_file(args, hw) if args.config else _variant_config(args, hw)
     if hw:
@@ -135,8 +157,9 @@ def _testbench_config(args):
     return cfg
 
 
-def _config_file(args, hw: dict):
+def _config_file(args: argparse.Namespace, hw: dict[str, Any]) -> HardwareConfig:
     from plena_sim.config import load_config
+
     if args.variant not in (None, "default"):
         raise UsageError("--config and --variant are mutually exclusive")
     if args.hw is not None:
@@ -144,8 +167,9 @@ def _config_file(args, hw: dict):
     return load_config(args.config, section=args.section, overrides=hw)
 
 
-def _variant_config(args, hw: dict):
+def _variant_config(args: argparse.Namespace, hw: dict[str, Any]) -> HardwareConfig:
     from testbenches.variants import get_config, variant_names
+
     variant = args.variant or "default"
     if variant not in variant_names():
         raise UsageError(f"--variant: unknown variant {variant!r} (valid: {', '.join(variant_names())})")

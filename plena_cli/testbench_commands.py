@@ -1,10 +1,15 @@
 """``plena-sim list``, ``run`` and ``mutants``: the testbenches, one testbench case, the mutation campaign."""
+
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.table import Table
 
@@ -15,10 +20,19 @@ from .render import json_default, print_fault, print_json, render_trace, status
 from .run_report import render_hardware, render_report, result_json, tolerance_info
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from rich.console import Console
+    from rich.status import Status
+
+    from plena_sim.config import HardwareConfig
+    from plena_sim.trace import Trace
+    from testbenches.harness import Case, Report
+
 __all__ = ["register", "cmd_list", "cmd_run", "cmd_mutants"]
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ls = sub.add_parser("list", help="list the testbenches")
     add_hw_arg(ls)
     ls.set_defaults(func=cmd_list)
@@ -38,8 +52,9 @@ def register(sub) -> None:
 
     mu = sub.add_parser("mutants", help="prove the testbenches catch every known codegen bug (kernels.md §6)")
     mu.add_argument("--only", metavar="NAME[,NAME]", help="run only these mutations")
-    mu.add_argument("--quick", action="store_true",
-                    help="only the cheapest exposing case per mutation (default: every listed case)")
+    mu.add_argument(
+        "--quick", action="store_true", help="only the cheapest exposing case per mutation (default: every listed case)"
+    )
     add_backend_arg(mu)
     mu.add_argument("--json", action="store_true", help="print one JSON object")
     mu.set_defaults(func=cmd_mutants)
@@ -47,9 +62,11 @@ def register(sub) -> None:
 
 # ----------------------------------------------------------------------------------------- list
 
-def cmd_list(args, out, err) -> int:
+
+def cmd_list(args: argparse.Namespace, out: Console, err: Console) -> int:
     import testbenches
     from plena_sim.presets import load_preset
+
     cfg = load_preset(args.hw) if args.hw else None
     where = f" on {args.hw}" if args.hw else "; shapes in machine units, --hw P shows their values"
     t = Table(title=f"testbenches (plena-sim run NAME){where}")
@@ -67,41 +84,47 @@ def cmd_list(args, out, err) -> int:
     return EXIT_OK
 
 
-def _defaults_text(defaults: dict, cfg) -> str:
+def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> str:
     """``k=v`` of every default; a shape in machine units also shows its value on ``cfg`` if given."""
     from testbenches.shapes import Hw
-    return ", ".join(f"{k}={v} (={v.resolve(cfg)})" if isinstance(v, Hw) and cfg is not None else f"{k}={v}"
-                     for k, v in defaults.items())
+
+    return ", ".join(
+        f"{k}={v} (={v.resolve(cfg)})" if isinstance(v, Hw) and cfg is not None else f"{k}={v}"
+        for k, v in defaults.items()
+    )
 
 
 # ----------------------------------------------------------------------------------------- run
 
-def cmd_run(args, out, err) -> int:
+
+def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     mod = get_testbench(args.name)
     params, cfg = case_params_and_config(mod, args.name, args)
     save_dir = _save_dir(args.save) if args.save else None
     perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto else None
     if not args.json:
-        render_hardware(out, f"{args.name} [{args.case or 'custom'}] hardware ({_machine_name(args, cfg)})",
-                        cfg, params)
+        render_hardware(
+            out, f"{args.name} [{args.case or 'custom'}] hardware ({_machine_name(args, cfg)})", cfg, params
+        )
     t0 = time.perf_counter()
     with status(err, "build + generate ...", args.json) as spinner:
         case = build_case(mod, args.name, params, cfg, args)
         if spinner is not None:
             spinner.update("assemble + simulate + compare ...")
         rep, sim, program_mem = _simulate(case, args, want_trace=bool(args.trace or perfetto))
+    trace = cast("Trace | None", rep.trace)  # Report.trace is typed object: a Trace when traced
     doc = result_json(args.name, params, cfg, rep, tolerance_info(case))
     doc["wall_s"] = time.perf_counter() - t0
     if save_dir is not None:
         _save(save_dir, case, sim, program_mem, doc)
-    if perfetto is not None and rep.trace is not None:
-        write_perfetto(perfetto, rep.trace)
+    if perfetto is not None and trace is not None:
+        write_perfetto(perfetto, trace)
     if args.json:
         print_json(out, doc, sort_keys=True)
     else:
         render_report(out, rep, doc)
-        if args.trace and rep.trace is not None:
-            render_trace(out, rep.trace, rep.stats, last=50)
+        if args.trace and trace is not None:
+            render_trace(out, trace, rep.stats, last=50)
     if rep.fault is not None and not rep.passed:
         if not args.json:
             print_fault(err, doc["fault"]["message"])
@@ -118,16 +141,20 @@ def _save_dir(path: str) -> Path:
     return save_dir
 
 
-def _machine_name(args, cfg) -> str:
+def _machine_name(args: argparse.Namespace, cfg: HardwareConfig) -> str:
     if args.config:
         return cfg.section
     return cfg.preset + ("" if args.variant in (None, "default") else f", {args.variant}")
 
 
-def _simulate(case, args, want_trace: bool):
+def _simulate(
+    case: Case, args: argparse.Namespace, want_trace: bool
+) -> tuple[Report, npt.NDArray[Any] | None, str | None]:
     """Run the case in a temporary work directory: ``(report, sim output or None, program.mem text or None)``."""
     import numpy as np
+
     from testbenches.harness import run
+
     with tempfile.TemporaryDirectory(prefix="plena-run-") as tmp:
         rep = run(case, backend=args.backend, workdir=tmp, timing=args.timing, trace=want_trace)
         sim_file, mem_file = Path(tmp) / "sim.npy", Path(tmp) / "program.mem"
@@ -136,9 +163,12 @@ def _simulate(case, args, want_trace: bool):
     return rep, sim, program_mem
 
 
-def _save(save_dir: Path, case, sim, program_mem: str | None, doc: dict) -> None:
+def _save(
+    save_dir: Path, case: Case, sim: npt.NDArray[Any] | None, program_mem: str | None, doc: dict[str, Any]
+) -> None:
     """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output) and result.json."""
     import numpy as np
+
     write_out(save_dir / "program.asm", case.program, "--save")
     if program_mem is not None:
         write_out(save_dir / "program.mem", program_mem, "--save")
@@ -153,8 +183,10 @@ def _save(save_dir: Path, case, sim, program_mem: str | None, doc: dict) -> None
 
 # ----------------------------------------------------------------------------------------- mutants
 
-def cmd_mutants(args, out, err) -> int:
+
+def cmd_mutants(args: argparse.Namespace, out: Console, err: Console) -> int:
     from testbenches import mutations as mut
+
     hooks = _mutation_names(args.only, mut)
     rows = []
     with status(err, "running mutants ...", args.json) as spinner:
@@ -168,7 +200,7 @@ def cmd_mutants(args, out, err) -> int:
     return EXIT_OK if all_caught else EXIT_MISMATCH
 
 
-def _mutation_names(only: str | None, mut) -> list[str]:
+def _mutation_names(only: str | None, mut: ModuleType) -> list[str]:
     if not only:
         return list(mut.MUTATIONS)
     wanted = [h.strip() for h in only.split(",") if h.strip()]
@@ -178,7 +210,7 @@ def _mutation_names(only: str | None, mut) -> list[str]:
     return wanted
 
 
-def _mutant_rows(hook: str, args, mut, spinner) -> list[dict]:
+def _mutant_rows(hook: str, args: argparse.Namespace, mut: ModuleType, spinner: Status | None) -> list[dict[str, Any]]:
     """One row per exposing case of mutation ``hook`` (only the cheapest one with ``--quick``)."""
     rows = []
     cases = [dict(mut.ci_subset())[hook]] if args.quick else mut.exposures(hook)
@@ -187,17 +219,30 @@ def _mutant_rows(hook: str, args, mut, spinner) -> list[dict]:
             spinner.update(f"{hook} on {exp.label}")
         rep = mut.run_mutation(hook, exp, backend=args.backend)
         how = mut.how_caught(rep)
-        rows.append({"mutation": hook, "description": mut.DESCRIPTIONS[hook], "case": exp.label,
-                     "caught": bool(how), "how": how or "NOT CAUGHT",
-                     "worst_err_over_tol": rep.worst_ratio if how == "mismatch" else None, "detail": rep.summary})
+        rows.append(
+            {
+                "mutation": hook,
+                "description": mut.DESCRIPTIONS[hook],
+                "case": exp.label,
+                "caught": bool(how),
+                "how": how or "NOT CAUGHT",
+                "worst_err_over_tol": rep.worst_ratio if how == "mismatch" else None,
+                "detail": rep.summary,
+            }
+        )
     return rows
 
 
-def _render_mutants(out, rows: list[dict]) -> None:
+def _render_mutants(out: Console, rows: list[dict[str, Any]]) -> None:
     t = Table(title=f"mutants: {sum(r['caught'] for r in rows)}/{len(rows)} caught")
     for col in ("mutation", "exposing case", "caught", "how", "worst err/tol"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["mutation"], r["case"], "[green]yes[/]" if r["caught"] else "[red]NO[/]", r["how"],
-                  "" if r["worst_err_over_tol"] is None else f"{r['worst_err_over_tol']:.3g}")
+        t.add_row(
+            r["mutation"],
+            r["case"],
+            "[green]yes[/]" if r["caught"] else "[red]NO[/]",
+            r["how"],
+            "" if r["worst_err_over_tol"] is None else f"{r['worst_err_over_tol']:.3g}",
+        )
     out.print(t)

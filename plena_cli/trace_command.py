@@ -1,8 +1,11 @@
 """``plena-sim trace``: run a program or a testbench with the in-loop trace ring, filter and show the trace."""
+
 from __future__ import annotations
 
+import argparse
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .options import add_backend_arg, add_timing_arg, config_from_args, int_arg
@@ -10,32 +13,48 @@ from .paths import out_path, read_program, write_perfetto
 from .render import print_fault, print_json, print_plain, render_trace, upstream_lines
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from plena_sim.trace import Trace
+
 __all__ = ["register", "cmd_trace"]
 
 #: rows shown without a filter or ``--last``
 DEFAULT_LAST = 200
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr = sub.add_parser("trace", help="run a program or testbench with tracing and show the trace")
     tr.add_argument("program", metavar="PROGRAM", nargs="?", help=".asm or .mem program")
     tr.add_argument("--testbench", metavar="NAME", help="trace a testbench instead of a program file")
     tr.add_argument("--case", metavar="ID", help="a required/stretch case id of --testbench")
-    tr.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="testbench parameter with --testbench, else a CONFIG key override (repeatable)")
+    tr.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="testbench parameter with --testbench, else a CONFIG key override (repeatable)",
+    )
     add_machine_args(tr, "hardware variant of --testbench")
     add_backend_arg(tr)
     add_timing_arg(tr, help_text=None)
-    tr.add_argument("--capacity", type=int, default=1 << 16, metavar="N",
-                    help="trace ring capacity (the newest N instructions are kept)")
+    tr.add_argument(
+        "--capacity",
+        type=int,
+        default=1 << 16,
+        metavar="N",
+        help="trace ring capacity (the newest N instructions are kept)",
+    )
     tr.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
     tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
     tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
-    tr.add_argument("--last", type=int, default=None, metavar="N",
-                    help=f"only the last N rows (default {DEFAULT_LAST})")
-    tr.add_argument("--around-fault", type=int, default=None, metavar="N",
-                    help="the N instructions retired just before the fault")
+    tr.add_argument(
+        "--last", type=int, default=None, metavar="N", help=f"only the last N rows (default {DEFAULT_LAST})"
+    )
+    tr.add_argument(
+        "--around-fault", type=int, default=None, metavar="N", help="the N instructions retired just before the fault"
+    )
     tr.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
     tr.add_argument("--json", action="store_true", help="print the selected rows and stats as one JSON object")
     tr.set_defaults(func=cmd_trace)
@@ -55,14 +74,15 @@ class _Filters:
 @dataclass
 class _Traced:
     """The trace of one run, its statistics and its fault (None: it ran to the end)."""
-    trace: object
-    stats: dict
+
+    trace: Trace
+    stats: dict[str, Any]
     title: str
     fault_pc: int | None
     fault_text: str | None
 
 
-def cmd_trace(args, out, err) -> int:
+def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_args(args)
     filters = _filters(args)
     perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto else None
@@ -72,17 +92,25 @@ def cmd_trace(args, out, err) -> int:
     if perfetto is not None:
         write_perfetto(perfetto, trace)
     faulted = run.fault_text is not None
-    if faulted:                                   # the fault is the headline; statistics are partial
+    if run.fault_text is not None:  # the fault is the headline; statistics are partial
         print_fault(err, run.fault_text)
     if args.json:
-        print_json(out, {"rows": sel.rows(), "summary": trace.opcode_summary(), "stats": run.stats,
-                         "records": len(trace), "dropped": trace.dropped, "partial": faulted,
-                         "fault": {"pc": run.fault_pc, "message": run.fault_text} if faulted else None},
-                   sort_keys=True)
+        print_json(
+            out,
+            {
+                "rows": sel.rows(),
+                "summary": trace.opcode_summary(),
+                "stats": run.stats,
+                "records": len(trace),
+                "dropped": trace.dropped,
+                "partial": faulted,
+                "fault": {"pc": run.fault_pc, "message": run.fault_text} if faulted else None,
+            },
+            sort_keys=True,
+        )
         return EXIT_FAULT if faulted else EXIT_OK
     what = f" (partial: faulted at pc {run.fault_pc}, not retired)" if faulted else ""
-    render_trace(out, sel, run.stats, title=f"{run.title}: {len(sel)} of {trace.total} instructions{what}",
-                 full=trace)
+    render_trace(out, sel, run.stats, title=f"{run.title}: {len(sel)} of {trace.total} instructions{what}", full=trace)
     if trace.dropped:
         out.print(f"(ring buffer kept the newest {len(trace)} of {trace.total} instructions)")
     if not faulted:
@@ -90,7 +118,7 @@ def cmd_trace(args, out, err) -> int:
     return EXIT_FAULT if faulted else EXIT_OK
 
 
-def _check_args(args) -> None:
+def _check_args(args: argparse.Namespace) -> None:
     if (args.program is None) == (args.testbench is None):
         raise UsageError("trace: give exactly one of PROGRAM or --testbench NAME")
     if args.capacity <= 0:
@@ -99,8 +127,9 @@ def _check_args(args) -> None:
         raise UsageError(f"--max-instructions: {args.max_instructions} must be >= 0")
 
 
-def _filters(args) -> _Filters:
+def _filters(args: argparse.Namespace) -> _Filters:
     from plena_sim.trace import parse_units
+
     pc_range = None
     if args.pc:
         a, sep, b = args.pc.partition(":")
@@ -116,6 +145,7 @@ def _filters(args) -> _Filters:
 
 def _mnemonics(text: str) -> set[str]:
     from isa.table import BY_MNEMONIC
+
     ops = {o.strip().upper() for o in text.split(",") if o.strip()}
     bad = sorted(o for o in ops if o not in BY_MNEMONIC)
     if bad:
@@ -123,35 +153,50 @@ def _mnemonics(text: str) -> set[str]:
     return ops
 
 
-def _trace_testbench(args) -> _Traced:
+def _trace_testbench(args: argparse.Namespace) -> _Traced:
     from testbenches.harness import run
+
     mod = get_testbench(args.testbench)
     params, cfg = case_params_and_config(mod, args.testbench, args)
     case = build_case(mod, args.testbench, params, cfg, args)
     with tempfile.TemporaryDirectory(prefix="plena-trace-") as tmp:
-        rep = run(case, backend=args.backend, workdir=tmp, timing=args.timing,
-                  max_instructions=args.max_instructions, trace=int(args.capacity))
+        rep = run(
+            case,
+            backend=args.backend,
+            workdir=tmp,
+            timing=args.timing,
+            max_instructions=args.max_instructions,
+            trace=int(args.capacity),
+        )
     if rep.trace is None:
         raise UsageError(f"{args.testbench}: the program did not run ({rep.summary or rep.error})")
     fault = rep.fault
     fault_pc = fault.get("pc") if isinstance(fault, dict) else None
     fault_text = None if fault is None else (fault.get("text") if isinstance(fault, dict) else str(fault))
-    return _Traced(rep.trace, rep.stats, f"{args.testbench} [{case.case_id}] ({args.timing})", fault_pc, fault_text)
+    trace = cast("Trace", rep.trace)  # Report.trace is typed object: a Trace with run(trace=N)
+    return _Traced(trace, rep.stats, f"{args.testbench} [{case.case_id}] ({args.timing})", fault_pc, fault_text)
 
 
-def _trace_program(args) -> _Traced:
+def _trace_program(args: argparse.Namespace) -> _Traced:
     from plena_sim.machine import Machine
+
     args.set = list(args.set or []) + list(args.set_hw or [])
     cfg = config_from_args(args)
     prog = read_program(args.program)
     m = Machine(cfg, backend=args.backend, timing=args.timing)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=int(args.capacity))
     fault = res.fault
-    return _Traced(res.trace, res.stats, f"{args.program} ({args.timing})",
-                   fault.pc if fault is not None else None, str(fault) if fault is not None else None)
+    trace = cast("Trace", res.trace)  # RunResult.trace is typed object | None: a Trace with trace=N
+    return _Traced(
+        trace,
+        res.stats,
+        f"{args.program} ({args.timing})",
+        fault.pc if fault is not None else None,
+        str(fault) if fault is not None else None,
+    )
 
 
-def _last(args, run: _Traced, filters: _Filters) -> int | None:
+def _last(args: argparse.Namespace, run: _Traced, filters: _Filters) -> int | None:
     """How many of the newest rows to show: ``--around-fault N`` (the N instructions retired just before
     the fault: the faulting one does not retire), else ``--last``, else all filtered rows or 200."""
     if args.around_fault is None:

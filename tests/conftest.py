@@ -1,4 +1,5 @@
 """Shared test fixtures: paths to the shared spec files."""
+
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ def shared_file(*parts: str) -> Path:
 @pytest.fixture(scope="session")
 def encoding_vectors():
     import json
+
     return json.loads(shared_file("spec", "encoding_vectors.json").read_text())
 
 

@@ -12,6 +12,7 @@ module of the repository, else ``X``; relative imports are resolved against the 
 Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those implicit parent imports are not
 edges (every submodule would otherwise be in a cycle with its package).
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,6 +26,7 @@ LEVEL = {pkg: k for k, pkg in enumerate(FLOORS)}
 
 # ----------------------------------------------------------------------------------------- analysis
 
+
 def module_name(path: Path, root: Path = ROOT) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -36,15 +38,16 @@ def repo_modules(root: Path = ROOT, packages=FLOORS) -> dict[str, Path]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-           (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _resolve_relative(module: str, is_package: bool, level: int, name: str | None) -> str:
     base = module.split(".") if is_package else module.split(".")[:-1]
     if level - 1 >= len(base):
         raise ValueError(f"{module}: relative import beyond the top-level package")
-    base = base[:len(base) - (level - 1)]
+    base = base[: len(base) - (level - 1)]
     return ".".join(base + ([name] if name else []))
 
 
@@ -61,8 +64,7 @@ def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> l
         if isinstance(node, ast.Import):
             found.extend((a.name, node.lineno) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            target = (_resolve_relative(module, is_package, node.level, node.module) if node.level
-                      else node.module or "")
+            target = _resolve_relative(module, is_package, node.level, node.module) if node.level else node.module or ""
             for a in node.names:
                 sub = f"{target}.{a.name}"
                 found.append((sub if sub in known else target, node.lineno))
@@ -139,6 +141,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ----------------------------------------------------------------------------------------- the rules
 
+
 def test_the_floors_are_the_installed_packages():
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     assert sorted(p.rstrip("*") for p in include) == sorted(FLOORS)
@@ -162,6 +165,7 @@ def test_the_cli_is_its_own_top_package():
 
 # ----------------------------------------------------------------------------------------- the checker itself
 
+
 def _fake_repo(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
     for rel, text in files.items():
         p = tmp_path / rel
@@ -171,20 +175,23 @@ def _fake_repo(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 def test_checker_sees_lazy_and_relative_imports_and_skips_type_checking(tmp_path):
-    mods = _fake_repo(tmp_path, {
-        "isa/__init__.py": "",
-        "isa/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import plena_sim.x\n",
-        "plena_sim/__init__.py": "",
-        "plena_sim/x.py": "def f():\n    from . import y\n",
-        "plena_sim/y.py": "import numpy\nfrom .x import f\n\ndef g():\n    import plena_cli.main\n",
-        "plena_cli/__init__.py": "",
-        "plena_cli/main.py": "from plena_sim import x\n",
-    })
+    mods = _fake_repo(
+        tmp_path,
+        {
+            "isa/__init__.py": "",
+            "isa/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import plena_sim.x\n",
+            "plena_sim/__init__.py": "",
+            "plena_sim/x.py": "def f():\n    from . import y\n",
+            "plena_sim/y.py": "import numpy\nfrom .x import f\n\ndef g():\n    import plena_cli.main\n",
+            "plena_cli/__init__.py": "",
+            "plena_cli/main.py": "from plena_sim import x\n",
+        },
+    )
     known = set(mods)
     assert imports_of(mods["plena_sim.x"].read_text(), "plena_sim.x", False, known) == [("plena_sim.y", 2)]
     assert imports_of(mods["isa.a"].read_text(), "isa.a", False, known) == [("typing", 1)]
     graph, bad = import_graph(mods)
-    assert len(bad) == 1 and "imports plena_cli.main (upward" in bad[0]     # the lazy one in y.g
+    assert len(bad) == 1 and "imports plena_cli.main (upward" in bad[0]  # the lazy one in y.g
     assert graph["plena_sim.x"] == {"plena_sim.y"} and graph["plena_sim.y"] == {"plena_sim.x"}
     assert cycles(graph) == [["plena_sim.x", "plena_sim.y"]]
-    assert graph["plena_cli.main"] == set()          # an import of a lower floor is not an intra-package edge
+    assert graph["plena_cli.main"] == set()  # an import of a lower floor is not an intra-package edge

@@ -1,4 +1,5 @@
 """Every ```python block of the README runs as written (in a temporary working directory)."""
+
 from __future__ import annotations
 
 import re

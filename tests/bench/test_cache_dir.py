@@ -1,4 +1,5 @@
 """The JIT cache location chosen by plena_sim/__init__.py (before Numba is imported)."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,10 @@ def test_read_only_package_uses_user_cache(tmp_path, monkeypatch):
 def test_set_before_numba_import_in_a_fresh_process(tmp_path):
     """A non-editable install (package copied into a fake, non-writable site-packages): importing
     plena_sim sets NUMBA_CACHE_DIR, and numba's config sees it."""
-    code = ("import os, plena_sim; os.access = os.access\n"
-            "import numba.core.config as c; print(os.environ.get('NUMBA_CACHE_DIR'), c.CACHE_DIR)")
+    code = (
+        "import os, plena_sim; os.access = os.access\n"
+        "import numba.core.config as c; print(os.environ.get('NUMBA_CACHE_DIR'), c.CACHE_DIR)"
+    )
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), NUMBA_CACHE_DIR="")
     env.pop("NUMBA_CACHE_DIR")
     # simulate non-writability through the function's hook: run with a sitecustomize that denies access
@@ -40,10 +43,12 @@ def test_set_before_numba_import_in_a_fresh_process(tmp_path):
     sc.mkdir()
     (sc / "sitecustomize.py").write_text(
         "import os\n_real = os.access\n"
-        f"os.access = lambda p, m, **k: False if 'plena_sim' in str(p) else _real(p, m, **k)\n")
+        "os.access = lambda p, m, **k: False if 'plena_sim' in str(p) else _real(p, m, **k)\n"
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(sc), str(ROOT)])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     want = str(tmp_path / "xdg" / "plena-sim" / "numba")
     assert out.stdout.split() == [want, want]

@@ -1,4 +1,5 @@
 """The CLI skeleton: exit codes, located errors, no tracebacks (issue: foundation)."""
+
 import json
 import subprocess
 import sys
@@ -33,8 +34,7 @@ def test_asm_then_disasm(tmp_path, capsys):
     assert (tmp_path / "ok.mem").read_text() == "0x00200062\n0x00000C6F\n0x00000070\n0x0004004B\n"
     code, out, _ = run(capsys, "disasm", str(tmp_path / "ok.mem"))
     assert code == 0
-    assert out.splitlines() == ["S_ADDI_INT gp1, gp0, 128", "C_LOOP_START gp1, 3", "C_LOOP_END gp1",
-                                "M_MV_WO gp1, 16"]
+    assert out.splitlines() == ["S_ADDI_INT gp1, gp0, 128", "C_LOOP_START gp1, 3", "C_LOOP_END gp1", "M_MV_WO gp1, 16"]
     code, out, _ = run(capsys, "asm", str(src))
     assert out == "0x00200062\n0x00000C6F\n0x00000070\n0x0004004B\n"
 
@@ -61,17 +61,20 @@ def test_config_command(capsys, reference_toml):
     assert code == 0 and "MLEN" in out
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["config", "--set", "MLEN=66"], "MLEN=66 is not a multiple of BLEN=4"),
-    (["config", "--hw", "nope"], "unknown hardware preset 'nope'"),
-    (["config", "--hw", "small", "--config", "/nonexistent/x.toml"], "mutually exclusive"),
-    (["config", "--set", "NOPE=1"], "unknown config key"),
-    (["config", "--set", "MLEN"], "KEY=VALUE"),
-    (["config", "--config", "/nonexistent/x.toml"], "cannot read config file"),
-    (["bogus"], "invalid choice"),
-    (["asm"], "required"),
-    (["asm", "/nonexistent.asm"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["config", "--set", "MLEN=66"], "MLEN=66 is not a multiple of BLEN=4"),
+        (["config", "--hw", "nope"], "unknown hardware preset 'nope'"),
+        (["config", "--hw", "small", "--config", "/nonexistent/x.toml"], "mutually exclusive"),
+        (["config", "--set", "NOPE=1"], "unknown config key"),
+        (["config", "--set", "MLEN"], "KEY=VALUE"),
+        (["config", "--config", "/nonexistent/x.toml"], "cannot read config file"),
+        (["bogus"], "invalid choice"),
+        (["asm"], "required"),
+        (["asm", "/nonexistent.asm"], "no such file"),
+    ],
+)
 def test_usage_errors_exit_2_one_red_line(capsys, argv, needle):
     code, _, err = run(capsys, *argv)
     assert code == 2

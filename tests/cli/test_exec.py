@@ -1,4 +1,5 @@
 """`plena-sim exec`: raw images in, dumps out, located faults with exit 3; `plena-sim demo`."""
+
 import json
 
 import numpy as np
@@ -20,7 +21,7 @@ def image(tmp_path):
     """A raw HBM image holding X[4, 64] (MXFP8) at 0; returns (path, dequantized X)."""
     cfg = default_config()
     b = ImageBuilder(config=cfg)
-    x = (np.arange(4 * 64) % 16 - 8).astype(np.float32).reshape(4, 64)   # MX-exact (3 significant bits)
+    x = (np.arange(4 * 64) % 16 - 8).astype(np.float32).reshape(4, 64)  # MX-exact (3 significant bits)
     p = b.add("x", x, "HBM_V_ACT_TYPE", address=0)
     raw = tmp_path / "hbm.bin"
     b.save(raw)
@@ -44,12 +45,26 @@ def test_exec_dumps_expected_vram_rows(tmp_path, capsys, image):
     out_npy = tmp_path / "rows.npy"
     fp_npy = tmp_path / "fp.npy"
     hbm_bin = tmp_path / "dump.bin"
-    code, out, err = run(capsys, "exec", prog, "--hbm", raw, "--dump-vram", f"128:4={out_npy}",
-                         "--fp", "1.5,-2", "--dump-fp-sram", fp_npy, "--dump-hbm", f"0:16={hbm_bin}", "--json")
+    code, out, err = run(
+        capsys,
+        "exec",
+        prog,
+        "--hbm",
+        raw,
+        "--dump-vram",
+        f"128:4={out_npy}",
+        "--fp",
+        "1.5,-2",
+        "--dump-fp-sram",
+        fp_npy,
+        "--dump-hbm",
+        f"0:16={hbm_bin}",
+        "--json",
+    )
     assert code == 0, err
     rows = np.load(out_npy)
     assert rows.shape == (4, 64)
-    assert np.array_equal(rows[0], 2 * x[0])          # doubled row (exact in bf16)
+    assert np.array_equal(rows[0], 2 * x[0])  # doubled row (exact in bf16)
     assert np.array_equal(rows[1:], x[1:])
     fp = np.load(fp_npy)
     assert fp[:3].tolist() == [1.5, -2.0, 0.0] and fp.shape == (1024,)
@@ -77,15 +92,18 @@ def test_exec_misaligned_program_exits_3_with_located_message(tmp_path, capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--dump-vram", "3:1=x.npy"], "whole VRAM rows"),
-    (["--dump-vram", "0:1"], "ADDR:ROWS=OUT.npy"),
-    (["--dump-hbm", "zz:1=x.bin"], "not an integer"),
-    (["--dump-vram", "0:1=/nonexistent/dir/x.npy"], "does not exist"),
-    (["--hbm", "/nonexistent.bin"], "cannot read HBM image"),
-    (["--fp", "1,x"], "comma-separated"),
-    (["--int-sram", "/nonexistent.bin"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--dump-vram", "3:1=x.npy"], "whole VRAM rows"),
+        (["--dump-vram", "0:1"], "ADDR:ROWS=OUT.npy"),
+        (["--dump-hbm", "zz:1=x.bin"], "not an integer"),
+        (["--dump-vram", "0:1=/nonexistent/dir/x.npy"], "does not exist"),
+        (["--hbm", "/nonexistent.bin"], "cannot read HBM image"),
+        (["--fp", "1,x"], "comma-separated"),
+        (["--int-sram", "/nonexistent.bin"], "cannot read"),
+    ],
+)
 def test_exec_usage_errors(tmp_path, capsys, extra, needle):
     prog = tmp_path / "p.asm"
     prog.write_text("S_ADDI_INT gp1, gp0, 1\n")

@@ -1,4 +1,5 @@
 """`--hw`, `plena-sim hw`, configs that load per memory.md §8.1, and faults as the headline of exec/trace."""
+
 import json
 
 import numpy as np
@@ -16,8 +17,7 @@ def test_hw_lists_presets_and_shows_sources(capsys):
     code, out, _ = run(capsys, "hw", "--json")
     rows = json.loads(out)
     assert code == 0
-    assert [r["name"] for r in rows] == ["transactional", "small", "v80-64x16", "v80-128x64", "v80-256x64",
-                                         "analytic"]
+    assert [r["name"] for r in rows] == ["transactional", "small", "v80-64x16", "v80-128x64", "v80-256x64", "analytic"]
     assert (rows[3]["MLEN"], rows[3]["BLEN"], rows[3]["BROADCAST_AMOUNT"], rows[3]["P_V"]) == (128, 64, 8, 8)
     code, out, _ = run(capsys, "hw", "v80-256x64")
     assert code == 0 and "board_configs/v80.yaml" in out and "MLEN = 256" in out
@@ -35,19 +35,18 @@ def test_config_hw_and_set(capsys):
     code, out, err = run(capsys, "config", "--set", "VLEN=128", "--json")
     doc = json.loads(out)
     assert code == 0 and doc["config"]["VLEN"] == 128 and doc["config"]["MLEN"] == 64
-    assert doc["inconsistencies"] == [{"key": "VLEN", "value": 128, "suggested": 64,
-                                       "rule": "VLEN must equal MLEN (matrix instructions, CF-VM)"}]
+    assert doc["inconsistencies"] == [
+        {"key": "VLEN", "value": 128, "suggested": 64, "rule": "VLEN must equal MLEN (matrix instructions, CF-VM)"}
+    ]
     code, out, err = run(capsys, "config", "--hw", "small", "--set", "BLEN=8")
     assert code == 0 and "note" not in err
 
 
 def test_vector_program_runs_with_vlen_not_mlen(tmp_path, capsys):
     prog = tmp_path / "v.asm"
-    prog.write_text("S_ADDI_INT gp1, gp0, 128\nS_LD_FP f1, gp0, 0\nV_ADD_VF gp1, gp1, f1\n"
-                    "V_ADD_VV gp1, gp1, gp1\n")
+    prog.write_text("S_ADDI_INT gp1, gp0, 128\nS_LD_FP f1, gp0, 0\nV_ADD_VF gp1, gp1, f1\nV_ADD_VV gp1, gp1, gp1\n")
     dump = tmp_path / "row.npy"
-    code, out, err = run(capsys, "exec", prog, "--set", "VLEN=128", "--fp", "1.5",
-                         "--dump-vram", f"128:1={dump}")
+    code, out, err = run(capsys, "exec", prog, "--set", "VLEN=128", "--fp", "1.5", "--dump-vram", f"128:1={dump}")
     assert code == 0, err
     assert "Simulation completed" in out
     row = np.load(dump)

@@ -1,4 +1,5 @@
 """`plena-sim trace`, `--timing` on exec/run, `--trace`/`--perfetto` on run, upstream-style lines."""
+
 import json
 
 import pytest
@@ -48,7 +49,7 @@ def _check_perfetto(path, units):
 def test_exec_timing_and_upstream_lines(capsys, prog):
     code, out, _ = run(capsys, "exec", prog)
     assert code == 0
-    assert "Simulation completed. Latency 99.000ns" in out      # 1 + 1 + 1 + 64 + 30 + 1 + 1
+    assert "Simulation completed. Latency 99.000ns" in out  # 1 + 1 + 1 + 64 + 30 + 1 + 1
     assert "HBM Statistics - Bytes read: 320 | Bytes written: 0 | Utilization:" in out
     code, out, err = run(capsys, "exec", prog, "--timing", "overlap", "--json")
     doc = json.loads(out)

@@ -1,12 +1,21 @@
 """Config loading (memory.md §8): upstream file unchanged, defaults, overrides, every ConfigError."""
+
 import math
 import re
 from dataclasses import FrozenInstanceError
 
 import pytest
 
-from plena_sim.config import (ConfigError, FpType, MxType, PlainType, IntType, default_config, load_config,
-                              parse_override)
+from plena_sim.config import (
+    ConfigError,
+    FpType,
+    IntType,
+    MxType,
+    PlainType,
+    default_config,
+    load_config,
+    parse_override,
+)
 
 
 def test_upstream_file_loads_unchanged_and_equals_builtin(reference_toml):
@@ -17,6 +26,7 @@ def test_upstream_file_loads_unchanged_and_equals_builtin(reference_toml):
     assert dict(up.latency) == dict(builtin.latency)
     # the packaged default is a verbatim copy of the upstream file
     from plena_sim.config import default_config_text
+
     assert default_config_text() == reference_toml.read_text()
 
 
@@ -65,8 +75,11 @@ def test_overrides_api_and_cli_syntax():
 
 def test_env_lookup(tmp_path, monkeypatch, reference_toml):
     p = tmp_path / "s.toml"
-    p.write_text(reference_toml.read_text().replace("[TRANSACTIONAL.CONFIG.MLEN]\nvalue = 64",
-                                                    "[TRANSACTIONAL.CONFIG.MLEN]\nvalue = 64 # env"))
+    p.write_text(
+        reference_toml.read_text().replace(
+            "[TRANSACTIONAL.CONFIG.MLEN]\nvalue = 64", "[TRANSACTIONAL.CONFIG.MLEN]\nvalue = 64 # env"
+        )
+    )
     monkeypatch.setenv("PLENA_SETTINGS_TOML", str(p))
     assert load_config().source == str(p)
     assert default_config().source.startswith("<builtin")
@@ -75,7 +88,7 @@ def test_env_lookup(tmp_path, monkeypatch, reference_toml):
 def test_plain_file_with_just_the_keys(tmp_path, reference_toml):
     # the TRANSACTIONAL tables without the section prefix, and without the optional keys
     text = reference_toml.read_text()
-    body = text[text.index("[TRANSACTIONAL.CONFIG.DC_EN]"):].replace("[TRANSACTIONAL.", "[")
+    body = text[text.index("[TRANSACTIONAL.CONFIG.DC_EN]") :].replace("[TRANSACTIONAL.", "[")
     body = re.sub(r"\[CONFIG\.HBM_WIDTH\]\nvalue = 512\n", "", body)
     p = tmp_path / "plain.toml"
     p.write_text(body)
@@ -89,7 +102,7 @@ def test_plain_file_with_just_the_keys(tmp_path, reference_toml):
 
 def _variant(reference_toml, tmp_path, old, new):
     text = reference_toml.read_text()
-    tail = text[text.index("[TRANSACTIONAL.CONFIG.DC_EN]"):]
+    tail = text[text.index("[TRANSACTIONAL.CONFIG.DC_EN]") :]
     assert old in tail, old
     p = tmp_path / "v.toml"
     p.write_text(tail.replace(old, new, 1))
@@ -99,40 +112,73 @@ def _variant(reference_toml, tmp_path, old, new):
 BAD_FILES = [
     # (old text, new text, key named in the error)
     ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4\n", "", "BLEN"),
-    ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", "[TRANSACTIONAL.CONFIG.BLEN]\nvalue = \"4\"", "BLEN"),
+    ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", '[TRANSACTIONAL.CONFIG.BLEN]\nvalue = "4"', "BLEN"),
     ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", "[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4.0", "BLEN"),
     ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", "[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 0", "BLEN"),
     ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", "[TRANSACTIONAL.CONFIG.BLEN]\nvalue = true", "BLEN"),
     ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", "[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 3", "BLEN"),
     ("[TRANSACTIONAL.CONFIG.BLEN]\nvalue = 4", "[TRANSACTIONAL.CONFIG.BLEN]\nnot_value = 4", "BLEN"),
     ("[TRANSACTIONAL.CONFIG.HBM_SIZE]", "[TRANSACTIONAL.CONFIG.HBM_SIZE_X]", "HBM_SIZE"),
-    ("[TRANSACTIONAL.CONFIG.MATRIX_SRAM_SIZE]\nvalue = 4096", "[TRANSACTIONAL.CONFIG.MATRIX_SRAM_SIZE]\nvalue = -1",
-     "MATRIX_SRAM_SIZE"),
-    ("[TRANSACTIONAL.CONFIG.MAX_LOOP_INSTRUCTIONS]\nvalue = 100000",
-     "[TRANSACTIONAL.CONFIG.MAX_LOOP_INSTRUCTIONS]\nvalue = 0", "MAX_LOOP_INSTRUCTIONS"),
-    ("[TRANSACTIONAL.PRECISION.HBM_M_KV_TYPE]\nformat = \"Mx\"\nblock = 8",
-     "[TRANSACTIONAL.PRECISION.HBM_M_KV_TYPE]\nformat = \"Mx\"\nblock = 48", "PRECISION.HBM_M_KV_TYPE.block"),
-    ("[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE]\nformat = \"Mx\"", "[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE]\nformat = \"Q\"",
-     "PRECISION.HBM_V_ACT_TYPE"),
-    ("[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE.ELEM]\ntype = \"Fp\"", "[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE.ELEM]\ntype = \"Int\"\nwidth = 8",
-     "PRECISION.HBM_V_ACT_TYPE.ELEM"),
-    ("[TRANSACTIONAL.PRECISION.HBM_M_WEIGHT_TYPE.SCALE]\ntype = \"Fp\"\nsign = false\nexponent = 8",
-     "[TRANSACTIONAL.PRECISION.HBM_M_WEIGHT_TYPE.SCALE]\ntype = \"Fp\"\nsign = false\nexponent = 5",
-     "PRECISION.HBM_M_WEIGHT_TYPE.SCALE"),
-    ("[TRANSACTIONAL.PRECISION.SCALAR_FP]\ntype = \"Fp\"\nsign = true\nexponent = 8\nmantissa = 7",
-     "[TRANSACTIONAL.PRECISION.SCALAR_FP]\ntype = \"Fp\"\nsign = true\nexponent = 5\nmantissa = 10",
-     "PRECISION.SCALAR_FP"),
-    ("[TRANSACTIONAL.PRECISION.VECTOR_SRAM_TYPE.DATA_TYPE]\ntype = \"Fp\"\nsign = true\nexponent = 8\nmantissa = 7",
-     "[TRANSACTIONAL.PRECISION.VECTOR_SRAM_TYPE.DATA_TYPE]\ntype = \"Fp\"\nsign = true\nexponent = 8\nmantissa = 23",
-     "PRECISION.VECTOR_SRAM_TYPE"),
-    ("[TRANSACTIONAL.PRECISION.HBM_V_INT_TYPE]", "[TRANSACTIONAL.PRECISION.HBM_V_INT_TYPE_X]",
-     "PRECISION.HBM_V_INT_TYPE"),
-    ("[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\ndc_lib_en = 8", "[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\ndc_lib_en = -8",
-     "LATENCY.VECTOR_SUM_CYCLES"),
-    ("[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\ndc_lib_en = 8\n", "[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\n",
-     "LATENCY.VECTOR_SUM_CYCLES"),
-    ("[TRANSACTIONAL.LATENCY.SCALAR_INT_BASIC_CYCLES]", "[TRANSACTIONAL.LATENCY.SCALAR_INT_BASIC_CYCLES_X]",
-     "LATENCY.SCALAR_INT_BASIC_CYCLES"),
+    (
+        "[TRANSACTIONAL.CONFIG.MATRIX_SRAM_SIZE]\nvalue = 4096",
+        "[TRANSACTIONAL.CONFIG.MATRIX_SRAM_SIZE]\nvalue = -1",
+        "MATRIX_SRAM_SIZE",
+    ),
+    (
+        "[TRANSACTIONAL.CONFIG.MAX_LOOP_INSTRUCTIONS]\nvalue = 100000",
+        "[TRANSACTIONAL.CONFIG.MAX_LOOP_INSTRUCTIONS]\nvalue = 0",
+        "MAX_LOOP_INSTRUCTIONS",
+    ),
+    (
+        '[TRANSACTIONAL.PRECISION.HBM_M_KV_TYPE]\nformat = "Mx"\nblock = 8',
+        '[TRANSACTIONAL.PRECISION.HBM_M_KV_TYPE]\nformat = "Mx"\nblock = 48',
+        "PRECISION.HBM_M_KV_TYPE.block",
+    ),
+    (
+        '[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE]\nformat = "Mx"',
+        '[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE]\nformat = "Q"',
+        "PRECISION.HBM_V_ACT_TYPE",
+    ),
+    (
+        '[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE.ELEM]\ntype = "Fp"',
+        '[TRANSACTIONAL.PRECISION.HBM_V_ACT_TYPE.ELEM]\ntype = "Int"\nwidth = 8',
+        "PRECISION.HBM_V_ACT_TYPE.ELEM",
+    ),
+    (
+        '[TRANSACTIONAL.PRECISION.HBM_M_WEIGHT_TYPE.SCALE]\ntype = "Fp"\nsign = false\nexponent = 8',
+        '[TRANSACTIONAL.PRECISION.HBM_M_WEIGHT_TYPE.SCALE]\ntype = "Fp"\nsign = false\nexponent = 5',
+        "PRECISION.HBM_M_WEIGHT_TYPE.SCALE",
+    ),
+    (
+        '[TRANSACTIONAL.PRECISION.SCALAR_FP]\ntype = "Fp"\nsign = true\nexponent = 8\nmantissa = 7',
+        '[TRANSACTIONAL.PRECISION.SCALAR_FP]\ntype = "Fp"\nsign = true\nexponent = 5\nmantissa = 10',
+        "PRECISION.SCALAR_FP",
+    ),
+    (
+        '[TRANSACTIONAL.PRECISION.VECTOR_SRAM_TYPE.DATA_TYPE]\ntype = "Fp"\nsign = true\nexponent = 8\nmantissa = 7',
+        '[TRANSACTIONAL.PRECISION.VECTOR_SRAM_TYPE.DATA_TYPE]\ntype = "Fp"\nsign = true\nexponent = 8\nmantissa = 23',
+        "PRECISION.VECTOR_SRAM_TYPE",
+    ),
+    (
+        "[TRANSACTIONAL.PRECISION.HBM_V_INT_TYPE]",
+        "[TRANSACTIONAL.PRECISION.HBM_V_INT_TYPE_X]",
+        "PRECISION.HBM_V_INT_TYPE",
+    ),
+    (
+        "[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\ndc_lib_en = 8",
+        "[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\ndc_lib_en = -8",
+        "LATENCY.VECTOR_SUM_CYCLES",
+    ),
+    (
+        "[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\ndc_lib_en = 8\n",
+        "[TRANSACTIONAL.LATENCY.VECTOR_SUM_CYCLES]\n",
+        "LATENCY.VECTOR_SUM_CYCLES",
+    ),
+    (
+        "[TRANSACTIONAL.LATENCY.SCALAR_INT_BASIC_CYCLES]",
+        "[TRANSACTIONAL.LATENCY.SCALAR_INT_BASIC_CYCLES_X]",
+        "LATENCY.SCALAR_INT_BASIC_CYCLES",
+    ),
 ]
 
 
@@ -148,8 +194,11 @@ def test_each_file_error_names_the_key(reference_toml, tmp_path, old, new, key):
 BAD_OVERRIDES = [
     ({"BLEN": 128}, "BLEN", "MLEN=64 is not a multiple of BLEN=128"),
     ({"HLEN": 128}, "HLEN", "not a multiple of HLEN=128"),
-    ({"MLEN": 4, "VLEN": 4, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 1}, "PRECISION.HBM_M_WEIGHT_TYPE.block",
-     "MLEN=4 is not a multiple of block=8"),
+    (
+        {"MLEN": 4, "VLEN": 4, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 1},
+        "PRECISION.HBM_M_WEIGHT_TYPE.block",
+        "MLEN=4 is not a multiple of block=8",
+    ),
     ({"BMM_SCALE": math.inf}, "BMM_SCALE", "finite"),
     ({"BMM_SCALE": "x"}, "BMM_SCALE", "number"),
     ({"HBM_TIMING_PRESET": "DDR9"}, "HBM_TIMING_PRESET", "unknown preset"),

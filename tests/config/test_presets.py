@@ -1,4 +1,5 @@
 """Hardware presets (plena_sim/data/presets): every key a consistent machine needs, exact values."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,11 +26,24 @@ def test_preset_list_order():
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_preset_values(name):
     c = load_preset(name)
-    got = (c.MLEN, c.VLEN, c.BLEN, c.HLEN, c.BROADCAST_AMOUNT, c.P_M, c.P_V, c.P_W, c.mram_tiles,
-           c.VECTOR_SRAM_SIZE, c.HBM_SIZE >> 30, c.FP_SRAM_SIZE, c.HBM_TIMING_PRESET)
+    got = (
+        c.MLEN,
+        c.VLEN,
+        c.BLEN,
+        c.HLEN,
+        c.BROADCAST_AMOUNT,
+        c.P_M,
+        c.P_V,
+        c.P_W,
+        c.mram_tiles,
+        c.VECTOR_SRAM_SIZE,
+        c.HBM_SIZE >> 30,
+        c.FP_SRAM_SIZE,
+        c.HBM_TIMING_PRESET,
+    )
     assert got == EXPECTED[name]
     assert c.preset == name and c.source == f"preset {name}"
-    assert inconsistencies(c) == []                    # every preset runs every kernel
+    assert inconsistencies(c) == []  # every preset runs every kernel
 
 
 def test_transactional_is_the_upstream_reference_machine():
@@ -66,11 +80,15 @@ def test_overrides_and_errors():
 def test_one_override_names_every_key_that_must_change():
     c = load_preset("transactional", {"MLEN": 128})
     assert [(b.key, b.value, b.suggested) for b in inconsistencies(c)] == [
-        ("VLEN", 64, 128), ("BROADCAST_AMOUNT", 4, 8)]
+        ("VLEN", 64, 128),
+        ("BROADCAST_AMOUNT", 4, 8),
+    ]
     msg = inconsistency_message(c, {"MLEN": 128})
     assert msg.endswith("Consistent: --set-hw MLEN=128 --set-hw VLEN=128 --set-hw BROADCAST_AMOUNT=8")
     c = load_preset("transactional", {"MLEN": 256, "VLEN": 256, "HBM_V_Prefetch_Amount": 3})
     assert [(b.key, b.suggested) for b in inconsistencies(c)] == [
-        ("BROADCAST_AMOUNT", 16), ("HBM_V_Prefetch_Amount", 2)]      # P_M = max(M, 64) = 256 already
-    c = load_preset("small", {"HBM_M_Prefetch_Amount": 64})          # P_M = 64 = two tiles of 32 rows
+        ("BROADCAST_AMOUNT", 16),
+        ("HBM_V_Prefetch_Amount", 2),
+    ]  # P_M = max(M, 64) = 256 already
+    c = load_preset("small", {"HBM_M_Prefetch_Amount": 64})  # P_M = 64 = two tiles of 32 rows
     assert [(b.key, b.suggested) for b in inconsistencies(c)] == [("HBM_M_Prefetch_Amount", 32)]

@@ -1,14 +1,15 @@
 """Shared helpers for the execution-core tests: small configs, HBM type overrides, backends.
 
-Imported by the test modules of tests/core (pytest puts this directory on sys.path).
+Imported by the test modules of tests/core (pytest puts this directory on sys.path); the ``backend``
+fixture is in tests/core/conftest.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
 
 import numpy as np
-import pytest
 
 from plena_sim.config import FpType, MxType, PlainType, load_config
 from plena_sim.machine import Machine
@@ -19,10 +20,19 @@ MXFP8 = MxType(FpType(True, 4, 3), FpType(False, 8, 0), 8)
 PLAIN_BF16 = PlainType(FpType(True, 8, 7))
 
 SMALL = {
-    "MLEN": 16, "VLEN": 16, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 4,
-    "VECTOR_SRAM_SIZE": 128, "MATRIX_SRAM_SIZE": 64,        # 128 VRAM rows, 4 MRAM tiles
-    "HBM_SIZE": 1 << 16, "HBM_M_Prefetch_Amount": 16, "HBM_V_Prefetch_Amount": 4,
-    "HBM_V_Writeback_Amount": 4, "MAX_LOOP_INSTRUCTIONS": 1000, "FP_SRAM_SIZE": 64,
+    "MLEN": 16,
+    "VLEN": 16,
+    "BLEN": 4,
+    "HLEN": 4,
+    "BROADCAST_AMOUNT": 4,
+    "VECTOR_SRAM_SIZE": 128,
+    "MATRIX_SRAM_SIZE": 64,  # 128 VRAM rows, 4 MRAM tiles
+    "HBM_SIZE": 1 << 16,
+    "HBM_M_Prefetch_Amount": 16,
+    "HBM_V_Prefetch_Amount": 4,
+    "HBM_V_Writeback_Amount": 4,
+    "MAX_LOOP_INSTRUCTIONS": 1000,
+    "FP_SRAM_SIZE": 64,
     "INT_SRAM_SIZE": 64,
 }
 
@@ -46,12 +56,8 @@ def unvalidated(cfg, **values):
     return dataclasses.replace(cfg, **values)
 
 
+#: the execution backends (the ``backend`` fixture of tests/core/conftest.py runs a test on each)
 BACKENDS = ["reference", "numba"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    return request.param
 
 
 def machine(backend: str, cfg=None, **overrides) -> Machine:

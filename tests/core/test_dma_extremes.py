@@ -4,18 +4,28 @@ Regressions from the reliability fuzzing: the reference built a P-long offset li
 (MemoryError for HBM_V_Prefetch_Amount = 2^31), and the core's store capacity check counted a page once
 per row sharing it (reserving 2^21 pages = 128 GiB for a 2^20-row store into a few MiB).
 """
+
 import pytest
 
 from plena_sim.config import load_config
 from plena_sim.machine import Machine
 
-SMALL = {"MLEN": 16, "VLEN": 16, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 4, "VECTOR_SRAM_SIZE": 256,
-         "MATRIX_SRAM_SIZE": 64, "HBM_SIZE": 1 << 16, "HBM_M_Prefetch_Amount": 16}
+SMALL = {
+    "MLEN": 16,
+    "VLEN": 16,
+    "BLEN": 4,
+    "HLEN": 4,
+    "BROADCAST_AMOUNT": 4,
+    "VECTOR_SRAM_SIZE": 256,
+    "MATRIX_SRAM_SIZE": 64,
+    "HBM_SIZE": 1 << 16,
+    "HBM_M_Prefetch_Amount": 16,
+}
 
 
 @pytest.mark.parametrize("backend", ["numba", "reference"])
 def test_huge_prefetch_amount_faults_at_the_first_row_outside_vram(backend):
-    cfg = load_config(overrides={**SMALL, "HBM_V_Prefetch_Amount": 2 ** 31})
+    cfg = load_config(overrides={**SMALL, "HBM_V_Prefetch_Amount": 2**31})
     res = Machine(cfg, backend=backend).run("H_PREFETCH_V gp0, gp0, a0, 0, 0", raise_on_fault=False)
     assert res.fault is not None and res.fault.rule == "BD-VROW"
     assert "row 256" in str(res.fault)

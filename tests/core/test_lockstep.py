@@ -18,12 +18,14 @@ counters).
 * A few hand-written programs for the resume paths (loop-stack growth, HBM pool growth, a-register
   sums beyond 2^63, budget / runaway faults).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import random
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -62,37 +64,87 @@ def _with_types(cfg, **types):
 
 
 _BASE = {
-    "MLEN": 16, "VLEN": 16, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 4,
-    "VECTOR_SRAM_SIZE": 80, "MATRIX_SRAM_SIZE": 64,                 # 80 VRAM rows, 4 MRAM tiles
-    "HBM_SIZE": 1 << 17, "HBM_M_Prefetch_Amount": 16, "HBM_V_Prefetch_Amount": 4,
-    "HBM_V_Writeback_Amount": 4, "MAX_LOOP_INSTRUCTIONS": 300, "FP_SRAM_SIZE": 48, "INT_SRAM_SIZE": 48,
+    "MLEN": 16,
+    "VLEN": 16,
+    "BLEN": 4,
+    "HLEN": 4,
+    "BROADCAST_AMOUNT": 4,
+    "VECTOR_SRAM_SIZE": 80,
+    "MATRIX_SRAM_SIZE": 64,  # 80 VRAM rows, 4 MRAM tiles
+    "HBM_SIZE": 1 << 17,
+    "HBM_M_Prefetch_Amount": 16,
+    "HBM_V_Prefetch_Amount": 4,
+    "HBM_V_Writeback_Amount": 4,
+    "MAX_LOOP_INSTRUCTIONS": 300,
+    "FP_SRAM_SIZE": 48,
+    "INT_SRAM_SIZE": 48,
 }
 
 
 def _make_configs():
-    c0 = load_config(overrides=_BASE)                                # all four HBM types MXFP8
+    c0 = load_config(overrides=_BASE)  # all four HBM types MXFP8
     c1 = _with_types(
-        load_config(overrides={**_BASE, "DC_EN": 0, "BMM_SCALE": 0.25, "HBM_SIZE": 3 << 13,
-                               "HBM_M_Prefetch_Amount": 20, "HBM_V_Prefetch_Amount": 2,
-                               "HBM_V_Writeback_Amount": 3, "MAX_LOOP_INSTRUCTIONS": 40,
-                               "VECTOR_SRAM_SIZE": 72, "MATRIX_SRAM_SIZE": 48}),
-        HBM_M_WEIGHT_TYPE=MxType(E5M2, E8M0, 4), HBM_M_KV_TYPE=PlainType(FpType(True, 8, 23)),
-        HBM_V_ACT_TYPE=PlainType(FpType(True, 8, 7)), HBM_V_KV_TYPE=MxType(F16, E8M0, 16))
+        load_config(
+            overrides={
+                **_BASE,
+                "DC_EN": 0,
+                "BMM_SCALE": 0.25,
+                "HBM_SIZE": 3 << 13,
+                "HBM_M_Prefetch_Amount": 20,
+                "HBM_V_Prefetch_Amount": 2,
+                "HBM_V_Writeback_Amount": 3,
+                "MAX_LOOP_INSTRUCTIONS": 40,
+                "VECTOR_SRAM_SIZE": 72,
+                "MATRIX_SRAM_SIZE": 48,
+            }
+        ),
+        HBM_M_WEIGHT_TYPE=MxType(E5M2, E8M0, 4),
+        HBM_M_KV_TYPE=PlainType(FpType(True, 8, 23)),
+        HBM_V_ACT_TYPE=PlainType(FpType(True, 8, 7)),
+        HBM_V_KV_TYPE=MxType(F16, E8M0, 16),
+    )
     c2 = _with_types(
-        load_config(overrides={**_BASE, "MLEN": 32, "VLEN": 32, "BLEN": 8, "HLEN": 8,
-                               "VECTOR_SRAM_SIZE": 140, "MATRIX_SRAM_SIZE": 96, "FP_SRAM_SIZE": 40,
-                               "INT_SRAM_SIZE": 40, "HBM_SIZE": 1 << 14, "HBM_M_Prefetch_Amount": 32,
-                               "HBM_V_Prefetch_Amount": 3, "HBM_V_Writeback_Amount": 2,
-                               "MAX_LOOP_INSTRUCTIONS": 100, "BMM_SCALE": 0.3}),
-        HBM_M_WEIGHT_TYPE=MxType(E4M3, E8M0, 32), HBM_V_ACT_TYPE=PlainType(E4M3),
-        HBM_V_KV_TYPE=PlainType(F16))
+        load_config(
+            overrides={
+                **_BASE,
+                "MLEN": 32,
+                "VLEN": 32,
+                "BLEN": 8,
+                "HLEN": 8,
+                "VECTOR_SRAM_SIZE": 140,
+                "MATRIX_SRAM_SIZE": 96,
+                "FP_SRAM_SIZE": 40,
+                "INT_SRAM_SIZE": 40,
+                "HBM_SIZE": 1 << 14,
+                "HBM_M_Prefetch_Amount": 32,
+                "HBM_V_Prefetch_Amount": 3,
+                "HBM_V_Writeback_Amount": 2,
+                "MAX_LOOP_INSTRUCTIONS": 100,
+                "BMM_SCALE": 0.3,
+            }
+        ),
+        HBM_M_WEIGHT_TYPE=MxType(E4M3, E8M0, 32),
+        HBM_V_ACT_TYPE=PlainType(E4M3),
+        HBM_V_KV_TYPE=PlainType(F16),
+    )
     # configs that load (memory.md §8.1) but make matrix instructions fault at run time (CF-VM, CF-BA)
     c3 = load_config(overrides={**_BASE, "VLEN": 32})
     c4 = load_config(overrides={**_BASE, "BROADCAST_AMOUNT": 2})
     # lengths that are not powers of two: MLEN = VLEN = 24, BLEN 4, HLEN 8, BA 3, Pv 3, Ps 2
-    c5 = load_config(overrides={**_BASE, "MLEN": 24, "VLEN": 24, "HLEN": 8, "BROADCAST_AMOUNT": 3,
-                                "VECTOR_SRAM_SIZE": 90, "MATRIX_SRAM_SIZE": 72, "HBM_M_Prefetch_Amount": 24,
-                                "HBM_V_Prefetch_Amount": 3, "HBM_V_Writeback_Amount": 2})
+    c5 = load_config(
+        overrides={
+            **_BASE,
+            "MLEN": 24,
+            "VLEN": 24,
+            "HLEN": 8,
+            "BROADCAST_AMOUNT": 3,
+            "VECTOR_SRAM_SIZE": 90,
+            "MATRIX_SRAM_SIZE": 72,
+            "HBM_M_Prefetch_Amount": 24,
+            "HBM_V_Prefetch_Amount": 3,
+            "HBM_V_Writeback_Amount": 2,
+        }
+    )
     return [c0, c1, c2, c3, c4, c5]
 
 
@@ -119,67 +171,160 @@ class RandChooser:
         return self.r.randrange(100) < pct
 
 
-
 # ===================================================================================== value pools
+
+
+class _Geom(NamedTuple):
+    """The machine sizes the value pools draw from."""
+
+    M: int
+    V: int
+    B: int
+    H: int
+    BA: int
+    MM: int  # elements of one MRAM tile
+    rows: int  # VRAM rows
+    nt: int  # MRAM tiles (at least 1)
+    fp: int  # FP SRAM words
+    hbm: int  # HBM bytes
+
+
+def _geom(cfg):
+    M = cfg.MLEN
+    return _Geom(
+        M,
+        cfg.VLEN,
+        cfg.BLEN,
+        cfg.HLEN,
+        cfg.BROADCAST_AMOUNT,
+        M * M,
+        cfg.VECTOR_SRAM_SIZE,
+        max(1, cfg.mram_tiles),
+        cfg.FP_SRAM_SIZE,
+        cfg.HBM_SIZE,
+    )
+
+
+def _pool_vrow(g, ch, clean):
+    return g.V * ch.pick((0, 1, 2, ch.int(0, g.rows - 1), ch.int(0, g.rows // 2), g.rows - 1))
+
+
+def _pool_vrows(g, ch, clean):  # base of B or M consecutive rows
+    return g.V * ch.pick((0, ch.int(0, max(0, g.rows - g.M - 1)), ch.int(0, max(0, g.rows - g.B - 1)), g.B))
+
+
+def _pool_bwo(g, ch, clean):  # base of BA*M rows (M_BMM_WO)
+    if clean:
+        return g.V * ch.pick((0, g.M, ch.int(0, max(0, g.rows - g.BA * g.M))))
+    return g.V * ch.pick((0, g.M, ch.int(0, max(0, g.rows - g.BA * g.M)), ch.int(0, g.rows)))
+
+
+def _pool_mm(g, ch, clean):
+    return ch.int(0, g.nt - 1) * g.MM + ch.int(0, g.M // g.B - 1) * g.B * g.M
+
+
+def _pool_mv(g, ch, clean):
+    return ch.int(0, g.nt - 1) * g.MM + ch.int(0, g.M // g.B - 1) * g.B
+
+
+def _pool_head(g, ch, clean):
+    return ch.int(0, g.nt - 1) * g.MM + ch.int(0, max(1, g.M // g.H) - 1) * g.H
+
+
+def _pool_moff(g, ch, clean):
+    if clean:
+        return ch.pick((0, 0, g.MM, g.MM * ch.int(0, g.nt - 1)))
+    return ch.pick((0, 0, g.H, 2 * g.H, g.MM, ch.int(0, 3) * g.H))
+
+
+def _pool_tile(g, ch, clean):
+    return ch.int(0, g.nt - 1) * g.MM
+
+
+def _pool_stride_reg(g, ch, clean):
+    return ch.pick((1, 0, 2, 3))
+
+
+def _pool_small(g, ch, clean):
+    if clean:
+        return ch.pick((0, 1, 2, ch.int(0, 16), ch.int(0, 24)))
+    return ch.pick((0, 1, 2, ch.int(0, 24), ch.int(0, g.fp)))
+
+
+def _pool_hoff(g, ch, clean):
+    if clean:
+        return ch.pick((0, 32 * ch.int(0, 32), 64 * ch.int(0, 32)))
+    return ch.pick((0, 16 * ch.int(0, 32), 8 * ch.int(0, 64), 64 * ch.int(0, 64), ch.int(0, 4096)))
+
+
+def _pool_hbase(g, ch, clean):
+    if clean:
+        return ch.pick((0, 256 * ch.int(0, g.hbm // 1024)))
+    return ch.pick((0, 256 * ch.int(0, 64), g.hbm - 512, ch.int(0, g.hbm)))
+
+
+def _pool_scale(g, ch, clean):
+    if clean:
+        return ch.pick((512, 1024 * ch.int(0, g.hbm // 4096), 2048, 0))
+    return ch.pick((0, 512, 1024 * ch.int(0, 16), 2048, ch.int(0, g.hbm)))
+
+
+def _pool_stride(g, ch, clean):
+    if clean:
+        return ch.pick((0, 32, 64, 32 * ch.int(0, 8), g.M * 4))
+    return ch.pick((0, 16, 32, 8, 64 * ch.int(0, 8), g.M * 4, ch.int(0, 300)))
+
+
+def _pool_shift(g, ch, clean):
+    return ch.int(0, g.V + 2)
+
+
+def _pool_mask(g, ch, clean):
+    return ch.pick((0, 0xFFFFFFFF, ch.int(0, 0xFFFFFFFF), ch.int(0, 15)))
+
+
+def _pool_int(g, ch, clean):  # any other role
+    return ch.pick((0, 1, ch.int(0, 64), ch.int(0, 0xFFFFFFFF)))
+
+
+#: role -> its value pool ``(geometry, chooser, clean) -> value``; other roles use _pool_int
+_POOLS = {
+    "vrow": _pool_vrow,
+    "vrows": _pool_vrows,
+    "bwo": _pool_bwo,
+    "mm": _pool_mm,
+    "mv": _pool_mv,
+    "tmv": _pool_mm,  # same shape as "mm": tile + B*M row block
+    "head": _pool_head,
+    "moff": _pool_moff,
+    "tile": _pool_tile,
+    "stride_reg": _pool_stride_reg,
+    "small": _pool_small,
+    "hoff": _pool_hoff,
+    "hbase": _pool_hbase,
+    "scale": _pool_scale,
+    "stride": _pool_stride,
+    "shift": _pool_shift,
+    "mask": _pool_mask,
+}
+
 
 def _pool(cfg, role, ch, clean=False):
     """A value for a register playing ``role`` (mostly legal for that role)."""
-    M, V, B, H, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
-    MM = M * M
-    rows = cfg.VECTOR_SRAM_SIZE
-    nt = max(1, cfg.mram_tiles)
-    if ch.chance(1 if clean else 6):   # something arbitrary
-        return ch.pick((ch.int(0, 1 << 12), ch.int(0, 0xFFFFFFFF), ch.int(0, 1 << 18), V * rows,
-                        V * rows - V, MM * nt, 3))
-    if role == "vrow":
-        return V * ch.pick((0, 1, 2, ch.int(0, rows - 1), ch.int(0, rows // 2), rows - 1))
-    if role == "vrows":   # base of B or M consecutive rows
-        return V * ch.pick((0, ch.int(0, max(0, rows - M - 1)), ch.int(0, max(0, rows - B - 1)), B))
-    if role == "bwo":     # base of BA*M rows (M_BMM_WO)
-        if clean:
-            return V * ch.pick((0, M, ch.int(0, max(0, rows - BA * M))))
-        return V * ch.pick((0, M, ch.int(0, max(0, rows - BA * M)), ch.int(0, rows)))
-    if role == "mm":
-        return ch.int(0, nt - 1) * MM + ch.int(0, M // B - 1) * B * M
-    if role == "mv":
-        return ch.int(0, nt - 1) * MM + ch.int(0, M // B - 1) * B
-    if role == "tmv":
-        return ch.int(0, nt - 1) * MM + ch.int(0, M // B - 1) * B * M
-    if role == "head":
-        return ch.int(0, nt - 1) * MM + ch.int(0, max(1, M // H) - 1) * H
-    if role == "moff":
-        if clean:
-            return ch.pick((0, 0, MM, MM * ch.int(0, nt - 1)))
-        return ch.pick((0, 0, H, 2 * H, MM, ch.int(0, 3) * H))
-    if role == "tile":
-        return ch.int(0, nt - 1) * MM
-    if role == "stride_reg":
-        return ch.pick((1, 0, 2, 3))
-    if role == "small":
-        if clean:
-            return ch.pick((0, 1, 2, ch.int(0, 16), ch.int(0, 24)))
-        return ch.pick((0, 1, 2, ch.int(0, 24), ch.int(0, cfg.FP_SRAM_SIZE)))
-    if role == "hoff":
-        if clean:
-            return ch.pick((0, 32 * ch.int(0, 32), 64 * ch.int(0, 32)))
-        return ch.pick((0, 16 * ch.int(0, 32), 8 * ch.int(0, 64), 64 * ch.int(0, 64), ch.int(0, 4096)))
-    if role == "hbase":
-        if clean:
-            return ch.pick((0, 256 * ch.int(0, cfg.HBM_SIZE // 1024)))
-        return ch.pick((0, 256 * ch.int(0, 64), cfg.HBM_SIZE - 512, ch.int(0, cfg.HBM_SIZE)))
-    if role == "scale":
-        if clean:
-            return ch.pick((512, 1024 * ch.int(0, cfg.HBM_SIZE // 4096), 2048, 0))
-        return ch.pick((0, 512, 1024 * ch.int(0, 16), 2048, ch.int(0, cfg.HBM_SIZE)))
-    if role == "stride":
-        if clean:
-            return ch.pick((0, 32, 64, 32 * ch.int(0, 8), M * 4))
-        return ch.pick((0, 16, 32, 8, 64 * ch.int(0, 8), M * 4, ch.int(0, 300)))
-    if role == "shift":
-        return ch.int(0, V + 2)
-    if role == "mask":
-        return ch.pick((0, 0xFFFFFFFF, ch.int(0, 0xFFFFFFFF), ch.int(0, 15)))
-    return ch.pick((0, 1, ch.int(0, 64), ch.int(0, 0xFFFFFFFF)))
+    g = _geom(cfg)
+    if ch.chance(1 if clean else 6):  # something arbitrary
+        return ch.pick(
+            (
+                ch.int(0, 1 << 12),
+                ch.int(0, 0xFFFFFFFF),
+                ch.int(0, 1 << 18),
+                g.V * g.rows,
+                g.V * g.rows - g.V,
+                g.MM * g.nt,
+                3,
+            )
+        )
+    return _POOLS.get(role, _pool_int)(g, ch, clean)
 
 
 #: role of each (mnemonic, operand name); unlisted gp operands use "int"
@@ -226,8 +371,11 @@ def _role(mn, name):
 _STRUCTURAL = {"C_LOOP_START", "C_LOOP_END", "C_BREAK"}
 _PLAIN_MNEMONICS = tuple(i.mnemonic for i in INSTRUCTIONS if i.mnemonic not in _STRUCTURAL)
 #: extra weight on the heavy / tricky units
-_WEIGHTED = _PLAIN_MNEMONICS + tuple(m for m in _PLAIN_MNEMONICS if m[0] in "MH") \
+_WEIGHTED = (
+    _PLAIN_MNEMONICS
+    + tuple(m for m in _PLAIN_MNEMONICS if m[0] in "MH")
     + ("V_TOPK", "C_SET_SCALE_REG", "C_SET_STRIDE_REG", "C_SET_ADDR_REG", "C_SET_V_MASK_REG")
+)
 _COUNTERS = (13, 14, 15)
 
 
@@ -254,6 +402,73 @@ def _gen_reg(ch, clean):
     return ch.pick((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3, 4, 0, 13))
 
 
+def _gen_addr_setup(ch, cfg, clean, a_pick, setup):
+    """Point the address register somewhere sensible (via gp12, possibly reused below)."""
+    _set_reg(ch, setup, 12, _pool(cfg, "hbase", ch, clean))
+    setup.append(encode("C_SET_ADDR_REG", rd=a_pick, rs1=0, rs2=12))
+    if ch.chance(40):
+        _set_reg(ch, setup, 12, _pool(cfg, "scale", ch, clean))
+        setup.append(encode("C_SET_SCALE_REG", rd=12))
+    if ch.chance(30):
+        _set_reg(ch, setup, 12, _pool(cfg, "stride", ch, clean))
+        setup.append(encode("C_SET_STRIDE_REG", rd=12))
+
+
+def _gen_flag(ch, clean, name):
+    if name == "rmask":
+        return ch.int(1, 15) if ch.chance(40) else 0
+    if name == "rorder":
+        return ch.pick((0, 1, ch.int(0, 15)))
+    if name == "rstride":
+        return ch.pick((0, 1, 1, ch.int(0, 15)))
+    if name == "prec":
+        return ch.pick((0, 1, 0, ch.int(0, 15)))
+    # policy
+    return ch.int(2, 15) if ch.chance(1 if clean else 10) else ch.pick((0, 1))
+
+
+def _gen_imm18(ch, cfg, clean, mn):
+    if mn == "S_ADDI_INT":
+        return _pool(cfg, ch.pick(("small", "int", "vrow")), ch, clean) & 0x3FFFF
+    if mn in ("M_BMM_WO", "M_BMV_WO") and clean:
+        return ch.pick((0, 0, cfg.MLEN * ch.int(0, 4)))
+    if mn.startswith("M_"):
+        return ch.pick(
+            (0, 0, cfg.BLEN * ch.int(0, 8), cfg.MLEN * ch.int(0, 4))
+            if clean
+            else (0, 0, cfg.BLEN * ch.int(0, 8), cfg.MLEN * ch.int(0, 4), ch.int(0, 0x3FFFF))
+        )
+    if clean:
+        return ch.pick((0, ch.int(0, 8), ch.int(0, 16)))
+    return ch.pick((0, ch.int(0, 8), ch.int(0, cfg.FP_SRAM_SIZE + 4), ch.int(0, 0x3FFFF)))
+
+
+def _gen_operand(ch, cfg, clean, mn, op, a_pick, used, setup):
+    """The field value of operand ``op`` of ``mn`` (gp operands may append register setup to ``setup``)."""
+    k = op.kind
+    if k == "gp":
+        reg = _gen_reg(ch, clean)
+        if clean and reg in used:  # distinct registers for distinct roles
+            reg = next(r for r in range(1, 13) if r not in used)
+        used.add(reg)
+        if 1 <= reg <= 12 and ch.chance(97 if clean else 50):
+            _set_reg(ch, setup, reg, _pool(cfg, _role(mn, op.name), ch, clean) & 0xFFFFFFFF)
+        return reg
+    if k in ("f", "a"):
+        v = ch.int(8, 15) if ch.chance(0 if clean else 4) else ch.pick((1, 2, 0, 3, 4, 5, 6, 7))
+        if k == "a" and mn.startswith("H_") and v < 8:
+            v = a_pick
+        return v
+    if k == "flag":
+        return _gen_flag(ch, clean, op.name)
+    if k == "imm18":
+        return _gen_imm18(ch, cfg, clean, mn)
+    if k == "imm22":
+        return ch.pick((0, 1, ch.int(0, 16), ch.int(0, 0x3FFFFF)))
+    # "zero" with a field: M_BMM / M_BTMM rd
+    return ch.int(1, 15) if ch.chance(1 if clean else 10) else 0
+
+
 def _gen_instr(ch, ctx, out):
     cfg, clean = ctx["cfg"], ctx["clean"]
     mn = ch.pick(_WEIGHTED)
@@ -262,60 +477,11 @@ def _gen_instr(ch, ctx, out):
     setup = []
     a_pick = ch.int(0, 7)
     if mn.startswith("H_") and ch.chance(85 if clean else 15):
-        # point the address register somewhere sensible (via gp12, possibly reused below)
-        _set_reg(ch, setup, 12, _pool(cfg, "hbase", ch, clean))
-        setup.append(encode("C_SET_ADDR_REG", rd=a_pick, rs1=0, rs2=12))
-        if ch.chance(40):
-            _set_reg(ch, setup, 12, _pool(cfg, "scale", ch, clean))
-            setup.append(encode("C_SET_SCALE_REG", rd=12))
-        if ch.chance(30):
-            _set_reg(ch, setup, 12, _pool(cfg, "stride", ch, clean))
-            setup.append(encode("C_SET_STRIDE_REG", rd=12))
+        _gen_addr_setup(ch, cfg, clean, a_pick, setup)
     used = set()
     for op in ins.operands:
-        if op.field is None:
-            continue
-        k = op.kind
-        if k == "gp":
-            reg = _gen_reg(ch, clean)
-            if clean and reg in used:      # distinct registers for distinct roles
-                reg = next(r for r in range(1, 13) if r not in used)
-            used.add(reg)
-            if 1 <= reg <= 12 and ch.chance(97 if clean else 50):
-                _set_reg(ch, setup, reg, _pool(cfg, _role(mn, op.name), ch, clean) & 0xFFFFFFFF)
-            v = reg
-        elif k in ("f", "a"):
-            v = ch.int(8, 15) if ch.chance(0 if clean else 4) else ch.pick((1, 2, 0, 3, 4, 5, 6, 7))
-            if k == "a" and mn.startswith("H_") and v < 8:
-                v = a_pick
-        elif k == "flag":
-            if op.name == "rmask":
-                v = ch.int(1, 15) if ch.chance(40) else 0
-            elif op.name == "rorder":
-                v = ch.pick((0, 1, ch.int(0, 15)))
-            elif op.name == "rstride":
-                v = ch.pick((0, 1, 1, ch.int(0, 15)))
-            elif op.name == "prec":
-                v = ch.pick((0, 1, 0, ch.int(0, 15)))
-            else:  # policy
-                v = ch.int(2, 15) if ch.chance(1 if clean else 10) else ch.pick((0, 1))
-        elif k == "imm18":
-            if mn == "S_ADDI_INT":
-                v = _pool(cfg, ch.pick(("small", "int", "vrow")), ch, clean) & 0x3FFFF
-            elif mn in ("M_BMM_WO", "M_BMV_WO") and clean:
-                v = ch.pick((0, 0, cfg.MLEN * ch.int(0, 4)))
-            elif mn.startswith("M_"):
-                v = ch.pick((0, 0, cfg.BLEN * ch.int(0, 8), cfg.MLEN * ch.int(0, 4)) if clean else
-                            (0, 0, cfg.BLEN * ch.int(0, 8), cfg.MLEN * ch.int(0, 4), ch.int(0, 0x3FFFF)))
-            elif clean:
-                v = ch.pick((0, ch.int(0, 8), ch.int(0, 16)))
-            else:
-                v = ch.pick((0, ch.int(0, 8), ch.int(0, cfg.FP_SRAM_SIZE + 4), ch.int(0, 0x3FFFF)))
-        elif k == "imm22":
-            v = ch.pick((0, 1, ch.int(0, 16), ch.int(0, 0x3FFFFF)))
-        else:  # "zero" with a field: M_BMM / M_BTMM rd
-            v = ch.int(1, 15) if ch.chance(1 if clean else 10) else 0
-        fields[op.field] = v
+        if op.field is not None:
+            fields[op.field] = _gen_operand(ch, cfg, clean, mn, op, a_pick, used, setup)
     w = _raw_word(ins, fields)
     if ch.chance(5):
         w |= ch.int(0, 0xFFFFFFFF) & ins.unused_mask
@@ -335,7 +501,7 @@ def _gen_chaos(ch, out):
         out.append(_raw_word(BY_MNEMONIC["C_LOOP_START"], {"rd": ch.pick((0, 5)), "imm22": ch.pick((0, 2))}))
     elif kind == 4:
         out.append(ch.int(0, 0xFFFFFFFF))
-    else:   # a loop on a counter that the body may clobber / a jump target past a stale record
+    else:  # a loop on a counter that the body may clobber / a jump target past a stale record
         out.append(encode("C_LOOP_START", rd=ch.pick(_COUNTERS), imm22=ch.int(1, 3)))
 
 
@@ -378,10 +544,11 @@ def gen_case(ch):
 
 # ===================================================================================== random state
 
-_SPECIAL_BF16 = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0x0001, 0x8003,
-                          0x7F7F, 0xFF7F, 0x3F80, 0x4300, 0xC2F0], dtype=np.uint16)
-_SPECIAL_F32 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3.4e38, 3.4028235e38, 1e-39],
-                        dtype=np.float32)
+_SPECIAL_BF16 = np.array(
+    [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0x0001, 0x8003, 0x7F7F, 0xFF7F, 0x3F80, 0x4300, 0xC2F0],
+    dtype=np.uint16,
+)
+_SPECIAL_F32 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3.4e38, 3.4028235e38, 1e-39], dtype=np.float32)
 
 
 def _rand_bf16(rng, shape):
@@ -426,17 +593,31 @@ def make_state(cfg, seed, pool_pages=16):
         s.gp[i] = _pool(cfg, ch.pick(roles), ch) & 0xFFFFFFFF
     s.fp[1:] = _rand_bf16(rng, 7)
     for i in range(8):
-        s.areg[i] = ch.pick((0, 0, 256 * ch.int(0, 32), 0, 256 * ch.int(0, cfg.HBM_SIZE // 512),
-                             ch.int(0, cfg.HBM_SIZE), cfg.HBM_SIZE - ch.int(0, 600),
-                             (1 << 64) - 1, (1 << 63) + ch.int(0, 9), (1 << 32) * ch.int(1, 5)))
+        s.areg[i] = ch.pick(
+            (
+                0,
+                0,
+                256 * ch.int(0, 32),
+                0,
+                256 * ch.int(0, cfg.HBM_SIZE // 512),
+                ch.int(0, cfg.HBM_SIZE),
+                cfg.HBM_SIZE - ch.int(0, 600),
+                (1 << 64) - 1,
+                (1 << 63) + ch.int(0, 9),
+                (1 << 32) * ch.int(1, 5),
+            )
+        )
     s.ctrl[CTRL_SCALE] = _pool(cfg, "scale", ch, clean=ch.chance(70))
     s.ctrl[CTRL_STRIDE] = ch.pick((1, _pool(cfg, "stride", ch)))
     s.ctrl[CTRL_V_MASK] = _pool(cfg, "mask", ch)
     s.vram[...] = _rand_bf16(rng, s.vram.shape)
     s.mram[...] = _rand_f32(rng, s.mram.shape)
     s.fp_sram[...] = _rand_bf16(rng, s.fp_sram.shape)
-    s.int_sram[...] = np.where(rng.random(s.int_sram.size) < 0.8, rng.integers(0, 64, s.int_sram.size),
-                               rng.integers(0, 1 << 32, s.int_sram.size)).astype(np.uint32)
+    s.int_sram[...] = np.where(
+        rng.random(s.int_sram.size) < 0.8,
+        rng.integers(0, 64, s.int_sram.size),
+        rng.integers(0, 1 << 32, s.int_sram.size),
+    ).astype(np.uint32)
     for name in ("m_accum", "v_accum", "hm_accum", "hv_accum"):
         arr = getattr(s, name)
         arr[...] = _rand_f32(rng, arr.shape, zero_p=0.5) if ch.chance(60) else 0
@@ -446,7 +627,7 @@ def make_state(cfg, seed, pool_pages=16):
         a = ch.int(0, max(0, size - n))
         if ch.chance(50):
             data = rng.integers(0, 256, n)
-        else:   # moderate MX scales / element codes
+        else:  # moderate MX scales / element codes
             data = rng.integers(0x70, 0x87, n) | (rng.integers(0, 2, n) << 7) * (rng.random(n) < 0.3)
         s.hbm.write(a, data.astype(np.uint8))
     return s
@@ -505,8 +686,7 @@ def diff_states(ref_s, jit_s, strict_nan=STRICT_NAN):
         bad = np.argwhere(neq)
         if bad.size:
             idx = tuple(int(i) for i in bad[0])
-            out.append(f"{name}: {len(bad)} differing, first at {idx}: ref {_bits(a)[idx]:#x} "
-                       f"jit {_bits(b)[idx]:#x}")
+            out.append(f"{name}: {len(bad)} differing, first at {idx}: ref {_bits(a)[idx]:#x} jit {_bits(b)[idx]:#x}")
     size = ref_s.cfg.HBM_SIZE
     ha, hb = ref_s.hbm.read(0, size), jit_s.hbm.read(0, size)
     neq = ha != hb
@@ -514,8 +694,7 @@ def diff_states(ref_s, jit_s, strict_nan=STRICT_NAN):
         neq &= ~(((ha ^ hb) == 0x80) & ((ha & 0x7F) >= 0x78))
     bad = np.flatnonzero(neq)
     if bad.size:
-        out.append(f"hbm: {bad.size} differing bytes, first at {bad[0]}: ref {ha[bad[0]]:#x} "
-                   f"jit {hb[bad[0]]:#x}")
+        out.append(f"hbm: {bad.size} differing bytes, first at {bad[0]}: ref {ha[bad[0]]:#x} jit {hb[bad[0]]:#x}")
     return out
 
 
@@ -540,7 +719,7 @@ def run_lockstep(cfg, words, seed, pool_pages=16, budget=BUDGET, *, what=""):
     """Run both backends; assert identical outcome and state. Returns the (reference) outcome."""
     s_ref = make_state(cfg, seed, pool_pages)
     s_jit = clone_state(s_ref)
-    timing = "overlap" if seed % 2 else "serial"      # both accountings (timing.md §3 / §4) in lock step
+    timing = "overlap" if seed % 2 else "serial"  # both accountings (timing.md §3 / §4) in lock step
     o_ref = reference.execute(s_ref, words, budget, timing=timing)
     o_jit = core.execute(s_jit, words, budget, timing=timing)
     diffs = diff_outcomes(o_ref, o_jit) + diff_states(s_ref, s_jit)
@@ -553,7 +732,8 @@ def run_lockstep(cfg, words, seed, pool_pages=16, budget=BUDGET, *, what=""):
         raise AssertionError(
             f"lock-step mismatch {what} (config #{CONFIGS.index(cfg) if cfg in CONFIGS else '?'}, "
             f"state seed {seed}, pool {pool_pages}, reference fault {rule} {o_ref.fault}, "
-            f"retired {o_ref.retired}):\n" + "\n".join(diffs) + "\nprogram:\n" + _listing(list(words)))
+            f"retired {o_ref.retired}):\n" + "\n".join(diffs) + "\nprogram:\n" + _listing(list(words))
+        )
     return o_ref
 
 
@@ -564,8 +744,11 @@ def run_seed(seed):
 
 # ===================================================================================== tests
 
-_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                        HealthCheck.filter_too_much], print_blob=True)
+_SETTINGS = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    print_blob=True,
+)
 
 
 _U32S = st.integers(0, (1 << 32) - 1)
@@ -587,9 +770,11 @@ def test_lockstep_random_programs(case):
 
 
 @settings(max_examples=WORD_EXAMPLES, **_SETTINGS)
-@given(st.sampled_from(range(len(CONFIGS))),
-       st.lists(st.integers(0, 0xFFFFFFFF), min_size=1, max_size=24),
-       st.integers(0, (1 << 32) - 1))
+@given(
+    st.sampled_from(range(len(CONFIGS))),
+    st.lists(st.integers(0, 0xFFFFFFFF), min_size=1, max_size=24),
+    st.integers(0, (1 << 32) - 1),
+)
 def test_lockstep_random_words(ci, words, seed):
     o = run_lockstep(CONFIGS[ci], words, seed, budget=500)
     assert o.fault is None or RULE_BY_CODE.get(o.fault[0]) is not None
@@ -618,16 +803,17 @@ def test_corpus_covers_every_opcode():
 
 # ------------------------------------------------------------------ resume paths and exact arithmetic
 
+
 def _asm_words(*lines):
     from isa.assembler import assemble
+
     return list(assemble("\n".join(lines)).words)
 
 
 def test_loop_stack_growth_resumes():
     # each pass of the outer loop leaves one gp2 record behind (its C_LOOP_END is never reached):
     # 300 stale records exceed the initial capacity of 256, so the core must grow and resume
-    words = _asm_words("C_LOOP_START gp1, 300", "C_LOOP_START gp2, 5", "S_ADDI_INT gp3, gp3, 1",
-                       "C_LOOP_END gp1")
+    words = _asm_words("C_LOOP_START gp1, 300", "C_LOOP_START gp2, 5", "S_ADDI_INT gp3, gp3, 1", "C_LOOP_END gp1")
     cfg = dataclasses.replace(CONFIGS[0], MAX_LOOP_INSTRUCTIONS=100_000)
     o = run_lockstep(cfg, words, 1)
     assert o.fault is None
@@ -638,12 +824,19 @@ def test_loop_stack_growth_resumes():
 
 @pytest.mark.parametrize("pool_pages", [0, 1])
 def test_hbm_pool_growth_resumes(pool_pages):
-    cfg = CONFIGS[0]   # 128 KiB HBM = 2 pages
-    words = _asm_words("S_LUI_INT gp1, 15", "S_ADDI_INT gp1, gp1, 4088",   # 65528: straddles pages
-                       "S_ADDI_INT gp2, gp0, 0", "C_SET_ADDR_REG a1, gp0, gp2",
-                       "S_ADDI_INT gp3, gp0, 64", "C_SET_SCALE_REG gp3",
-                       "S_ADDI_INT gp4, gp0, 0", "C_SET_STRIDE_REG gp4",
-                       "H_STORE_V gp4, gp1, a1, 1, 0", "H_PREFETCH_V gp4, gp1, a1, 0, 0")
+    cfg = CONFIGS[0]  # 128 KiB HBM = 2 pages
+    words = _asm_words(
+        "S_LUI_INT gp1, 15",
+        "S_ADDI_INT gp1, gp1, 4088",  # 65528: straddles pages
+        "S_ADDI_INT gp2, gp0, 0",
+        "C_SET_ADDR_REG a1, gp0, gp2",
+        "S_ADDI_INT gp3, gp0, 64",
+        "C_SET_SCALE_REG gp3",
+        "S_ADDI_INT gp4, gp0, 0",
+        "C_SET_STRIDE_REG gp4",
+        "H_STORE_V gp4, gp1, a1, 1, 0",
+        "H_PREFETCH_V gp4, gp1, a1, 0, 0",
+    )
     o = run_lockstep(cfg, words, 7, pool_pages=pool_pages)
     assert o.fault is None
 
@@ -651,11 +844,18 @@ def test_hbm_pool_growth_resumes(pool_pages):
 def test_huge_a_register_faults_exactly():
     cfg = CONFIGS[0]
     # a1 = 0xFFFFFFFF_FFFFFFF0: base + offset exceeds 2^64; BD-HBM with the value saturated
-    words = _asm_words("S_LUI_INT gp1, 1048575", "S_ADDI_INT gp1, gp1, 4095",
-                       "S_ADDI_INT gp2, gp1, 0", "S_SUB_INT gp2, gp2, gp0",
-                       "S_LUI_INT gp3, 1048575", "S_ADDI_INT gp3, gp3, 4080",
-                       "C_SET_ADDR_REG a1, gp2, gp3", "S_ADDI_INT gp4, gp0, 0",
-                       "S_ADDI_INT gp5, gp0, 64", "H_PREFETCH_V gp4, gp5, a1, 0, 0")
+    words = _asm_words(
+        "S_LUI_INT gp1, 1048575",
+        "S_ADDI_INT gp1, gp1, 4095",
+        "S_ADDI_INT gp2, gp1, 0",
+        "S_SUB_INT gp2, gp2, gp0",
+        "S_LUI_INT gp3, 1048575",
+        "S_ADDI_INT gp3, gp3, 4080",
+        "C_SET_ADDR_REG a1, gp2, gp3",
+        "S_ADDI_INT gp4, gp0, 0",
+        "S_ADDI_INT gp5, gp0, 64",
+        "H_PREFETCH_V gp4, gp5, a1, 0, 0",
+    )
     o = run_lockstep(cfg, words, 3)
     assert RULE_BY_CODE[o.fault[0]].id == "BD-HBM"
     assert o.fault[3] == (1 << 63) - 1
@@ -671,7 +871,6 @@ def test_budget_fault_matches(budget):
 def test_runaway_fault_matches():
     # MAX_LOOP_INSTRUCTIONS = 40 in config 1: an outer iteration of 3 x 15 inner instructions runs away
     body = ["S_ADDI_INT gp2, gp2, 1"] * 13
-    words = _asm_words("C_LOOP_START gp1, 2", "C_LOOP_START gp3, 3", *body, "C_LOOP_END gp3",
-                       "C_LOOP_END gp1")
+    words = _asm_words("C_LOOP_START gp1, 2", "C_LOOP_START gp3, 3", *body, "C_LOOP_END gp3", "C_LOOP_END gp1")
     o = run_lockstep(CONFIGS[1], words, 5)
     assert RULE_BY_CODE[o.fault[0]].id == "LP-RUNAWAY"

@@ -1,19 +1,20 @@
 """The Machine API (plena_sim/machine.py): accessors, program forms, statistics, trace, backends."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from simhelpers import machine, small_cfg
 
 from isa.assembler import assemble
 from isa.encoding import encode
 from plena_sim.machine import Machine
-from simhelpers import backend, machine, small_cfg  # noqa: F401
 
 
 def test_fp_sram_accessor_rounds_to_bf16(backend):
     m = machine(backend)
-    m.fp_sram[3] = 1.00390625            # 1 + 2^-8: a tie, rounds to even -> 1.0
-    m.fp_sram[4] = 1.005859375           # 1 + 3*2^-9 -> 1.0078125
+    m.fp_sram[3] = 1.00390625  # 1 + 2^-8: a tie, rounds to even -> 1.0
+    m.fp_sram[4] = 1.005859375  # 1 + 3*2^-9 -> 1.0078125
     assert m.fp_sram[3] == 1.0 and m.fp_sram[4] == 1.0078125
     m.write_fp_sram(10, [0.1, -2.0])
     assert list(m.read_fp_sram(10, 2)) == [0.10009765625, -2.0]
@@ -23,7 +24,7 @@ def test_fp_sram_accessor_rounds_to_bf16(backend):
 
 def test_vram_write_read_rounds(backend):
     m = machine(backend)
-    m.vram.write(32, np.full((2, 16), 1.0 + 2.0 ** -8 + 2.0 ** -10))
+    m.vram.write(32, np.full((2, 16), 1.0 + 2.0**-8 + 2.0**-10))
     got = m.vram.read(32, 2)
     assert got.shape == (2, 16) and (got == 1.0078125).all()
     with pytest.raises(ValueError):
@@ -33,14 +34,14 @@ def test_vram_write_read_rounds(backend):
 def test_regs_snapshot_and_set_reg(backend):
     m = machine(backend)
     m.set_reg("gp0", 5)
-    m.set_reg("gp15", 2 ** 32 + 7)
+    m.set_reg("gp15", 2**32 + 7)
     m.set_reg("f0", 1.0)
     m.set_reg("f7", 0.1)
-    m.set_reg("a7", 2 ** 40)
+    m.set_reg("a7", 2**40)
     m.set_reg("SCALE", 9)
     r = m.regs
     assert r["gp"][0] == 0 and r["gp"][15] == 7 and r["fp"][0] == 0.0 and r["fp"][7] == 0.10009765625
-    assert r["a"][7] == 2 ** 40 and r["SCALE"] == 9 and r["STRIDE"] == 1 and r["V_MASK"] == 0
+    assert r["a"][7] == 2**40 and r["SCALE"] == 9 and r["STRIDE"] == 1 and r["V_MASK"] == 0
     assert r["pc"] == 0 and r["loop_stack"] == []
     with pytest.raises(ValueError):
         m.set_reg("a8", 1)

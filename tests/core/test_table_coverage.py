@@ -3,6 +3,7 @@
 Adding an instruction is: its table row (family, operation, operand roles), its unit branch, the
 reference's ``op_<MNEMONIC>`` and tests; these checks fail loudly when one of them is forgotten.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,19 @@ from plena_sim.faults import RULE_BY_ID
 from plena_sim.state import MachineState
 from plena_sim.timing import MAX_RANGES, TimingState, dest_reg_py, resources_py
 
-CFG = load_config(overrides={"MLEN": 16, "VLEN": 16, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 4,
-                             "VECTOR_SRAM_SIZE": 64, "MATRIX_SRAM_SIZE": 64, "HBM_SIZE": 1 << 16,
-                             "HBM_M_Prefetch_Amount": 16})
+CFG = load_config(
+    overrides={
+        "MLEN": 16,
+        "VLEN": 16,
+        "BLEN": 4,
+        "HLEN": 4,
+        "BROADCAST_AMOUNT": 4,
+        "VECTOR_SRAM_SIZE": 64,
+        "MATRIX_SRAM_SIZE": 64,
+        "HBM_SIZE": 1 << 16,
+        "HBM_M_Prefetch_Amount": 16,
+    }
+)
 IL_OPC = RULE_BY_ID["IL-OPC"].code
 TESTS = Path(__file__).resolve().parent
 
@@ -66,5 +77,5 @@ def test_every_opcode_has_a_resource_set(instr):
 def test_every_mnemonic_has_a_per_instruction_test():
     text = (TESTS / "test_instructions.py").read_text()
     # a mnemonic not inside a longer name (program text in the tests is full of "\\n" escapes)
-    missing = [i.mnemonic for i in INSTRUCTIONS if not re.search(r"(?<![A-Z_])%s(?![A-Z_])" % i.mnemonic, text)]
+    missing = [i.mnemonic for i in INSTRUCTIONS if not re.search(rf"(?<![A-Z_]){i.mnemonic}(?![A-Z_])", text)]
     assert not missing, missing

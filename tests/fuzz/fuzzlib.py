@@ -7,6 +7,7 @@ take their base seed from ``PLENA_FUZZ_SEED`` (default 0) and name the failing s
 
 Imported by the test modules of tests/fuzz (pytest puts this directory on sys.path).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,26 +29,44 @@ def count(n: int) -> int:
 
 def hyp_settings(n: int, **kw) -> settings:
     """Hypothesis settings for a campaign of default size ``n`` (scaled, no deadline, quiet)."""
-    return settings(max_examples=count(n), deadline=None, derandomize=not RANDOM, database=None,
-                    suppress_health_check=list(HealthCheck), print_blob=True, **kw)
+    return settings(
+        max_examples=count(n),
+        deadline=None,
+        derandomize=not RANDOM,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+        **kw,
+    )
 
 
 #: the small machine of the fuzz campaigns: M = V = 16, B = H = BA = 4, small SRAMs and HBM
 SMALL = {
-    "MLEN": 16, "VLEN": 16, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 4,
-    "VECTOR_SRAM_SIZE": 256, "MATRIX_SRAM_SIZE": 64,       # 256 VRAM rows, 4 MRAM tiles
-    "HBM_SIZE": 3 << 15, "HBM_M_Prefetch_Amount": 16, "HBM_V_Prefetch_Amount": 4,
-    "HBM_V_Writeback_Amount": 4, "MAX_LOOP_INSTRUCTIONS": 60, "FP_SRAM_SIZE": 1024,
+    "MLEN": 16,
+    "VLEN": 16,
+    "BLEN": 4,
+    "HLEN": 4,
+    "BROADCAST_AMOUNT": 4,
+    "VECTOR_SRAM_SIZE": 256,
+    "MATRIX_SRAM_SIZE": 64,  # 256 VRAM rows, 4 MRAM tiles
+    "HBM_SIZE": 3 << 15,
+    "HBM_M_Prefetch_Amount": 16,
+    "HBM_V_Prefetch_Amount": 4,
+    "HBM_V_Writeback_Amount": 4,
+    "MAX_LOOP_INSTRUCTIONS": 60,
+    "FP_SRAM_SIZE": 1024,
     "INT_SRAM_SIZE": 1024,
 }
 
 
 def small_config(**overrides):
     from plena_sim.config import load_config
+
     return load_config(overrides={**SMALL, **overrides})
 
 
 # ----------------------------------------------------------------------------------- machine state
+
 
 def reset_hbm(hbm) -> None:
     """Forget every HBM page (the pool keeps its capacity; all bytes read as 0 again)."""
@@ -63,26 +82,59 @@ def randomize_state(m, rng: np.random.Generator, tame: bool = False) -> None:
     ``tame``: every gp register and INT SRAM word holds such an address, a-registers and SCALE are small."""
     st, cfg = m.state, m.cfg
     M, V = cfg.MLEN, cfg.VLEN
-    pool_gp = np.array([0, 1, 2, 3, 4, 8, 12, V, 2 * V, 3 * V, 5 * V, 17 * V, M * M, 2 * M * M,
-                        cfg.VECTOR_SRAM_SIZE * V - V, cfg.VECTOR_SRAM_SIZE * V, 64, 128, 256, 1024,
-                        cfg.FP_SRAM_SIZE - 1, cfg.INT_SRAM_SIZE - 1, 0x7FFFFFFF, 0xFFFFFFFF,
-                        max(0, cfg.HBM_SIZE - 64)], dtype=np.int64)
+    pool_gp = np.array(
+        [
+            0,
+            1,
+            2,
+            3,
+            4,
+            8,
+            12,
+            V,
+            2 * V,
+            3 * V,
+            5 * V,
+            17 * V,
+            M * M,
+            2 * M * M,
+            cfg.VECTOR_SRAM_SIZE * V - V,
+            cfg.VECTOR_SRAM_SIZE * V,
+            64,
+            128,
+            256,
+            1024,
+            cfg.FP_SRAM_SIZE - 1,
+            cfg.INT_SRAM_SIZE - 1,
+            0x7FFFFFFF,
+            0xFFFFFFFF,
+            max(0, cfg.HBM_SIZE - 64),
+        ],
+        dtype=np.int64,
+    )
     # addresses legal for nearly every role: VRAM rows, MRAM tiles, FP/INT SRAM words, MX HBM offsets
     good = np.array([0, 0, V, 2 * V, 3 * V, M * M, 2 * M * M], dtype=np.int64)
     u = rng.random(16)
-    gp = np.where(u < 0.8, rng.choice(good, 16),
-                  np.where(u < 0.93, rng.choice(pool_gp, 16), rng.integers(0, 1 << 32, 16, dtype=np.int64)))
+    gp = np.where(
+        u < 0.8,
+        rng.choice(good, 16),
+        np.where(u < 0.93, rng.choice(pool_gp, 16), rng.integers(0, 1 << 32, 16, dtype=np.int64)),
+    )
     if tame:
         gp = rng.choice(good, 16)
     gp[0] = 0
     st.gp[:] = gp.astype(np.uint32)
-    fp_pool = np.array([0x0000, 0x3F80, 0xBF80, 0x4000, 0x3F00, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x8000,
-                        0x7F7F, 0xC2C8], dtype=np.uint16)
+    fp_pool = np.array(
+        [0x0000, 0x3F80, 0xBF80, 0x4000, 0x3F00, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x8000, 0x7F7F, 0xC2C8],
+        dtype=np.uint16,
+    )
     fp = np.where(rng.random(8) < 0.7, rng.choice(fp_pool, 8), rng.integers(0, 1 << 16, 8))
     fp[0] = 0
     st.fp[:] = fp.astype(np.uint16)
-    a_pool = np.array([0, 64, 256, 4096, max(0, cfg.HBM_SIZE - 256), cfg.HBM_SIZE, 1 << 32, (1 << 63) + 5,
-                       (1 << 64) - 1], dtype=np.uint64)
+    a_pool = np.array(
+        [0, 64, 256, 4096, max(0, cfg.HBM_SIZE - 256), cfg.HBM_SIZE, 1 << 32, (1 << 63) + 5, (1 << 64) - 1],
+        dtype=np.uint64,
+    )
     areg = rng.choice(a_pool, 8)
     areg[rng.random(8) < 0.6] = 0
     rand_a = rng.random(8) < 0.1
@@ -107,8 +159,9 @@ def randomize_state(m, rng: np.random.Generator, tame: bool = False) -> None:
         flat = st.mram.reshape(-1)
         k = rng.integers(0, flat.size, 4)
         flat[k] = np.array([np.inf, -np.inf, np.nan, 3e38], dtype=np.float32)
-    st.int_sram[:] = (rng.choice(good, st.int_sram.shape) if tame else
-                      rng.integers(0, 1 << 32, st.int_sram.shape, dtype=np.int64)).astype(np.uint32)
+    st.int_sram[:] = (
+        rng.choice(good, st.int_sram.shape) if tame else rng.integers(0, 1 << 32, st.int_sram.shape, dtype=np.int64)
+    ).astype(np.uint32)
     if tame:
         st.ctrl[CTRL_SCALE] = 256
         st.ctrl[CTRL_STRIDE] = 1
@@ -133,15 +186,27 @@ def _bf16_noise(rng, shape) -> np.ndarray:
 def copy_state(src, dst) -> None:
     """Make machine ``dst``'s architectural state bit-identical to ``src``'s (same config)."""
     s, d = src.state, dst.state
-    for name in ("gp", "fp", "areg", "ctrl", "vram", "mram", "fp_sram", "int_sram", "m_accum", "v_accum",
-                 "hm_accum", "hv_accum"):
+    for name in (
+        "gp",
+        "fp",
+        "areg",
+        "ctrl",
+        "vram",
+        "mram",
+        "fp_sram",
+        "int_sram",
+        "m_accum",
+        "v_accum",
+        "hm_accum",
+        "hv_accum",
+    ):
         getattr(d, name)[...] = getattr(s, name)
     for name in ("loop_start", "loop_reg", "loop_count"):
         setattr(d, name, getattr(s, name).copy())
     reset_hbm(d.hbm)
     d.hbm.reserve(s.hbm.pages_used)
     d.hbm.page_index[:] = s.hbm.page_index
-    d.hbm.pages[:s.hbm.pages_used] = s.hbm.pages[:s.hbm.pages_used]
+    d.hbm.pages[: s.hbm.pages_used] = s.hbm.pages[: s.hbm.pages_used]
     d.hbm.meta[:] = s.hbm.meta
 
 

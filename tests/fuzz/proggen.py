@@ -5,6 +5,7 @@ loop ends, legal register numbers most of the time) but still hit every fault cl
 ``gen_program(r, n)`` takes any ``random.Random``-like object ``r`` (a seeded ``random.Random`` or
 hypothesis' ``st.randoms()``), so the same generator serves the seeded corpus and the shrinking search.
 """
+
 from __future__ import annotations
 
 from isa.table import FIELDS, INSTRUCTIONS, NOT_INSTRUCTIONS
@@ -43,7 +44,7 @@ def gen_word(r, open_loops: list[int], V: int = 16, tame: bool = False) -> int:
     small multiples of V -- so that programs on a tame state run deeper before their first fault."""
     k = r.randrange(100) if not tame else 50
     if k < 3:
-        return r.randrange(1 << 32)                    # anything at all
+        return r.randrange(1 << 32)  # anything at all
     if k < 6:
         return r.choice(_BAD_OPCODES) | (r.randrange(1 << 26) << 6)
     if k < 12 and open_loops:
@@ -52,7 +53,7 @@ def gen_word(r, open_loops: list[int], V: int = 16, tame: bool = False) -> int:
         op = r.choice(_OPCODES)
     instr = _BY_OP[op]
     word = op
-    if not tame and r.randrange(10) == 0:             # garbage in every bit; the fields below overwrite
+    if not tame and r.randrange(10) == 0:  # garbage in every bit; the fields below overwrite
         word |= r.randrange(1 << 26) << 6
     for o in instr.operands:
         if o.field is None:
@@ -66,8 +67,11 @@ def gen_word(r, open_loops: list[int], V: int = 16, tame: bool = False) -> int:
         elif o.kind == "imm18":
             v = _imm18(r, V) if not tame else r.choice((0, 0, 0, V, 2 * V))
         elif o.kind == "imm22":
-            v = r.choice((1, 2, 3, 4, r.randrange(1, 64), r.randrange(1 << 22), 0)) if op == _LOOP_START \
+            v = (
+                r.choice((1, 2, 3, 4, r.randrange(1, 64), r.randrange(1 << 22), 0))
+                if op == _LOOP_START
                 else r.randrange(1 << 22)
+            )
         else:  # "zero" placeholder encoded in a field (M_BMM rd): mostly 0
             v = 0 if tame or r.randrange(8) else r.randrange(16)
         word = _set(word, o.field, v)

@@ -8,15 +8,16 @@ the same words. Unmutated canonical text always assembles to the words it came f
 Default CI size: 1500 seeded mutants + 400 hypothesis mutants + 300 hypothesis random texts + 100
 random files (``PLENA_FUZZ_SCALE`` multiplies).
 """
+
 from __future__ import annotations
 
 import random
 
 import pytest
+from fuzzlib import BASE_SEED, count, hyp_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzlib import BASE_SEED, count, hyp_settings
 from isa import AssemblerError, assemble, assemble_file, disassemble_word
 from isa.disasm import illegal_reason
 from isa.table import INSTRUCTIONS, NOT_INSTRUCTIONS
@@ -24,11 +25,51 @@ from isa.table import INSTRUCTIONS, NOT_INSTRUCTIONS
 pytestmark = pytest.mark.fuzz
 
 _INSTRS = list(INSTRUCTIONS)
-_WEIRD = ["\u2028", "\x00", "é", "１", "\t", "\x0b", "\x0c", "\ufeff", "😀", "\u0301", "\r", "\x85", "ß",
-          "\u200b", "Ⅻ", "٣", "\\", "\"", "#", ":", "$", "%"]
-_NUMBERS = ["9" * 5000, "0x" + "f" * 300, "-5", "+3", "1e5", "0x", "_", "0b101", "1.5", "262144",
-            "4194304", "0x3FFFF", "0x_1", "00000000000000000000000000000000000000000001", "١٢", "inf",
-            "18446744073709551616", "0X40000", "262_143"]
+_WEIRD = [
+    "\u2028",
+    "\x00",
+    "é",
+    "１",
+    "\t",
+    "\x0b",
+    "\x0c",
+    "\ufeff",
+    "😀",
+    "\u0301",
+    "\r",
+    "\x85",
+    "ß",
+    "\u200b",
+    "Ⅻ",
+    "٣",
+    "\\",
+    '"',
+    "#",
+    ":",
+    "$",
+    "%",
+]
+_NUMBERS = [
+    "9" * 5000,
+    "0x" + "f" * 300,
+    "-5",
+    "+3",
+    "1e5",
+    "0x",
+    "_",
+    "0b101",
+    "1.5",
+    "262144",
+    "4194304",
+    "0x3FFFF",
+    "0x_1",
+    "00000000000000000000000000000000000000000001",
+    "١٢",
+    "inf",
+    "18446744073709551616",
+    "0X40000",
+    "262_143",
+]
 
 
 def canonical_line(r: random.Random) -> tuple[str, int]:
@@ -64,24 +105,36 @@ def mutate(r: random.Random, lines: list[str]) -> None:
     line = lines[k]
     spans = _tokens(line)
     what = r.randrange(14)
-    if what == 0:                                     # truncate
-        lines[k] = line[:r.randrange(len(line) + 1)]
-    elif what == 1:                                   # insert a strange character
+    if what == 0:  # truncate
+        lines[k] = line[: r.randrange(len(line) + 1)]
+    elif what == 1:  # insert a strange character
         p = r.randrange(len(line) + 1)
         lines[k] = line[:p] + r.choice(_WEIRD) + line[p:]
-    elif what == 2 and spans:                         # replace a token with a strange number
+    elif what == 2 and spans:  # replace a token with a strange number
         a, b = r.choice(spans)
         lines[k] = line[:a] + r.choice(_NUMBERS) + line[b:]
-    elif what == 3:                                   # drop commas
+    elif what == 3:  # drop commas
         lines[k] = line.replace(",", "", 1 if r.randrange(2) else -1)
-    elif what == 4 and spans:                         # wrong register kind / index
+    elif what == 4 and spans:  # wrong register kind / index
         a, b = r.choice(spans)
         tok = line[a:b]
-        new = r.choice(["f" + tok[2:] if tok.startswith("gp") else "gp" + tok.lstrip("fa"),
-                        "a" + tok.lstrip("gpfa"), "gp16", "f8", "a9", "gp01", "GP3", "x1", "gp", "f-1",
-                        "gp99999999999999999999999999999999999999999999999999999999"])
+        new = r.choice(
+            [
+                "f" + tok[2:] if tok.startswith("gp") else "gp" + tok.lstrip("fa"),
+                "a" + tok.lstrip("gpfa"),
+                "gp16",
+                "f8",
+                "a9",
+                "gp01",
+                "GP3",
+                "x1",
+                "gp",
+                "f-1",
+                "gp99999999999999999999999999999999999999999999999999999999",
+            ]
+        )
         lines[k] = line[:a] + new + line[b:]
-    elif what == 5:                                   # duplicate / delete / swap lines
+    elif what == 5:  # duplicate / delete / swap lines
         j = r.randrange(len(lines))
         op = r.randrange(3)
         if op == 0:
@@ -90,28 +143,29 @@ def mutate(r: random.Random, lines: list[str]) -> None:
             del lines[k]
         else:
             lines[k], lines[j] = lines[j], lines[k]
-    elif what == 6:                                   # stray commas / empty operands
+    elif what == 6:  # stray commas / empty operands
         lines[k] = line + r.choice([",", ", ,", ",,0", " , "])
-    elif what == 7:                                   # case
+    elif what == 7:  # case
         lines[k] = line.lower() if r.randrange(2) else line.swapcase()
-    elif what == 8:                                   # ascii garbage
+    elif what == 8:  # ascii garbage
         p = r.randrange(len(line) + 1)
         junk = "".join(chr(r.randrange(32, 127)) for _ in range(r.randrange(1, 6)))
         lines[k] = line[:p] + junk + line[p:]
-    elif what == 9 and spans:                         # mnemonic -> something else
+    elif what == 9 and spans:  # mnemonic -> something else
         a, b = spans[0]
-        name = r.choice(["V_PS_V", "C_HADAMARD_TRANSFORM", "NOP", ".word", "label:", "S_ADDI", "M_MM_",
-                         r.choice(_INSTRS).mnemonic])
+        name = r.choice(
+            ["V_PS_V", "C_HADAMARD_TRANSFORM", "NOP", ".word", "label:", "S_ADDI", "M_MM_", r.choice(_INSTRS).mnemonic]
+        )
         lines[k] = name + line[b:]
-    elif what == 10 and len(lines) > 1 and k + 1 < len(lines):   # join two lines
+    elif what == 10 and len(lines) > 1 and k + 1 < len(lines):  # join two lines
         lines[k] = line + r.choice(["", " ", "; "]) + lines.pop(k + 1)
-    elif what == 11:                                  # comments in odd places
+    elif what == 11:  # comments in odd places
         p = r.randrange(len(line) + 1)
         lines[k] = line[:p] + r.choice(["; c", "//c", "/* x */", "#x", ";", "//"]) + line[p:]
-    elif what == 12 and spans:                        # delete or repeat an operand
+    elif what == 12 and spans:  # delete or repeat an operand
         a, b = r.choice(spans[1:] or spans)
         lines[k] = line[:a] + (line[a:b] + ", " + line[a:b] if r.randrange(2) else "") + line[b:]
-    else:                                             # whitespace
+    else:  # whitespace
         lines[k] = r.choice(["  ", "\t", ""]) + line.replace(" ", r.choice(["\t", "   ", "\u3000"]))
 
 
@@ -158,7 +212,7 @@ def test_fuzz_asm_mutants_seeded():
         text, words = gen_text(r)
         if check_text(text, f"seed {seed}", words) is None:
             failures += 1
-    assert failures > count(1500) // 4        # most mutants must actually be broken
+    assert failures > count(1500) // 4  # most mutants must actually be broken
 
 
 @hyp_settings(400)
@@ -168,8 +222,9 @@ def test_fuzz_asm_mutants_hypothesis(r):
     check_text(text, "hypothesis", words)
 
 
-_PIECES = st.sampled_from(list("gpfa0123456789xX_, \t;/\n") + _WEIRD + _NUMBERS[1:] +
-                          [i.mnemonic + " " for i in _INSTRS])
+_PIECES = st.sampled_from(
+    list("gpfa0123456789xX_, \t;/\n") + _WEIRD + _NUMBERS[1:] + [i.mnemonic + " " for i in _INSTRS]
+)
 
 
 @hyp_settings(300)

@@ -11,6 +11,7 @@ configs, plus ~300 programs on 40 random configurations (odd sizes, DMA amounts 
 random HBM types) -- ``PLENA_FUZZ_SCALE`` multiplies. A seeded failure names its seed:
 ``run_case(seed)`` / ``run_config_case(seed)`` replays it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,12 +20,21 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+from fuzzlib import (
+    BASE_SEED,
+    copy_state,
+    count,
+    diff_digest,
+    hyp_settings,
+    outcome_key,
+    randomize_state,
+    small_config,
+    state_digest,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-
-from fuzzlib import BASE_SEED, copy_state, count, diff_digest, hyp_settings, outcome_key, \
-    randomize_state, small_config, state_digest
 from proggen import gen_program
+
 from plena_sim import faults as F
 from plena_sim.config import ConfigError, FpType, MxType, PlainType, load_config
 from plena_sim.machine import Machine
@@ -35,15 +45,21 @@ _E8M0 = FpType(False, 8, 0)
 
 
 def _configs():
-    base = small_config()                                   # MXFP8 HBM types (block 8), DC_EN = 1
-    plain = dataclasses.replace(small_config(DC_EN=0, BMM_SCALE=0.25, HBM_V_Prefetch_Amount=3,
-                                             HBM_V_Writeback_Amount=2, MAX_LOOP_INSTRUCTIONS=25),
-                                precision=MappingProxyType({
-                                    **base.precision,
-                                    "HBM_M_WEIGHT_TYPE": PlainType(FpType(True, 8, 7)),
-                                    "HBM_V_ACT_TYPE": PlainType(FpType(True, 8, 23)),
-                                    "HBM_V_KV_TYPE": MxType(FpType(True, 5, 10), _E8M0, 16),
-                                    "HBM_M_KV_TYPE": MxType(FpType(True, 5, 2), _E8M0, 4)}))
+    base = small_config()  # MXFP8 HBM types (block 8), DC_EN = 1
+    plain = dataclasses.replace(
+        small_config(
+            DC_EN=0, BMM_SCALE=0.25, HBM_V_Prefetch_Amount=3, HBM_V_Writeback_Amount=2, MAX_LOOP_INSTRUCTIONS=25
+        ),
+        precision=MappingProxyType(
+            {
+                **base.precision,
+                "HBM_M_WEIGHT_TYPE": PlainType(FpType(True, 8, 7)),
+                "HBM_V_ACT_TYPE": PlainType(FpType(True, 8, 23)),
+                "HBM_V_KV_TYPE": MxType(FpType(True, 5, 10), _E8M0, 16),
+                "HBM_M_KV_TYPE": MxType(FpType(True, 5, 2), _E8M0, 4),
+            }
+        ),
+    )
     return [base, plain]
 
 
@@ -71,8 +87,9 @@ def check_run(words, state_seed: int, budget: int, cfg_index: int, tame: bool, l
         try:
             results[m.backend] = m.run(words, max_instructions=budget, raise_on_fault=False)
         except Exception as exc:  # noqa: BLE001 - anything but a SimFault record is a bug
-            raise AssertionError(f"{label}: backend {m.backend} raised {type(exc).__name__}: {exc}\n"
-                                 f"words={[hex(w) for w in words]}") from exc
+            raise AssertionError(
+                f"{label}: backend {m.backend} raised {type(exc).__name__}: {exc}\nwords={[hex(w) for w in words]}"
+            ) from exc
     a, b = results["numba"], results["reference"]
     for res in (a, b):
         assert 0 <= res.instructions <= budget, (label, res.instructions, budget)
@@ -86,8 +103,10 @@ def check_run(words, state_seed: int, budget: int, cfg_index: int, tame: bool, l
         else:
             assert res.stats["fault"] is None
     ka, kb = outcome_key(a), outcome_key(b)
-    assert ka == kb, (f"{label}: outcomes differ\n numba:     {ka[:3]} {ka[4]}\n reference: {kb[:3]} {kb[4]}\n"
-                      f"words={[hex(w) for w in words]}")
+    assert ka == kb, (
+        f"{label}: outcomes differ\n numba:     {ka[:3]} {ka[4]}\n reference: {kb[:3]} {kb[4]}\n"
+        f"words={[hex(w) for w in words]}"
+    )
     diff = diff_digest(state_digest(mn), state_digest(mr))
     assert not diff, f"{label}: final state differs in {diff}; words={[hex(w) for w in words]}"
     return a.fault.rule if a.fault is not None else "ok"
@@ -115,17 +134,26 @@ def test_fuzz_programs_seeded():
 
 
 @hyp_settings(1000)
-@given(r=st.randoms(use_true_random=False), n=st.integers(1, 30), state_seed=st.integers(0, 2**32 - 1),
-       budget=st.sampled_from(BUDGETS), cfg_index=st.integers(0, len(CONFIGS) - 1), tame=st.booleans())
+@given(
+    r=st.randoms(use_true_random=False),
+    n=st.integers(1, 30),
+    state_seed=st.integers(0, 2**32 - 1),
+    budget=st.sampled_from(BUDGETS),
+    cfg_index=st.integers(0, len(CONFIGS) - 1),
+    tame=st.booleans(),
+)
 def test_fuzz_programs_hypothesis(r, n, state_seed, budget, cfg_index, tame):
     words = gen_program(r, n, tame=tame)
     check_run(words, state_seed, budget, cfg_index, tame, "hypothesis")
 
 
 @hyp_settings(600)
-@given(words=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=30),
-       state_seed=st.integers(0, 2**32 - 1), budget=st.sampled_from(BUDGETS),
-       cfg_index=st.integers(0, len(CONFIGS) - 1))
+@given(
+    words=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=30),
+    state_seed=st.integers(0, 2**32 - 1),
+    budget=st.sampled_from(BUDGETS),
+    cfg_index=st.integers(0, len(CONFIGS) - 1),
+)
 def test_fuzz_raw_words(words, state_seed, budget, cfg_index):
     """Arbitrary 32-bit words (mostly illegal opcodes or fields)."""
     check_run(words, state_seed, budget, cfg_index, False, "raw words")
@@ -134,8 +162,10 @@ def test_fuzz_raw_words(words, state_seed, budget, cfg_index):
 def test_fuzz_runaway_and_budget_limits():
     """The two hard limits end runaway programs with their typed faults, on both backends."""
     from isa import assemble
-    spin = assemble("C_LOOP_START gp1, 4194303\nC_LOOP_START gp2, 4194303\nS_ADDI_INT gp3, gp3, 1\n"
-                    "C_LOOP_END gp2\nC_LOOP_END gp1\n")
+
+    spin = assemble(
+        "C_LOOP_START gp1, 4194303\nC_LOOP_START gp2, 4194303\nS_ADDI_INT gp3, gp3, 1\nC_LOOP_END gp2\nC_LOOP_END gp1\n"
+    )
     for backend in ("numba", "reference"):
         m = machine(0, backend)
         randomize_state(m, np.random.default_rng(1), tame=True)
@@ -150,6 +180,7 @@ def test_fuzz_runaway_and_budget_limits():
 
 # ------------------------------------------------------------------------------ random configurations
 
+
 def random_config(r: random.Random):
     """A small random valid configuration: odd SRAM / HBM sizes (down to 0 VRAM rows, 0 MRAM tiles, a
     1-byte HBM), DMA amounts beyond the memories, MAX_LOOP_INSTRUCTIONS down to 1, any BMM_SCALE, random
@@ -158,13 +189,24 @@ def random_config(r: random.Random):
     H = r.choice([h for h in (1, 2, 4, 8, 16, 32) if h <= M])
     B = r.choice([b for b in (1, 2, 4, 8) if b <= M])
     amounts = [1, 2, 3, 4, 7, 16, 1000]
-    ov = dict(MLEN=M, VLEN=M, BLEN=B, HLEN=H, BROADCAST_AMOUNT=M // H,
-              VECTOR_SRAM_SIZE=r.choice([0, 1, 7, 64, 300]), MATRIX_SRAM_SIZE=r.choice([0, M - 1, M, 3 * M, 5 * M]),
-              HBM_SIZE=r.choice([1, 100, 4096, 65536, 65537, 200000]), HBM_M_Prefetch_Amount=r.choice(amounts),
-              HBM_V_Prefetch_Amount=r.choice(amounts), HBM_V_Writeback_Amount=r.choice(amounts),
-              MAX_LOOP_INSTRUCTIONS=r.choice([1, 2, 5, 100]), FP_SRAM_SIZE=r.choice([1, 7, 64, 1024]),
-              INT_SRAM_SIZE=r.choice([1, 7, 64, 1024]), DC_EN=r.choice([0, 1]),
-              BMM_SCALE=r.choice([0.0, 0.25, 1.0, -3.5, 1e38]))
+    ov = dict(
+        MLEN=M,
+        VLEN=M,
+        BLEN=B,
+        HLEN=H,
+        BROADCAST_AMOUNT=M // H,
+        VECTOR_SRAM_SIZE=r.choice([0, 1, 7, 64, 300]),
+        MATRIX_SRAM_SIZE=r.choice([0, M - 1, M, 3 * M, 5 * M]),
+        HBM_SIZE=r.choice([1, 100, 4096, 65536, 65537, 200000]),
+        HBM_M_Prefetch_Amount=r.choice(amounts),
+        HBM_V_Prefetch_Amount=r.choice(amounts),
+        HBM_V_Writeback_Amount=r.choice(amounts),
+        MAX_LOOP_INSTRUCTIONS=r.choice([1, 2, 5, 100]),
+        FP_SRAM_SIZE=r.choice([1, 7, 64, 1024]),
+        INT_SRAM_SIZE=r.choice([1, 7, 64, 1024]),
+        DC_EN=r.choice([0, 1]),
+        BMM_SCALE=r.choice([0.0, 0.25, 1.0, -3.5, 1e38]),
+    )
     try:
         cfg = load_config(overrides=ov)
     except ConfigError:

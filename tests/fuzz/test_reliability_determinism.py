@@ -3,6 +3,7 @@ counts -- across runs in one process, across fresh machines, across backends, an
 (``plena-sim exec ... --json`` in two subprocesses with different hash seeds, compared byte for byte
 except the wall-time field ``host_seconds``).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fuzzlib import SMALL, small_config, state_digest
+
 from isa import assemble
 from plena_sim.machine import Machine
 
@@ -91,11 +92,25 @@ def test_same_run_same_everything_in_process(text):
 def _exec_in_subprocess(tmp: Path, tag: str, program: Path, hash_seed: str) -> tuple[int, bytes, bytes, dict]:
     out = tmp / tag
     out.mkdir()
-    argv = [sys.executable, "-m", "plena_cli", "exec", str(program), "--json",
-            *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
-            "--hbm", str(tmp / "hbm.bin"), "--fp", ",".join(map(str, FP_VALUES)),
-            "--dump-vram", f"0:16={out / 'vram.npy'}", "--dump-hbm", f"0:8192={out / 'hbm.bin'}",
-            "--dump-fp-sram", str(out / "fp.npy")]
+    argv = [
+        sys.executable,
+        "-m",
+        "plena_cli",
+        "exec",
+        str(program),
+        "--json",
+        *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
+        "--hbm",
+        str(tmp / "hbm.bin"),
+        "--fp",
+        ",".join(map(str, FP_VALUES)),
+        "--dump-vram",
+        f"0:16={out / 'vram.npy'}",
+        "--dump-hbm",
+        f"0:8192={out / 'hbm.bin'}",
+        "--dump-fp-sram",
+        str(out / "fp.npy"),
+    ]
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     p = subprocess.run(argv, capture_output=True, env=env, cwd=str(tmp), timeout=600)
@@ -121,7 +136,7 @@ def test_exec_is_bit_identical_across_processes(tmp_path, text, code):
     assert a[0] == b[0]
     assert b"Traceback" not in a[2] + b[2]
     assert _without_host_seconds(a[1]) == _without_host_seconds(b[1])
-    assert a[2] == b[2]                                    # the fault message (or nothing), byte for byte
+    assert a[2] == b[2]  # the fault message (or nothing), byte for byte
     assert a[3] == b[3] and set(a[3]) == {"vram.npy", "hbm.bin", "fp.npy"}
     doc = json.loads(a[1])
     assert doc["instructions"] > 40 and doc["cycles"] > 0

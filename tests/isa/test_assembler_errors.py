@@ -1,4 +1,5 @@
 """Every AssemblerError kind, with its line:column, token and expectation (isa.md §2)."""
+
 import pytest
 
 from isa import AssemblerError, assemble, assemble_file

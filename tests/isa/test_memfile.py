@@ -1,4 +1,5 @@
 """The .mem format (isa.md §2): writer format, lenient reader, located load errors."""
+
 import pytest
 
 from isa import MemFormatError, assemble, format_mem, parse_mem, read_mem, write_mem
@@ -20,13 +21,16 @@ def test_empty_file_is_empty_program():
     assert parse_mem("\n \n").words == ()
 
 
-@pytest.mark.parametrize("text,index,token", [
-    ("0x1 0x123456789\n", 1, "0x123456789"),
-    ("0x1\n0xg\n", 1, "0xg"),
-    ("0x\n", 0, "0x"),
-    ("12 -1\n", 1, "-1"),
-    ("0x1 ; comment\n", 1, ";"),
-])
+@pytest.mark.parametrize(
+    "text,index,token",
+    [
+        ("0x1 0x123456789\n", 1, "0x123456789"),
+        ("0x1\n0xg\n", 1, "0xg"),
+        ("0x\n", 0, "0x"),
+        ("12 -1\n", 1, "-1"),
+        ("0x1 ; comment\n", 1, ";"),
+    ],
+)
 def test_bad_tokens_are_named(text, index, token):
     with pytest.raises(MemFormatError) as ei:
         parse_mem(text, "p.mem")

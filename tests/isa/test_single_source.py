@@ -1,4 +1,5 @@
 """Opcode numbers and field shifts are written in exactly one module: isa/table.py."""
+
 import re
 from pathlib import Path
 
@@ -14,14 +15,14 @@ PACKAGES = ("isa", "plena_sim", "programs", "testbenches", "plena_cli", "tests/u
 FIELD_SHIFT = re.compile(r"(<<|>>)\s*(6|10|14|18|22)\b|&\s*(0x3[fF]|63)\b")
 # a mnemonic bound to ITS opcode number: "M_MM": 0x01, OP_M_MM = 1, 'V_TOPK' : 55 (other numbers, e.g. a
 # per-opcode loop count, are not opcode numbers)
-OPCODE_BIND = re.compile(r"[\"']?\b(?:OP_)?(%s)\b[\"']?\s*[:=]\s*(0x[0-9a-fA-F]+|\d+)" %
-                         "|".join(i.mnemonic for i in INSTRUCTIONS))
+OPCODE_BIND = re.compile(
+    r"[\"']?\b(?:OP_)?(" + "|".join(i.mnemonic for i in INSTRUCTIONS) + r")\b[\"']?\s*[:=]\s*(0x[0-9a-fA-F]+|\d+)"
+)
 
 
 def _sources():
     for pkg in PACKAGES:
-        for p in sorted((ROOT / pkg).rglob("*.py")):
-            yield p
+        yield from sorted((ROOT / pkg).rglob("*.py"))
 
 
 def test_opcode_numbers_and_field_shifts_only_in_table():
@@ -45,4 +46,3 @@ def test_table_itself_defines_them():
 def test_generated_markdown_reference_is_up_to_date():
     doc = ROOT / "docs" / "isa_reference.md"
     assert doc.read_text() == opcode_markdown(), "regenerate with: plena-sim isa --markdown > docs/isa_reference.md"
-

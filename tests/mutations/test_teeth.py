@@ -6,6 +6,7 @@
   (kv_len == MLEN), which is why every exposing case has several tiles.
 * With no hook enabled every generator's text is byte-identical (hooks cost nothing when off).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,10 @@ ALL = [(h, e) for h in mut.MUTATIONS for e in mut.exposures(h)]
 
 def test_every_hook_is_placed_in_generator_code():
     from pathlib import Path
-    src = "\n".join(p.read_text() for p in (Path(__file__).resolve().parents[2] / "programs").glob("*.py")
-                    if p.name != "faults.py")
+
+    src = "\n".join(
+        p.read_text() for p in (Path(__file__).resolve().parents[2] / "programs").glob("*.py") if p.name != "faults.py"
+    )
     for h in mut.MUTATIONS:
         assert f'"{h}"' in src, f"hook {h} is not referenced by any generator"
 

@@ -1,10 +1,17 @@
 """bf16 conversions (memory.md §3.1) cross-checked bit-exactly against ml_dtypes.bfloat16."""
+
 import ml_dtypes
 import numpy as np
 import pytest
 
-from plena_sim.numerics import (bf16_bits_array_to_f32, bf16_bits_to_f32, f32_array_to_bf16_bits,
-                                f32_to_bf16_bits, round_bf16, round_bf16_array)
+from plena_sim.numerics import (
+    bf16_bits_array_to_f32,
+    bf16_bits_to_f32,
+    f32_array_to_bf16_bits,
+    f32_to_bf16_bits,
+    round_bf16,
+    round_bf16_array,
+)
 
 ALL_BF16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 
@@ -43,8 +50,9 @@ def _random_f32_bits(n, seed):
     # make ties (low 16 bits exactly 0x8000) and near-ties frequent
     k = n // 4
     u[:k] = (u[:k] & 0xFFFF0000) | 0x8000
-    u[k:2 * k] = (u[k:2 * k] & 0xFFFF0000) | rng.choice(
-        np.array([0x7FFF, 0x8001, 0x0000, 0xFFFF], dtype=np.uint32), size=k)
+    u[k : 2 * k] = (u[k : 2 * k] & 0xFFFF0000) | rng.choice(
+        np.array([0x7FFF, 0x8001, 0x0000, 0xFFFF], dtype=np.uint32), size=k
+    )
     return u
 
 
@@ -70,21 +78,24 @@ def test_spec_formula_on_random_non_nan():
     np.testing.assert_array_equal(f32_array_to_bf16_bits(u.view(np.float32)), expect)
 
 
-@pytest.mark.parametrize("f32_bits, bf16_bits", [
-    (0x3F800000, 0x3F80),   # 1.0
-    (0x3F808000, 0x3F80),   # 1 + 2^-8: tie, even stays
-    (0x3F818000, 0x3F82),   # tie, odd rounds up
-    (0x3F808001, 0x3F81),   # just above a tie
-    (0x7F7FFFFF, 0x7F80),   # FLT_MAX overflows to +Inf
-    (0xFF7F8000, 0xFF80),   # tie at the top rounds to -Inf
-    (0x7F7F7FFF, 0x7F7F),   # just below the overflow tie
-    (0x00018000, 0x0002),   # subnormal tie, odd -> up
-    (0x00008000, 0x0000),   # subnormal tie, even -> 0
-    (0x80000000, 0x8000),   # -0
-    (0x7F800000, 0x7F80),   # +Inf
-    (0x7F800001, 0x7FC0),   # signalling NaN -> quiet canonical
-    (0xFFC12345, 0xFFC0),   # negative NaN keeps its sign
-])
+@pytest.mark.parametrize(
+    "f32_bits, bf16_bits",
+    [
+        (0x3F800000, 0x3F80),  # 1.0
+        (0x3F808000, 0x3F80),  # 1 + 2^-8: tie, even stays
+        (0x3F818000, 0x3F82),  # tie, odd rounds up
+        (0x3F808001, 0x3F81),  # just above a tie
+        (0x7F7FFFFF, 0x7F80),  # FLT_MAX overflows to +Inf
+        (0xFF7F8000, 0xFF80),  # tie at the top rounds to -Inf
+        (0x7F7F7FFF, 0x7F7F),  # just below the overflow tie
+        (0x00018000, 0x0002),  # subnormal tie, odd -> up
+        (0x00008000, 0x0000),  # subnormal tie, even -> 0
+        (0x80000000, 0x8000),  # -0
+        (0x7F800000, 0x7F80),  # +Inf
+        (0x7F800001, 0x7FC0),  # signalling NaN -> quiet canonical
+        (0xFFC12345, 0xFFC0),  # negative NaN keeps its sign
+    ],
+)
 def test_scalar_examples(f32_bits, bf16_bits):
     x = np.uint32(f32_bits).view(np.float32)
     assert int(f32_to_bf16_bits(x)) == bf16_bits
@@ -103,10 +114,12 @@ def test_round_bf16_array_matches_scalar():
 
 # --------------------------------------------------------------------- the host module (plena_sim.bf16)
 
+
 def test_host_codec_matches_the_kernels_on_every_pattern():
     """plena_sim.bf16 (numpy, host side) is bit-identical to the njit kernels: widening of all 65536
     patterns, and narrowing of all of them widened (NaN canonicalisation included)."""
     from plena_sim import bf16
+
     f = bf16.decode(ALL_BF16)
     np.testing.assert_array_equal(f.view(np.uint32), bf16_bits_array_to_f32(ALL_BF16).view(np.uint32))
     np.testing.assert_array_equal(bf16.encode(f), f32_array_to_bf16_bits(f))
@@ -116,6 +129,7 @@ def test_host_codec_matches_the_kernels_on_every_pattern():
 
 def test_host_codec_matches_the_kernels_on_random_f32():
     from plena_sim import bf16
+
     x = _random_f32_bits(2_000_000, 4).view(np.float32)
     np.testing.assert_array_equal(bf16.encode(x), f32_array_to_bf16_bits(x))
     np.testing.assert_array_equal(bf16.round_values(x).view(np.uint32), round_bf16_array(x).view(np.uint32))
@@ -123,12 +137,13 @@ def test_host_codec_matches_the_kernels_on_random_f32():
 
 def test_host_codec_shapes_float64_and_scalars():
     from plena_sim import bf16
-    v = np.array([[1.0, 1e300], [-np.nan, 2.0 ** -140]])          # float64: cast to f32 first (RNE)
+
+    v = np.array([[1.0, 1e300], [-np.nan, 2.0**-140]])  # float64: cast to f32 first (RNE)
     bits = bf16.encode(v)
     assert bits.shape == (2, 2) and bits.dtype == np.uint16
     with np.errstate(over="ignore"):
         f32 = v.astype(np.float32).reshape(-1)
     np.testing.assert_array_equal(bits, f32_array_to_bf16_bits(f32).reshape(2, 2))
-    assert bf16.decode(np.array([0x3F80, 0x1_3F80], dtype=np.int64)).tolist() == [1.0, 1.0]   # wraps to 16 bits
-    assert bf16.encode_scalar(1.0 + 2.0 ** -8) == 0x3F80 and bf16.encode_scalar(float("nan")) == bf16.NAN_BITS
+    assert bf16.decode(np.array([0x3F80, 0x1_3F80], dtype=np.int64)).tolist() == [1.0, 1.0]  # wraps to 16 bits
+    assert bf16.encode_scalar(1.0 + 2.0**-8) == 0x3F80 and bf16.encode_scalar(float("nan")) == bf16.NAN_BITS
     assert bf16.decode_scalar(0xC0A0) == np.float32(-5.0)

@@ -1,9 +1,10 @@
 """Sparse HBM store (memory.md §2): zero reads, paging, bounds, growth, host-memory cost."""
+
 import numpy as np
 import pytest
 
 from plena_sim.config import ConfigError, default_config
-from plena_sim.hbm import (HBM_OK, HBM_OUT_OF_RANGE, PAGE_SIZE, Hbm, HbmBoundsError, hbm_read, hbm_write)
+from plena_sim.hbm import HBM_OK, HBM_OUT_OF_RANGE, PAGE_SIZE, Hbm, HbmBoundsError, hbm_read, hbm_write
 
 
 def _status_kb(field):
@@ -26,7 +27,7 @@ def test_write_read_across_page_boundaries():
     data = (np.arange(3 * PAGE_SIZE + 17) % 251).astype(np.uint8)
     addr = 2 * PAGE_SIZE - 5
     h.write(addr, data)
-    assert h.pages_used == 5          # pages 1 .. 5 touched
+    assert h.pages_used == 5  # pages 1 .. 5 touched
     assert h.touched_bytes == 5 * PAGE_SIZE
     np.testing.assert_array_equal(h.read(addr, data.size), data)
     assert h.read(addr - 3, 3).tolist() == [0, 0, 0]
@@ -55,11 +56,11 @@ def test_out_of_range_raises(addr, n):
     assert isinstance(ei.value, IndexError)
     with pytest.raises(HbmBoundsError):
         h.write(addr, bytes(n))
-    assert h.touched_bytes == 0 and h.high_water == 0   # faulting accesses change nothing
+    assert h.touched_bytes == 0 and h.high_water == 0  # faulting accesses change nothing
 
 
 def test_boundary_access_is_allowed():
-    h = Hbm(1000)                     # not a multiple of the page size
+    h = Hbm(1000)  # not a multiple of the page size
     h.write(999, b"\x07")
     assert h.read(990, 10)[-1] == 7
 
@@ -68,7 +69,7 @@ def test_load_image_base_and_overflow_is_config_error():
     h = Hbm(3 * PAGE_SIZE)
     img = bytes(PAGE_SIZE) + b"\x01\x02" + bytes(10)
     h.load_image(img, base=PAGE_SIZE)
-    assert h.pages_used == 1          # the all-zero first page of the image was not materialised
+    assert h.pages_used == 1  # the all-zero first page of the image was not materialised
     assert h.high_water == PAGE_SIZE + len(img)
     assert h.read(2 * PAGE_SIZE, 3).tolist() == [1, 2, 0]
     with pytest.raises(ConfigError) as ei:
@@ -100,8 +101,8 @@ def test_kernel_status_protocol():
 
 def test_machine_sized_hbm_costs_only_touched_pages():
     cfg = default_config()
-    assert cfg.HBM_SIZE == 16 * 1024 ** 3
-    warm = Hbm(1 << 20)                # compile/load the kernels before measuring
+    assert cfg.HBM_SIZE == 16 * 1024**3
+    warm = Hbm(1 << 20)  # compile/load the kernels before measuring
     warm.write(5, b"x")
     warm.read(0, 10)
     rng = np.random.default_rng(42)
@@ -109,12 +110,12 @@ def test_machine_sized_hbm_costs_only_touched_pages():
     addrs = [int(a) for a in rng.integers(0, cfg.HBM_SIZE - 16 * 1024, 64)]
     rss0 = _status_kb("VmRSS")
     h = Hbm(cfg.HBM_SIZE)
-    for a, c in zip(addrs, chunks):   # 64 x 16 KiB = 1 MiB scattered over 16 GiB
+    for a, c in zip(addrs, chunks, strict=True):  # 64 x 16 KiB = 1 MiB scattered over 16 GiB
         h.write(a, c)
     rss1 = _status_kb("VmRSS")
-    assert (rss1 - rss0) * 1024 < 64 * 1024 ** 2, f"RSS grew by {(rss1 - rss0) / 1024:.1f} MiB"
+    assert (rss1 - rss0) * 1024 < 64 * 1024**2, f"RSS grew by {(rss1 - rss0) / 1024:.1f} MiB"
     assert _status_kb("VmHWM") * 1024 < cfg.HBM_SIZE // 16
     assert h.touched_bytes <= 128 * PAGE_SIZE
-    for a, c in zip(addrs, chunks):
+    for a, c in zip(addrs, chunks, strict=True):
         np.testing.assert_array_equal(h.read(a, c.size), c)
     assert int((h.page_index >= 0).sum()) == h.pages_used

@@ -1,12 +1,21 @@
 """HBM image builder (memory.md §5.1/§6): layout, raw file + manifest round trip, corruption errors."""
+
 import json
 
 import numpy as np
 import pytest
 
 from plena_sim.config import ConfigError, FpType, MxType, PlainType, default_config
-from plena_sim.image import (ImageBuilder, ImageDoesNotFit, ImageError, load_image, load_raw_image,
-                             manifest_path_for, read_tensor, tensor_layout)
+from plena_sim.image import (
+    ImageBuilder,
+    ImageDoesNotFit,
+    ImageError,
+    load_image,
+    load_raw_image,
+    manifest_path_for,
+    read_tensor,
+    tensor_layout,
+)
 from plena_sim.numerics import FLT_MAX, encode_tensor
 
 CFG = default_config()
@@ -53,7 +62,7 @@ def test_mx_placement_record(built):
 
 def test_plain_placement_packed_and_aligned(built):
     b, w, a, pw, pa = built
-    assert pa.base == 294912                     # 262144 + 32768, already 64-aligned
+    assert pa.base == 294912  # 262144 + 32768, already 64-aligned
     assert (pa.rows, pa.cols, pa.cols_padded, pa.shape) == (15, 40, 40, (3, 5, 40))
     assert pa.scale_reg == 0 and pa.scale_range is None
     assert pa.row_pitch == 80 and pa.elem_range == (294912, 294912 + 1200)
@@ -85,6 +94,7 @@ def test_roundtrip_raw_file_and_manifest(built, tmp_path):
         np.testing.assert_array_equal(read_tensor(loaded.hbm, q).view(np.uint32), p.values.view(np.uint32))
     # saving the loaded image again gives identical bytes
     from plena_sim.image import save_image
+
     raw2 = tmp_path / "again.bin"
     save_image(loaded.hbm, loaded.placements.values(), raw2)
     assert raw2.read_bytes() == data
@@ -98,11 +108,11 @@ def test_dequantized_values_are_what_the_device_sees(built):
     blk_amax = np.repeat(np.abs(as_encoded).reshape(64, 512, 8).max(axis=2), 8, axis=1)
     # normals: <= half an ulp (2^-4 relative), saturated: < 2^-3 relative;
     # element subnormals: <= min_sub/2 * 2^shared <= amax * 2^-17
-    bound = np.abs(x) * 2.0 ** -3 + blk_amax * 2.0 ** -17
+    bound = np.abs(x) * 2.0**-3 + blk_amax * 2.0**-17
     ok = np.isfinite(w)
     assert np.all(np.abs(v - x)[ok] <= bound[ok])
-    assert v[3, 100] == 0.0                               # NaN encodes as element 0x00
-    assert v[7, 9] == pytest.approx(240.0 * 2.0 ** 120)   # Inf -> FLT_MAX -> saturated
+    assert v[3, 100] == 0.0  # NaN encodes as element 0x00
+    assert v[7, 9] == pytest.approx(240.0 * 2.0**120)  # Inf -> FLT_MAX -> saturated
 
 
 def test_column_padding_and_explicit_address(tmp_path):
@@ -118,7 +128,7 @@ def test_column_padding_and_explicit_address(tmp_path):
     assert elem[10:16].tolist() == [0] * 6 and elem[26:32].tolist() == [0] * 6
     # block 1 of each row = 2 real values + 6 padding zeros; shared = floor(log2 amax) - 7
     assert b.hbm.read(1032, 4).tolist() == [127 - 4, 127 - 4, 127 - 3, 127 - 3]
-    q = b.add("y", [[1.0, 2.0]], BF16)                          # packed after x, aligned to 256
+    q = b.add("y", [[1.0, 2.0]], BF16)  # packed after x, aligned to 256
     assert q.base == 1280 and q.elem_range == (1280, 1284)
     assert b.hbm.read(1280, 4).tolist() == [0x80, 0x3F, 0x00, 0x40]
     r = b.add("z", np.ones(8, np.float32), MXFP8, alignment=1)  # 1-D = one row
@@ -143,13 +153,16 @@ def test_other_hbm_types():
     assert q.base == 64 and b.hbm.read(64, 8).tobytes() == np.float32([1.1, -2.5]).tobytes()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(name="x"), "already placed"),
-    (dict(name="o", address=10), "overlaps tensor 'x'"),
-    (dict(name="big", address=SMALL_HBM - 8), "exceed HBM_SIZE"),
-    (dict(name="neg", address=-64), "address must be"),
-    (dict(name=""), "non-empty string"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(name="x"), "already placed"),
+        (dict(name="o", address=10), "overlaps tensor 'x'"),
+        (dict(name="big", address=SMALL_HBM - 8), "exceed HBM_SIZE"),
+        (dict(name="neg", address=-64), "address must be"),
+        (dict(name=""), "non-empty string"),
+    ],
+)
 def test_builder_errors(kwargs, match):
     b = ImageBuilder(SMALL_HBM)
     b.add("x", np.ones((2, 8)), MXFP8)
@@ -173,6 +186,7 @@ def test_builder_rejects_bad_tensors_and_types():
 
 
 # --------------------------------------------------------------------------- corruption
+
 
 @pytest.fixture()
 def saved(tmp_path):
@@ -208,24 +222,26 @@ def _edit_manifest(mpath, fn):
     mpath.write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda d: d.pop("sha256"), "missing field 'sha256'"),
-    (lambda d: d.update(format="zip"), "format is 'zip'"),
-    (lambda d: d.update(version=99), "unsupported version 99"),
-    (lambda d: d["tensors"][0].pop("base"), "missing field 'base'"),
-    (lambda d: d["tensors"][0].update(rows="4"), "field 'rows' must be int"),
-    (lambda d: d["tensors"][0].update(rows=True), "field 'rows' must be int"),
-    (lambda d: d["tensors"][0].update(scale_reg=255), "field 'scale_reg' is 255"),
-    (lambda d: d["tensors"][0].update(scale_range=None), "field 'scale_range' is None"),
-    (lambda d: d["tensors"][1].update(base=10 ** 9, elem_range=[10 ** 9, 10 ** 9 + 128]),
-     "extend past the raw image"),
-    (lambda d: d["tensors"][0]["type"].update(format="Blob"), "format must be 'Mx' or 'Plain'"),
-    (lambda d: d["tensors"][0]["type"]["ELEM"].pop("mantissa"), "missing field 'mantissa'"),
-    (lambda d: d["tensors"][0]["type"]["SCALE"].update(exponent=5), "E8M0"),
-    (lambda d: d["tensors"][1].update(shape=[3, 64]), "does not match rows"),
-    (lambda d: d["tensors"].append(dict(d["tensors"][0])), "duplicate tensor name"),
-    (lambda d: d.update(tensors={}), "field 'tensors' must be list"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: d.pop("sha256"), "missing field 'sha256'"),
+        (lambda d: d.update(format="zip"), "format is 'zip'"),
+        (lambda d: d.update(version=99), "unsupported version 99"),
+        (lambda d: d["tensors"][0].pop("base"), "missing field 'base'"),
+        (lambda d: d["tensors"][0].update(rows="4"), "field 'rows' must be int"),
+        (lambda d: d["tensors"][0].update(rows=True), "field 'rows' must be int"),
+        (lambda d: d["tensors"][0].update(scale_reg=255), "field 'scale_reg' is 255"),
+        (lambda d: d["tensors"][0].update(scale_range=None), "field 'scale_range' is None"),
+        (lambda d: d["tensors"][1].update(base=10**9, elem_range=[10**9, 10**9 + 128]), "extend past the raw image"),
+        (lambda d: d["tensors"][0]["type"].update(format="Blob"), "format must be 'Mx' or 'Plain'"),
+        (lambda d: d["tensors"][0]["type"]["ELEM"].pop("mantissa"), "missing field 'mantissa'"),
+        (lambda d: d["tensors"][0]["type"]["SCALE"].update(exponent=5), "E8M0"),
+        (lambda d: d["tensors"][1].update(shape=[3, 64]), "does not match rows"),
+        (lambda d: d["tensors"].append(dict(d["tensors"][0])), "duplicate tensor name"),
+        (lambda d: d.update(tensors={}), "field 'tensors' must be list"),
+    ],
+)
 def test_manifest_errors(saved, edit, match):
     raw, mpath = saved
     _edit_manifest(mpath, edit)
@@ -261,6 +277,12 @@ def test_raw_image_without_manifest_and_too_large(saved, tmp_path):
 
 
 def test_layout_helper():
-    assert tensor_layout(4, 12, MXFP8) == {"cols_padded": 16, "elem_bytes": 64, "scale_bytes": 8,
-                                           "row_pitch": 16, "scale_reg": 64, "total": 72}
+    assert tensor_layout(4, 12, MXFP8) == {
+        "cols_padded": 16,
+        "elem_bytes": 64,
+        "scale_bytes": 8,
+        "row_pitch": 16,
+        "scale_reg": 64,
+        "total": 72,
+    }
     assert tensor_layout(4, 12, BF16)["total"] == 96

@@ -2,6 +2,7 @@
 
 Format parameters come from config types: E4M3 is the reference config's MX element type; other
 formats are built directly as FpType."""
+
 import math
 
 import ml_dtypes
@@ -9,9 +10,18 @@ import numpy as np
 import pytest
 
 from plena_sim.config import FpType, default_config
-from plena_sim.numerics import (FLAG_NAN, FLAG_NORMAL, FLAG_SATURATED, e8m0_decode, f32_array_to_bf16_bits,
-                                minifloat_decode, minifloat_decode_array, minifloat_decode_table,
-                                minifloat_encode, minifloat_encode_array)
+from plena_sim.numerics import (
+    FLAG_NAN,
+    FLAG_NORMAL,
+    FLAG_SATURATED,
+    e8m0_decode,
+    f32_array_to_bf16_bits,
+    minifloat_decode,
+    minifloat_decode_array,
+    minifloat_decode_table,
+    minifloat_encode,
+    minifloat_encode_array,
+)
 
 E4M3 = default_config().precision["HBM_M_WEIGHT_TYPE"].elem
 E5M2 = FpType(True, 5, 2)
@@ -19,11 +29,11 @@ ALL_BF16_VALUES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_
 
 
 def max_normal(f: FpType) -> float:
-    return (2 - 2.0 ** -f.mantissa) * 2.0 ** f.emax
+    return (2 - 2.0**-f.mantissa) * 2.0**f.emax
 
 
 def enc(x, f: FpType, saturate: bool):
-    with np.errstate(invalid="ignore"):   # f32 signalling NaNs become quiet f64 NaNs
+    with np.errstate(invalid="ignore"):  # f32 signalling NaNs become quiet f64 NaNs
         x = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
     codes = np.empty(x.size, np.int64)
     flags = np.empty(x.size, np.int64)
@@ -44,7 +54,7 @@ def test_e4m3_parameters_from_config():
 
 def test_e4m3_table_of_memory_md():
     codes = [0x00, 0x80, 0x01, 0x07, 0x08, 0x38, 0x40, 0x77]
-    values = [0.0, -0.0, 2.0 ** -9, 7 * 2.0 ** -9, 2.0 ** -6, 1.0, 2.0, 240.0]
+    values = [0.0, -0.0, 2.0**-9, 7 * 2.0**-9, 2.0**-6, 1.0, 2.0, 240.0]
     got = dec(codes, E4M3)
     np.testing.assert_array_equal(got, values)
     assert math.copysign(1.0, got[1]) == -1.0
@@ -54,11 +64,18 @@ def test_e4m3_table_of_memory_md():
 
 def _e4m3_probe_values():
     """All codes' values, every midpoint between neighbours and its f32 neighbours, both signs."""
-    finite = dec(np.arange(0x78), E4M3)                      # 0 .. 240
+    finite = dec(np.arange(0x78), E4M3)  # 0 .. 240
     mids = (finite[:-1] + finite[1:]) / 2
     m32 = mids.astype(np.float32)
-    probes = np.concatenate([finite.astype(np.float32), m32, np.nextafter(m32, np.float32(0)),
-                             np.nextafter(m32, np.float32(np.inf)), np.float32([2.0 ** -10, 2.0 ** -11])])
+    probes = np.concatenate(
+        [
+            finite.astype(np.float32),
+            m32,
+            np.nextafter(m32, np.float32(0)),
+            np.nextafter(m32, np.float32(np.inf)),
+            np.float32([2.0**-10, 2.0**-11]),
+        ]
+    )
     return np.concatenate([probes, -probes])
 
 
@@ -116,7 +133,7 @@ def test_plain_mode_matches_ieee_like_ml_dtypes_including_inf(f, mldt):
     codes, flags = enc(x, f, False)
     with np.errstate(over="ignore"):
         ref = x.astype(mldt).view(np.uint8).astype(np.int64)
-    np.testing.assert_array_equal(codes, ref)      # Plain (IEEE) mode: overflow -> +-Inf like ml_dtypes
+    np.testing.assert_array_equal(codes, ref)  # Plain (IEEE) mode: overflow -> +-Inf like ml_dtypes
     assert np.all(flags == FLAG_NORMAL)
     # canonical NaN: exponent all ones, mantissa MSB set, sign kept
     c, fl = enc(np.float64([np.nan, -np.nan]), f, False)
@@ -133,7 +150,7 @@ def test_e5m2_mx_mode_matches_ml_dtypes_after_clipping():
     assert mn == 57344.0
     ref = np.clip(x, -mn, mn).astype(ml_dtypes.float8_e5m2).view(np.uint8)
     np.testing.assert_array_equal(codes, ref.astype(np.int64))
-    assert np.all(codes & 0x7F <= 0x7B)            # never an Inf/NaN code in MX mode
+    assert np.all(codes & 0x7F <= 0x7B)  # never an Inf/NaN code in MX mode
 
 
 @pytest.mark.parametrize("f, mldt", [(E4M3, ml_dtypes.float8_e4m3), (E5M2, ml_dtypes.float8_e5m2)])
@@ -143,24 +160,28 @@ def test_decode_all_codes_matches_ml_dtypes(f, mldt):
     ref = codes.astype(np.uint8).view(mldt).astype(np.float64)
     assert np.array_equal(ours, ref, equal_nan=True)
     np.testing.assert_array_equal(np.signbit(ours[~np.isnan(ours)]), np.signbit(ref[~np.isnan(ref)]))
-    np.testing.assert_array_equal(minifloat_decode_table(f.exponent, f.mantissa, f.sign).view(np.uint64),
-                                  ours.view(np.uint64))
+    np.testing.assert_array_equal(
+        minifloat_decode_table(f.exponent, f.mantissa, f.sign).view(np.uint64), ours.view(np.uint64)
+    )
 
 
-@pytest.mark.parametrize("y, code, flag", [
-    (1.0, 0x38, 0),
-    (1.0625, 0x38, 0),          # tie -> even 1.0
-    (1.1875, 0x3A, 0),          # tie -> even 1.25
-    (1.96875, 0x40, 0),         # mantissa carry into the exponent
-    (5.5 * 2 ** -9, 0x06, 0),   # subnormal tie -> 6 * 2^-9
-    (2 ** -10, 0x00, 0),        # exactly min_sub/2 -> even 0
-    (-2 ** -10, 0x80, 0),       # ... keeping the sign
-    (1.5 * 2 ** -10, 0x01, 0),  # above min_sub/2
-    (7.5 * 2 ** -9, 0x08, 0),   # largest subnormal rounds up into min_normal
-    (100.0, 0x6C, 0),           # 1.5625 * 2^6 tie -> 1.5 * 2^6 = 96
-    (241.0, 0x77, 0),           # rounds to 240, not an overflow
-    (-248.0, 0xF7, 1),          # rounds past 240 -> saturated
-])
+@pytest.mark.parametrize(
+    "y, code, flag",
+    [
+        (1.0, 0x38, 0),
+        (1.0625, 0x38, 0),  # tie -> even 1.0
+        (1.1875, 0x3A, 0),  # tie -> even 1.25
+        (1.96875, 0x40, 0),  # mantissa carry into the exponent
+        (5.5 * 2**-9, 0x06, 0),  # subnormal tie -> 6 * 2^-9
+        (2**-10, 0x00, 0),  # exactly min_sub/2 -> even 0
+        (-(2**-10), 0x80, 0),  # ... keeping the sign
+        (1.5 * 2**-10, 0x01, 0),  # above min_sub/2
+        (7.5 * 2**-9, 0x08, 0),  # largest subnormal rounds up into min_normal
+        (100.0, 0x6C, 0),  # 1.5625 * 2^6 tie -> 1.5 * 2^6 = 96
+        (241.0, 0x77, 0),  # rounds to 240, not an overflow
+        (-248.0, 0xF7, 1),  # rounds past 240 -> saturated
+    ],
+)
 def test_e4m3_single_values(y, code, flag):
     assert minifloat_encode(y, E4M3.exponent, E4M3.mantissa, True) == (code, flag)
 
@@ -193,18 +214,18 @@ def test_subnormal_and_overflow_boundaries_generic():
     f = FpType(True, 5, 10)  # f16
     mn = max_normal(f)
     half_ulp_top = 2.0 ** (f.emax - f.mantissa - 1)
-    assert minifloat_encode(mn + half_ulp_top, 5, 10, False) == (0x7C00, 0)   # tie at the top -> Inf
-    assert minifloat_encode(mn + half_ulp_top, 5, 10, True) == (0x7BFF, 1)    # MX mode saturates
+    assert minifloat_encode(mn + half_ulp_top, 5, 10, False) == (0x7C00, 0)  # tie at the top -> Inf
+    assert minifloat_encode(mn + half_ulp_top, 5, 10, True) == (0x7BFF, 1)  # MX mode saturates
     assert minifloat_encode(np.nextafter(mn + half_ulp_top, 0), 5, 10, False) == (0x7BFF, 0)
     assert minifloat_encode(-math.inf, 5, 10, False) == (0xFC00, 0)
-    assert minifloat_encode(2.0 ** -24, 5, 10, False) == (0x0001, 0)
+    assert minifloat_encode(2.0**-24, 5, 10, False) == (0x0001, 0)
     assert minifloat_encode(-0.0, 5, 10, False) == (0x8000, 0)
 
 
 def test_e8m0_decode():
     assert e8m0_decode(0) == 0.0
-    assert e8m0_decode(1) == 2.0 ** -126
+    assert e8m0_decode(1) == 2.0**-126
     assert e8m0_decode(127) == 1.0
-    assert e8m0_decode(0x79) == 2.0 ** -6
-    assert e8m0_decode(254) == 2.0 ** 127
+    assert e8m0_decode(0x79) == 2.0**-6
+    assert e8m0_decode(254) == 2.0**127
     assert e8m0_decode(255) == math.inf

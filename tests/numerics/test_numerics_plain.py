@@ -1,13 +1,13 @@
 """Plain HBM types (memory.md §3.4): bf16, f16 (vs numpy.float16), f32, and an 8-bit plain type."""
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from plena_sim.config import FpType, PlainType, default_config
-from plena_sim.numerics import (decode_tensor, encode_tensor, f32_array_to_bf16_bits, plain_decode_row,
-                                plain_encode_row)
+from plena_sim.numerics import decode_tensor, encode_tensor, f32_array_to_bf16_bits, plain_decode_row, plain_encode_row
 
-BF16 = default_config().precision["VECTOR_SRAM_TYPE"]      # Plain Fp{true, 8, 7}
+BF16 = default_config().precision["VECTOR_SRAM_TYPE"]  # Plain Fp{true, 8, 7}
 F16 = PlainType(FpType(True, 5, 10))
 F32 = PlainType(FpType(True, 8, 23))
 E4M3_PLAIN = PlainType(FpType(True, 4, 3))
@@ -42,15 +42,31 @@ def test_bf16_plain_encode_is_bf16_rule_and_roundtrips():
 
 
 def test_f16_encode_matches_numpy_float16_bit_exact():
-    probes = np.float32([65504, 65519.99, 65520, 70000, 1e9, np.inf, -np.inf, -65520,
-                         2.0 ** -24, 2.0 ** -25, 2.0 ** -25 * 1.0000001, 3 * 2.0 ** -26, -0.0, 1 + 2.0 ** -11])
+    probes = np.float32(
+        [
+            65504,
+            65519.99,
+            65520,
+            70000,
+            1e9,
+            np.inf,
+            -np.inf,
+            -65520,
+            2.0**-24,
+            2.0**-25,
+            2.0**-25 * 1.0000001,
+            3 * 2.0**-26,
+            -0.0,
+            1 + 2.0**-11,
+        ]
+    )
     x = np.concatenate([probes, random_f32(300_000, 2)])
     elem, _, _ = encode_tensor(x, F16)
     ours = elem.view("<u2")
     with np.errstate(over="ignore", invalid="ignore"):
         ref = x.astype(np.float16).view(np.uint16)
     nan = _nan_mask_f32(x)
-    np.testing.assert_array_equal(ours[~nan], ref[~nan])          # overflow -> +-Inf included
+    np.testing.assert_array_equal(ours[~nan], ref[~nan])  # overflow -> +-Inf included
     assert ours[:8].tolist() == [0x7BFF, 0x7BFF, 0x7C00, 0x7C00, 0x7C00, 0x7C00, 0xFC00, 0xFC00]
     # NaN: canonical quiet NaN with the sign (numpy may keep payload bits; our rule is §3.2's)
     signs = np.signbit(x[nan])
@@ -91,7 +107,7 @@ def test_f32_encode_is_identity_and_decode_is_reinterpretation():
 
 
 def test_plain_e4m3_bytes_match_ml_dtypes_ieee():
-    x = np.float32([1.0, -240.0, 248.0, -1000.0, 2.0 ** -10, 0.0107421875])
+    x = np.float32([1.0, -240.0, 248.0, -1000.0, 2.0**-10, 0.0107421875])
     elem, _, _ = encode_tensor(x, E4M3_PLAIN)
     assert elem.tolist() == [0x38, 0xF7, 0x78, 0xF8, 0x00, 0x06]
     np.testing.assert_array_equal(elem, x.astype(ml_dtypes.float8_e4m3).view(np.uint8))
@@ -108,6 +124,7 @@ def test_kernel_width_checks():
 
 def test_wrappers_reject_int_and_odd_types():
     from plena_sim.config import IntType
+
     with pytest.raises(ValueError, match="Int"):
         encode_tensor(np.zeros(4, np.float32), PlainType(IntType(32)))
     with pytest.raises(ValueError, match="8, 16 or 32"):

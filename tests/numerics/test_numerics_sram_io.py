@@ -1,18 +1,24 @@
 """FP SRAM / INT SRAM preload and dump (memory.md §6)."""
+
 import numpy as np
 import pytest
 
 from plena_sim.config import default_config
 from plena_sim.image import ImageError
-from plena_sim.sram_io import (fp_sram_from_values, int_sram_from_values, load_fp_sram_file,
-                               load_int_sram_file, save_fp_sram_dump, save_int_sram_dump)
+from plena_sim.sram_io import (
+    fp_sram_from_values,
+    int_sram_from_values,
+    load_fp_sram_file,
+    load_int_sram_file,
+    save_fp_sram_dump,
+    save_int_sram_dump,
+)
 
 CFG = default_config()
 
 
 def test_fp_values_rounded_to_bf16():
-    bits = fp_sram_from_values([1.0, 1.00390625, 1.01171875, -2.5, 1e39, float("nan"), -0.0, 3.0e-40],
-                               CFG.FP_SRAM_SIZE)
+    bits = fp_sram_from_values([1.0, 1.00390625, 1.01171875, -2.5, 1e39, float("nan"), -0.0, 3.0e-40], CFG.FP_SRAM_SIZE)
     assert bits.dtype == np.uint16 and bits.shape == (CFG.FP_SRAM_SIZE,) == (1024,)
     # 1e39 overflows f32 -> +Inf; 3e-40 is an f32 subnormal 0x00034400 -> bf16 0x0003
     assert bits[:8].tolist() == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80, 0x7FC0, 0x8000, 0x0003]

@@ -5,6 +5,7 @@ program text.  :func:`structural_suite` runs the checks shared by every kernel: 
 a parameter grid, registers come only from the caller's lists, begin/end comments, determinism, hooks-off
 byte identity and live hooks.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,11 +21,11 @@ ODD_GP = (15, 13, 11, 9, 7, 5, 3, 14, 12, 10, 8, 6)
 ODD_FP = (7, 5, 3, 6, 4, 2)
 
 
-def tensor(areg: int, rows: int, cols: int, *, prec: int = 0, alloc_rows: int | None = None, eb: int = 1,
-           block: int = 8) -> HbmTensor:
+def tensor(
+    areg: int, rows: int, cols: int, *, prec: int = 0, alloc_rows: int | None = None, eb: int = 1, block: int = 8
+) -> HbmTensor:
     n = max(rows, alloc_rows or 0) * cols
-    return HbmTensor(areg=areg, scale_offset=n * eb, eb=eb, prec=prec, row_pitch_elems=cols, alloc_elems=n,
-                     block=block)
+    return HbmTensor(areg=areg, scale_offset=n * eb, eb=eb, prec=prec, row_pitch_elems=cols, alloc_elems=n, block=block)
 
 
 def registers_used(text: str) -> tuple[set[int], set[int], set[int]]:

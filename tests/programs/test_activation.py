@@ -1,13 +1,12 @@
 """activation (silu, gelu) generator structure (kernels.md §2.5)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 
-from tests.programs import kernel_util as ku
-
 from programs.activation import emit_activation, plan_activation  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
+from tests.programs import kernel_util as ku
 
 CFG = get_config("default")
 V = CFG.VLEN

@@ -1,21 +1,21 @@
 """add_rows (kernels.md §2.10) and scale_rows generator structure."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 
-from tests.programs import kernel_util as ku
-
 from programs.elementwise import emit_add_rows, emit_scale_rows, plan_add_rows, plan_scale_rows  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
+from tests.programs import kernel_util as ku
 
 CFG = get_config("default")
 V = CFG.VLEN
 
 
 def make_add(cfg=CFG, gp=ku.GP, fp=ku.FP, nrows=8, inplace=False):
-    plan = plan_add_rows(cfg, nrows=nrows, a_base=0, b_base=(nrows + 1) * V,
-                         out_base=0 if inplace else (2 * nrows + 2) * V)
+    plan = plan_add_rows(
+        cfg, nrows=nrows, a_base=0, b_base=(nrows + 1) * V, out_base=0 if inplace else (2 * nrows + 2) * V
+    )
     return ku.emit_text(emit_add_rows, plan, gp, fp)
 
 

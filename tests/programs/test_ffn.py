@@ -1,21 +1,36 @@
 """ffn_swiglu / ffn_intermediate generator structure (kernels.md §2.4)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 
-from tests.programs import kernel_util as ku
-
 from programs.common import rp  # noqa: E402
-from programs.ffn import (emit_ffn_intermediate, emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_intermediate,  # noqa: E402
-                          plan_ffn_swiglu)
+from programs.ffn import (  # noqa: E402
+    emit_ffn_intermediate,
+    emit_ffn_swiglu,
+    ffn_workspace_rows,
+    plan_ffn_intermediate,
+    plan_ffn_swiglu,
+)
 from testbenches.variants import get_config  # noqa: E402
+from tests.programs import kernel_util as ku
 
 CFG = get_config("default")
 
 
-def make(cfg=CFG, gp=ku.GP, fp=ku.FP, rows=8, hidden=128, inter=256, max_k_tiles=None, alias=False, loops=False,
-         intermediate=False, ws_base=None):
+def make(
+    cfg=CFG,
+    gp=ku.GP,
+    fp=ku.FP,
+    rows=8,
+    hidden=128,
+    inter=256,
+    max_k_tiles=None,
+    alias=False,
+    loops=False,
+    intermediate=False,
+    ws_base=None,
+):
     V = cfg.VLEN
     pitch = rp(cfg, rows)
     nx = (hidden // V) * pitch + 1
@@ -24,21 +39,48 @@ def make(cfg=CFG, gp=ku.GP, fp=ku.FP, rows=8, hidden=128, inter=256, max_k_tiles
     ws = ws_base if ws_base is not None else (y0 // V + nx) * V
     wg, wu, wd = ku.tensor(0, hidden, inter), ku.tensor(1, hidden, inter), ku.tensor(2, inter, hidden)
     if intermediate:
-        plan = plan_ffn_intermediate(cfg, rows=rows, hidden=hidden, inter=inter, x_base=x0, pitch=pitch,
-                                     ws_base=ws, wg=wg, wu=wu, max_k_tiles=max_k_tiles, loops=loops)
+        plan = plan_ffn_intermediate(
+            cfg,
+            rows=rows,
+            hidden=hidden,
+            inter=inter,
+            x_base=x0,
+            pitch=pitch,
+            ws_base=ws,
+            wg=wg,
+            wu=wu,
+            max_k_tiles=max_k_tiles,
+            loops=loops,
+        )
         return ku.emit_text(emit_ffn_intermediate, plan, gp, fp)
-    plan = plan_ffn_swiglu(cfg, rows=rows, hidden=hidden, inter=inter, x_base=x0, pitch=pitch, y_base=y0,
-                           ws_base=ws, wg=wg, wu=wu, wd=wd, max_k_tiles=max_k_tiles, loops=loops)
+    plan = plan_ffn_swiglu(
+        cfg,
+        rows=rows,
+        hidden=hidden,
+        inter=inter,
+        x_base=x0,
+        pitch=pitch,
+        y_base=y0,
+        ws_base=ws,
+        wg=wg,
+        wu=wu,
+        wd=wd,
+        max_k_tiles=max_k_tiles,
+        loops=loops,
+    )
     return ku.emit_text(emit_ffn_swiglu, plan, gp, fp)
 
 
-GRID = [dict(rows=1, hidden=64, inter=128), dict(rows=8, hidden=128, inter=256, max_k_tiles=2),
-        dict(rows=33, hidden=64, inter=128, loops=True), dict(rows=8, hidden=256, inter=512, loops=True),
-        dict(rows=8, hidden=128, inter=256, alias=True, max_k_tiles=2, loops=True)]
+GRID = [
+    dict(rows=1, hidden=64, inter=128),
+    dict(rows=8, hidden=128, inter=256, max_k_tiles=2),
+    dict(rows=33, hidden=64, inter=128, loops=True),
+    dict(rows=8, hidden=256, inter=512, loops=True),
+    dict(rows=8, hidden=128, inter=256, alias=True, max_k_tiles=2, loops=True),
+]
 
 
-@pytest.mark.parametrize("p,inter_only", [(p, io) for p in GRID for io in (False, True)
-                                           if not (io and p.get("alias"))])
+@pytest.mark.parametrize("p,inter_only", [(p, io) for p in GRID for io in (False, True) if not (io and p.get("alias"))])
 def test_assembles(p, inter_only):
     text = make(intermediate=inter_only, **p)
     ku.check_assembles(text)
@@ -55,8 +97,7 @@ def test_registers_only_from_lists():
 
 
 def test_determinism_and_hooks():
-    ku.check_deterministic_and_hooks(make, {"silu_on_up": {}, "ksplit_partial_dropped": {"max_k_tiles": 2}},
-                                     loops=True)
+    ku.check_deterministic_and_hooks(make, {"silu_on_up": {}, "ksplit_partial_dropped": {"max_k_tiles": 2}}, loops=True)
     ku.check_deterministic_and_hooks(make, {"silu_on_up": {}}, intermediate=True)
 
 
@@ -69,14 +110,22 @@ def test_silu_is_applied_to_the_gate():
 def test_workspace_rows():
     assert ffn_workspace_rows(CFG, rows=8, hidden=128, inter=256, pitch=8) == 2 * 4 * 8 + 1
     assert ffn_workspace_rows(CFG, rows=8, hidden=128, inter=256, pitch=8, max_k_tiles=2) == 2 * 4 * 8 + 1 + 8
-    assert ffn_workspace_rows(CFG, rows=8, hidden=128, inter=256, pitch=8, max_k_tiles=2,
-                              intermediate_only=True) == 2 * 4 * 8 + 1
+    assert (
+        ffn_workspace_rows(CFG, rows=8, hidden=128, inter=256, pitch=8, max_k_tiles=2, intermediate_only=True)
+        == 2 * 4 * 8 + 1
+    )
 
 
-@pytest.mark.parametrize("over,needle", [
-    (dict(hidden=100), "hidden=100"), (dict(inter=96), "inter=96"), (dict(rows=0), "rows=0"),
-    (dict(ws_base=0), "overlaps"), (dict(ws_base=65), "ws_base=65"),
-])
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        (dict(hidden=100), "hidden=100"),
+        (dict(inter=96), "inter=96"),
+        (dict(rows=0), "rows=0"),
+        (dict(ws_base=0), "overlaps"),
+        (dict(ws_base=65), "ws_base=65"),
+    ],
+)
 def test_plan_errors_name_the_parameter(over, needle):
     with pytest.raises(ValueError, match=needle):
         make(**over)

@@ -8,15 +8,15 @@
   independent re-derivation of §3.4/§3.6 (P8, D4, sbhd batch 2, R != M included);
 * for kv_len = 4*MLEN, the K and V prefetches of one head read four distinct tiles (register values).
 """
+
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.util import scalar_trace
 
 from isa.assembler import assemble  # noqa: E402
 from plena_sim.config import MxType  # noqa: E402
@@ -27,16 +27,21 @@ from programs.hbm import HbmTensor, ceil_div  # noqa: E402
 from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt, mutations  # noqa: E402
 from testbenches.shapes import resolve_params
 from testbenches.variants import get_config  # noqa: E402
+from tests.util import scalar_trace
 
 GP = tuple(range(1, 13))
 FP = tuple(range(1, 7))
 
 # kernels.md §6.2: hook -> the cases that must expose it (the one table in testbenches.mutations)
-HOOK_CASES = {h: " ".join(e.case_id for e in mutations.exposures(h)) for h in mutations.MUTATIONS
-              if mutations.exposures(h)[0].testbench.startswith("flashattn")}
+HOOK_CASES = {
+    h: " ".join(e.case_id for e in mutations.exposures(h))
+    for h in mutations.MUTATIONS
+    if mutations.exposures(h)[0].testbench.startswith("flashattn")
+}
 
 
 # ----------------------------------------------------------------------------- helpers
+
 
 def _types(cfg):
     out = {}
@@ -61,11 +66,19 @@ def shape(p: dict, cfg) -> dict:
     wp = p.get("Wp")
     if wp == "M":
         wp = cfg.MLEN
-    return dict(batch=p["batch"], hq=p["hq"], hkv=p["hkv"], d=p["d"], q_len=p["q_len"], kv_len=p["kv_len"],
-                causal=bool(p.get("causal", False)), kv_layout=p.get("kv_layout", "bshd"),
-                kv_capacity=p.get("kv_capacity") or p["kv_len"],
-                kv_row_elems=p["hkv"] * p["d"] if wp in (None, "hkv*d") else int(wp),
-                path=p.get("path", "auto"))
+    return dict(
+        batch=p["batch"],
+        hq=p["hq"],
+        hkv=p["hkv"],
+        d=p["d"],
+        q_len=p["q_len"],
+        kv_len=p["kv_len"],
+        causal=bool(p.get("causal", False)),
+        kv_layout=p.get("kv_layout", "bshd"),
+        kv_capacity=p.get("kv_capacity") or p["kv_len"],
+        kv_row_elems=p["hkv"] * p["d"] if wp in (None, "hkv*d") else int(wp),
+        path=p.get("path", "auto"),
+    )
 
 
 def layout_for(cfg, sp, kernel="flash_attention", base_row=0):
@@ -164,35 +177,38 @@ def _plan_kw(cfg=None, **over):
     return cfg, kw
 
 
-@pytest.mark.parametrize("over, cfg_change, needle", [
-    (dict(hq=6, hkv=4), None, "hq=6"),
-    (dict(d=48), None, "head_dim=48"),
-    (dict(d=8), None, "head_dim=8"),
-    (dict(d=96), None, "head_dim=96"),
-    (dict(), dict(VLEN=128), "VLEN=128"),
-    (dict(), dict(HBM_M_Prefetch_Amount=128), "HBM_M_Prefetch_Amount"),
-    (dict(), dict(HBM_V_Prefetch_Amount=3), "HBM_V_Prefetch_Amount=3"),
-    (dict(path="batched"), dict(BROADCAST_AMOUNT=2), "path="),
-    (dict(d=32, path="batched"), None, "path="),
-    (dict(hq=8, hkv=1, path="batched"), None, "path="),
-    (dict(path="sideways"), None, "path="),
-    (dict(kv_layout="hbsd"), None, "kv_layout="),
-    (dict(q_len=200, kv_len=100, causal=True), None, "q_len=200"),
-    (dict(kv_capacity=100, kv_len=128), None, "kv_capacity=100"),
-    (dict(kv_row_elems=8), None, "kv_row_elems=8"),
-    (dict(kv_row_elems=20), None, "kv_row_elems=20"),
-    (dict(fp_state_base=8), None, "fp_state_base=8"),
-    (dict(fp_state_base=1022), None, "fp_state_base=1022 leaves 2 FP SRAM words"),
-    (dict(fp_state_base=1022), None, "the largest fp_state_base that fits is 1021"),
-    (dict(fp_state_base=100, fp_reserved={"topk": (200, 8)}), None, "fp_state_base=100"),
-    (dict(mram_tile0=63), None, "mram_tile0=63"),
-    (dict(scratch_base=64 * 10), None, "scratch_base=640"),
-    (dict(o_base=65), None, "o_base=65"),
-    (dict(scratch_base=100), None, "scratch_base=100"),
-    (dict(batch=0), None, "batch=0"),
-    (dict(kv_len=4160, batch=4, kv_row_elems=1 << 20, q_len=64, scratch_base=64 * 2000), None, "kv_len=4160"),
-    (dict(), dict(MAX_LOOP_INSTRUCTIONS=10), "MAX_LOOP_INSTRUCTIONS=10"),
-])
+@pytest.mark.parametrize(
+    "over, cfg_change, needle",
+    [
+        (dict(hq=6, hkv=4), None, "hq=6"),
+        (dict(d=48), None, "head_dim=48"),
+        (dict(d=8), None, "head_dim=8"),
+        (dict(d=96), None, "head_dim=96"),
+        (dict(), dict(VLEN=128), "VLEN=128"),
+        (dict(), dict(HBM_M_Prefetch_Amount=128), "HBM_M_Prefetch_Amount"),
+        (dict(), dict(HBM_V_Prefetch_Amount=3), "HBM_V_Prefetch_Amount=3"),
+        (dict(path="batched"), dict(BROADCAST_AMOUNT=2), "path="),
+        (dict(d=32, path="batched"), None, "path="),
+        (dict(hq=8, hkv=1, path="batched"), None, "path="),
+        (dict(path="sideways"), None, "path="),
+        (dict(kv_layout="hbsd"), None, "kv_layout="),
+        (dict(q_len=200, kv_len=100, causal=True), None, "q_len=200"),
+        (dict(kv_capacity=100, kv_len=128), None, "kv_capacity=100"),
+        (dict(kv_row_elems=8), None, "kv_row_elems=8"),
+        (dict(kv_row_elems=20), None, "kv_row_elems=20"),
+        (dict(fp_state_base=8), None, "fp_state_base=8"),
+        (dict(fp_state_base=1022), None, "fp_state_base=1022 leaves 2 FP SRAM words"),
+        (dict(fp_state_base=1022), None, "the largest fp_state_base that fits is 1021"),
+        (dict(fp_state_base=100, fp_reserved={"topk": (200, 8)}), None, "fp_state_base=100"),
+        (dict(mram_tile0=63), None, "mram_tile0=63"),
+        (dict(scratch_base=64 * 10), None, "scratch_base=640"),
+        (dict(o_base=65), None, "o_base=65"),
+        (dict(scratch_base=100), None, "scratch_base=100"),
+        (dict(batch=0), None, "batch=0"),
+        (dict(kv_len=4160, batch=4, kv_row_elems=1 << 20, q_len=64, scratch_base=64 * 2000), None, "kv_len=4160"),
+        (dict(), dict(MAX_LOOP_INSTRUCTIONS=10), "MAX_LOOP_INSTRUCTIONS=10"),
+    ],
+)
 def test_plan_constraints_raise_naming_the_parameter(over, cfg_change, needle):
     cfg = get_config("default")
     if cfg_change:
@@ -203,11 +219,14 @@ def test_plan_constraints_raise_naming_the_parameter(over, cfg_change, needle):
     assert needle in str(ei.value), str(ei.value)
 
 
-@pytest.mark.parametrize("F, path, nh, qrows", [
-    (1000, "per_head", 1, 8),       # 24 words: 8 rows of one head (a multiple of BLEN=4)
-    (900, "per_head", 1, 40),       # 124 words: batched would give 8 rows of 4 heads, 8x the M_BTMM work
-    (16, "batched", 4, 64),         # the reference layout: all M rows of all ratio heads
-])
+@pytest.mark.parametrize(
+    "F, path, nh, qrows",
+    [
+        (1000, "per_head", 1, 8),  # 24 words: 8 rows of one head (a multiple of BLEN=4)
+        (900, "per_head", 1, 40),  # 124 words: batched would give 8 rows of 4 heads, 8x the M_BTMM work
+        (16, "batched", 4, 64),  # the reference layout: all M rows of all ratio heads
+    ],
+)
 def test_fp_state_groups_rows_and_heads_to_fit(F, path, nh, qrows):
     cfg, kw = _plan_kw(fp_state_base=F)
     plan = fa.plan_flash_attention(cfg, **kw)
@@ -263,8 +282,8 @@ def test_head_dim_chunks_flag_and_path_selection():
     p = make_plan(cfg, shape(dict(DEF, hq=2, hkv=2, d=128, kv_row_elems=256, q_len=70, kv_len=130), cfg))
     assert p.nc == 2 and p.path == "per_head" and p.mram_tiles == (0, 4)
     assert make_plan(cfg, shape(dict(DEF), cfg)).path == "batched"
-    assert make_plan(cfg, shape(dict(DEF, hq=6, hkv=2), cfg)).path == "batched"        # ratio 3 <= BA
-    assert make_plan(cfg, shape(dict(DEF, hq=8, hkv=1), cfg)).path == "per_head"       # ratio 8 > BA
+    assert make_plan(cfg, shape(dict(DEF, hq=6, hkv=2), cfg)).path == "batched"  # ratio 3 <= BA
+    assert make_plan(cfg, shape(dict(DEF, hq=8, hkv=1), cfg)).path == "per_head"  # ratio 8 > BA
     assert make_plan(cfg, shape(dict(DEF, d=32), cfg)).path == "per_head"
     assert make_plan(cfg, shape(dict(DEF, path="per_head"), cfg)).path == "per_head"
     ph = make_plan(cfg, shape(dict(DEF, hq=16, hkv=1), cfg))
@@ -277,7 +296,7 @@ def test_footprint_and_fp_state():
     roles = {k: r for k, (_a, _n, r) in p.vram_regions.items()}
     assert roles["o"] == "output" and all(roles[k] == "scratch" for k in ("neg", "mask", "q", "s", "pv"))
     items = sorted((a, n) for a, n, _r in p.vram_regions.values())
-    assert all(a0 + n0 <= a1 for (a0, n0), (a1, _n1) in zip(items, items[1:]))
+    assert all(a0 + n0 <= a1 for (a0, n0), (a1, _n1) in pairwise(items))
     assert p.fp_range == (16, 3 * 64 * 4)
     assert p.state_words(1, 5) == {"m": 16 + 192 + 5, "m_res": 16 + 192 + 64 + 5, "l": 16 + 192 + 128 + 5}
     assert set(p.hbm_slack) == {"q", "k", "v"}
@@ -286,6 +305,7 @@ def test_footprint_and_fp_state():
 
 
 # ----------------------------------------------------------------------------- determinism and hooks
+
 
 @pytest.mark.parametrize("case_id", ["P1", "P6", "P9", "D2", "D6", "prefill_per_head"])
 def test_deterministic_and_hook_free_identical(case_id, monkeypatch):
@@ -296,8 +316,9 @@ def test_deterministic_and_hook_free_identical(case_id, monkeypatch):
     # a hook-free build: every hook query answers False without consulting the hook machinery
     monkeypatch.setattr(faults, "active", lambda name: False)
     assert case_program(case_id) == a
-    assert a.splitlines()[0].startswith("; flash_attention begin") or \
-        a.splitlines()[0].startswith("; attention_scores begin")
+    assert a.splitlines()[0].startswith("; flash_attention begin") or a.splitlines()[0].startswith(
+        "; attention_scores begin"
+    )
     assert a.rstrip().splitlines()[-1] in ("; flash_attention end", "; attention_scores end")
 
 
@@ -306,17 +327,18 @@ def test_every_flash_hook_is_registered_and_live():
     for hook, cases in HOOK_CASES.items():
         assert hook in faults.HOOKS
         assert f'"{hook}"' in src, f"hook {hook} is not placed in the generator"
-        cid = min(cases.split(), key=lambda c: case_plan(c).static_instructions)   # cheapest listed case
+        cid = min(cases.split(), key=lambda c: case_plan(c).static_instructions)  # cheapest listed case
         base = base_program(cid)
         with faults.inject(hook):
             try:
                 mutated = case_program(cid)
             except ValueError:
-                continue                                  # raw_large_immediate: Asm rejects the text
+                continue  # raw_large_immediate: Asm rejects the text
         assert mutated != base, f"hook {hook} does not change the program of {cid}"
 
 
 # ----------------------------------------------------------------------------- RANGES samples
+
 
 def _valid(p, cfg):
     M, H, BA = cfg.MLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
@@ -334,9 +356,7 @@ def _valid(p, cfg):
     wp = cfg.MLEN if wp == "M" else wp
     if isinstance(wp, int) and wp < p["hkv"] * p["d"]:
         return False
-    if p.get("path") == "batched" and not (p["d"] == H and p["hq"] // p["hkv"] <= BA and BA * H == M):
-        return False
-    return True
+    return not (p.get("path") == "batched" and not (p["d"] == H and p["hq"] // p["hkv"] <= BA and BA * H == M))
 
 
 def range_samples(mod, n: int, seed: int, max_dyn: int, max_static: int):
@@ -357,7 +377,7 @@ def range_samples(mod, n: int, seed: int, max_dyn: int, max_static: int):
             continue
         passes = p["batch"] * p["hq"] * ceil_div(p["q_len"], cfg.MLEN) * ceil_div(p["kv_len"], cfg.MLEN)
         if passes * max(1, p["d"] // 16) > max_static // 40:
-            continue                                   # cheap pre-filter before planning
+            continue  # cheap pre-filter before planning
         sp = shape(p, cfg)
         kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
         plan = make_plan(cfg, sp, kernel)
@@ -369,8 +389,29 @@ def range_samples(mod, n: int, seed: int, max_dyn: int, max_static: int):
 
 def _named_cases():
     out = []
-    for cid in ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "D1", "D2", "D3", "D4",
-                "D5", "D6", "D7", "wp1024_kv320", "gqa_sbhd_per_head", "gqa_decode_sbhd"):
+    for cid in (
+        "P1",
+        "P2",
+        "P3",
+        "P4",
+        "P5",
+        "P6",
+        "P7",
+        "P8",
+        "P9",
+        "P10",
+        "P11",
+        "D1",
+        "D2",
+        "D3",
+        "D4",
+        "D5",
+        "D6",
+        "D7",
+        "wp1024_kv320",
+        "gqa_sbhd_per_head",
+        "gqa_decode_sbhd",
+    ):
         p, cfg, mod = case_params(cid)
         kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
         out.append(pytest.param(cfg, shape(p, cfg), kernel, int(p.get("vram_base_row", 0)), id=cid))
@@ -402,7 +443,7 @@ SWEEP_N = 30
 def _check_program(cfg, sp, kernel, base_row):
     plan = make_plan(cfg, sp, kernel, base_row)
     text = program(plan)
-    prog = assemble(text, "<fa>")                       # immediates, registers, a0..a7, kinds
+    prog = assemble(text, "<fa>")  # immediates, registers, a0..a7, kinds
     tr = scalar_trace.trace(prog, cfg)
     assert not tr.lint, tr.lint[:5]
     assert tr.dynamic == plan.dynamic_instructions
@@ -413,7 +454,7 @@ def _check_program(cfg, sp, kernel, base_row):
         assert tr.prefetch_m == independent_kv_list(cfg, sp, plan)
     assert all(rs == 1 and prec == 1 for (*_x, rs, prec) in tr.prefetch_m_full)
     M = cfg.MLEN
-    for (_o, _s, _sc, _a, dst, _rs, _p) in tr.prefetch_m_full:
+    for _o, _s, _sc, _a, dst, _rs, _p in tr.prefetch_m_full:
         assert plan.mram_tile0 * M * M <= dst < (plan.mram_tile0 + plan.mram_tiles[1]) * M * M
     # every VRAM row written lies in a declared region (static footprint)
     declared = set()
@@ -422,12 +463,12 @@ def _check_program(cfg, sp, kernel, base_row):
     stray = sorted(tr.vram_rows_written - declared)
     assert not stray, f"rows written outside the declared regions: {stray[:8]}"
     # Q staging: every H_PREFETCH_V stays inside the Q tensor's allocation
-    for (_mn, _dst, off, stride, scale, a, rs, prec) in tr.prefetch_v:
+    for _mn, _dst, off, stride, scale, a, rs, prec in tr.prefetch_v:
         assert a == plan.q.areg and rs == 1 and prec == 0 and scale == plan.q.scale_offset
         last = off // plan.eb_q + (cfg.P_V - 1) * (stride // plan.eb_q) + cfg.VLEN
         assert last <= plan.q.alloc_elems
     # K/V: every tile read stays inside the tensors' allocation
-    for (off, stride, _sc, _a) in tr.prefetch_m:
+    for off, stride, _sc, _a in tr.prefetch_m:
         assert off // plan.eb_kv + (M - 1) * (stride // plan.eb_kv) + M <= plan.k.alloc_elems
     return plan, tr
 
@@ -453,18 +494,26 @@ def test_range_sample_programs_sweep(tag, k):
     _check_program(get_config(variant), sp, kernel, 0)
 
 
-@pytest.mark.parametrize("layout, batch, Wp, q_len", [
-    ("bshd", 1, None, 64), ("bshd", 1, None, 1), ("sbhd", 2, None, 64), ("bshd", 2, 1024, 64),
-    ("sbhd", 2, 64, 1), ("bshd", 1, 64, 100),
-])
+@pytest.mark.parametrize(
+    "layout, batch, Wp, q_len",
+    [
+        ("bshd", 1, None, 64),
+        ("bshd", 1, None, 1),
+        ("sbhd", 2, None, 64),
+        ("bshd", 2, 1024, 64),
+        ("sbhd", 2, 64, 1),
+        ("bshd", 1, 64, 100),
+    ],
+)
 @pytest.mark.parametrize("path", ["batched", "per_head"])
 def test_four_tiles_read_four_distinct_tiles(layout, batch, Wp, q_len, path):
     """kv_len = 4*MLEN: the K and V prefetches of one head read four distinct tiles, at t*M*R (register
     values from the scalar trace, not text)."""
     cfg = get_config("default")
     M = cfg.MLEN
-    p = dict(batch=batch, hq=1, hkv=1, d=16, q_len=q_len, kv_len=4 * M, causal=False, kv_layout=layout,
-             Wp=Wp, path=path)
+    p = dict(
+        batch=batch, hq=1, hkv=1, d=16, q_len=q_len, kv_len=4 * M, causal=False, kv_layout=layout, Wp=Wp, path=path
+    )
     sp = shape(p, cfg)
     plan, tr = _check_program(cfg, sp, "flash_attention", 0)
     R = plan.R
@@ -474,7 +523,7 @@ def test_four_tiles_read_four_distinct_tiles(layout, batch, Wp, q_len, path):
             offs = [o for (o, _s, _sc, a) in tr.prefetch_m if a == areg_]
             per_block = len(offs) // (batch * plan.Tq)
             assert per_block == 4
-            blk_offs = offs[b * plan.Tq * 4: b * plan.Tq * 4 + 4]
+            blk_offs = offs[b * plan.Tq * 4 : b * plan.Tq * 4 + 4]
             assert len(set(blk_offs)) == 4
             assert blk_offs == [base + t * M * R * plan.eb_kv for t in range(4)]
     assert {s for (_o, s, _sc, _a) in tr.prefetch_m} == {R * plan.eb_kv}
@@ -494,8 +543,7 @@ def test_large_offsets_use_lui_values():
 def test_dynamic_instruction_budget():
     """kernels.md §3.11: the required cases stay under ~300k dynamic instructions."""
     worst = {}
-    for cid in ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "D1", "D2", "D3", "D4", "D5",
-                "D6", "D7"):
+    for cid in ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "D1", "D2", "D3", "D4", "D5", "D6", "D7"):
         p, cfg, _mod = case_params(cid)
         plan = make_plan(cfg, shape(p, cfg), "flash_attention", int(p.get("vram_base_row", 0)))
         worst[cid] = plan.dynamic_instructions

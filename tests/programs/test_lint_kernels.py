@@ -6,19 +6,17 @@ row written lies inside a region the plan declared, and every loop iteration sta
 MAX_LOOP_INSTRUCTIONS.  (Immediate ranges, gp0/f0 destinations and a0..a7 are enforced by Asm and the
 assembler on every line.)
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 
-from tests.util import scalar_trace
-from tests.testbench.catalogue_util import OTHER_TESTBENCHES, range_points
-
 import testbenches  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
+from tests.testbench.catalogue_util import OTHER_TESTBENCHES, range_points
+from tests.util import scalar_trace
 
-
-NEGATIVE = ("L7", "L8", "L9")      # loop programs that must fault; the simulator tests judge them
+NEGATIVE = ("L7", "L8", "L9")  # loop programs that must fault; the simulator tests judge them
 
 
 def _points():
@@ -34,16 +32,15 @@ def _points():
     return pts
 
 
-POINTS = [p for p in _points()
-          if not (isinstance(p, tuple) and p[0] == "loop" and p[2].get("program") in NEGATIVE)]
+POINTS = [p for p in _points() if not (isinstance(p, tuple) and p[0] == "loop" and p[2].get("program") in NEGATIVE)]
 
 
-@pytest.mark.parametrize("tb,cid,ov,var", POINTS,
-                         ids=[f"{p[0]}[{p[1]}]" if isinstance(p, tuple) else p.id for p in POINTS])
+@pytest.mark.parametrize(
+    "tb,cid,ov,var", POINTS, ids=[f"{p[0]}[{p[1]}]" if isinstance(p, tuple) else p.id for p in POINTS]
+)
 def test_lint(tb, cid, ov, var):
     mod = testbenches.get(tb)
     cfg = get_config(var)
-    cal = getattr(mod, "calibrated", None)
     case = mod.build(dict(mod.DEFAULTS, **ov), cfg)
     ints = {}
     for base, vals in case.int_preload.items():

@@ -1,15 +1,15 @@
 """router_topk / topk generator structure (kernels.md §2.12)."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from tests.programs import kernel_util as ku
-
 from programs.common import rp  # noqa: E402
 from programs.moe import emit_router_topk, emit_topk, plan_router_topk, plan_topk  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
+from tests.programs import kernel_util as ku
 
 CFG = get_config("default")
 
@@ -22,12 +22,23 @@ def make_topk(cfg=CFG, gp=ku.GP, fp=ku.FP, T=4, policy=0, router=False, fp_out=1
     l0 = 100 * V
     st = (100 + (Epad // V) * pitch + 1) * V
     if router:
-        plan = plan_router_topk(cfg, T=T, hidden=64, policy=policy, x_base=0, pitch=pitch,
-                                wr=ku.tensor(0, 64, Epad), logits_base=l0, fp_out=fp_out, int_out=int_out,
-                                stage_base=st)
+        plan = plan_router_topk(
+            cfg,
+            T=T,
+            hidden=64,
+            policy=policy,
+            x_base=0,
+            pitch=pitch,
+            wr=ku.tensor(0, 64, Epad),
+            logits_base=l0,
+            fp_out=fp_out,
+            int_out=int_out,
+            stage_base=st,
+        )
         return ku.emit_text(emit_router_topk, plan, gp, fp)
-    plan = plan_topk(cfg, T=T, policy=policy, logits_base=l0, pitch=pitch, fp_out=fp_out, int_out=int_out,
-                     stage_base=st)
+    plan = plan_topk(
+        cfg, T=T, policy=policy, logits_base=l0, pitch=pitch, fp_out=fp_out, int_out=int_out, stage_base=st
+    )
     return ku.emit_text(emit_topk, plan, gp, fp)
 
 

@@ -4,6 +4,7 @@ A loop-carried pointer step of 2^18 or more (``pitch*VLEN`` of a norm or embeddi
 the linear and rope matmul loops on the 2048/2048/128 machine) is held in one extra register and added with
 ``S_ADD_INT``; below 2^18 the text is unchanged (one ``S_ADDI_INT``). Each case runs end to end.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,11 +18,11 @@ from testbenches.variants import get_config
 
 CASES = [
     # (testbench, overrides, preset): the step past 2^18
-    ("layer_norm", {"rows": 4100, "hidden": 128}, "transactional"),           # pitch*V = 4100*64, with beta
+    ("layer_norm", {"rows": 4100, "hidden": 128}, "transactional"),  # pitch*V = 4100*64, with beta
     ("rms_norm", {"rows": 4100, "hidden": 128, "inplace": True}, "transactional"),
     ("layer_norm", {"rows": 1030, "hidden": 512, "inplace": True}, "v80-256x64"),
-    ("embedding", {"T": 1008}, "v80-256x64"),                                 # pitch 1024 * V 256 = 2^18
-    ("linear_loop", {"rows": 1, "K": 2048, "N": 2048}, "analytic"),           # B*V = 128*2048 = 2^18
+    ("embedding", {"T": 1008}, "v80-256x64"),  # pitch 1024 * V 256 = 2^18
+    ("linear_loop", {"rows": 1, "K": 2048, "N": 2048}, "analytic"),  # B*V = 128*2048 = 2^18
     ("rope", {"seq": 1, "d": 2048, "inplace": True}, "analytic"),
 ]
 

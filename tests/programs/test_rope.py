@@ -1,15 +1,14 @@
 """rope generator structure and the rotation-tile helper (kernels.md §2.8)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.programs import kernel_util as ku
-
 from programs.common import rp  # noqa: E402
 from programs.rope import emit_rope, plan_rope, rope_rotation_tile  # noqa: E402
 from testbenches.variants import get_config  # noqa: E402
+from tests.programs import kernel_util as ku
 
 CFG = get_config("default")
 
@@ -25,8 +24,22 @@ def make(cfg=CFG, gp=ku.GP, fp=ku.FP, seq=32, nh=4, d=64, inplace=False):
         y0 = x0
     cos, sin = ku.tensor(0, pitch, cols), ku.tensor(1, pitch, cols)
     rot = ku.tensor(2, M, M) if d <= M else None
-    plan = plan_rope(cfg, rows=seq, nh=nh, d=d, x_base=x0, pitch=pitch, y_base=y0, cos=cos, sin=sin, cos_base=c0,
-                     sin_base=s0, xr_base=xr0, t_base=t0, rot=rot)
+    plan = plan_rope(
+        cfg,
+        rows=seq,
+        nh=nh,
+        d=d,
+        x_base=x0,
+        pitch=pitch,
+        y_base=y0,
+        cos=cos,
+        sin=sin,
+        cos_base=c0,
+        sin_base=s0,
+        xr_base=xr0,
+        t_base=t0,
+        rot=rot,
+    )
     return ku.emit_text(emit_rope, plan, gp, fp)
 
 
@@ -54,14 +67,20 @@ def test_rotation_tile(d):
     x = np.random.default_rng(0).standard_normal((3, M))
     xr = x @ R
     xh = x.reshape(3, -1, d)
-    want = np.concatenate([-xh[..., d // 2:], xh[..., :d // 2]], axis=-1).reshape(3, M)
+    want = np.concatenate([-xh[..., d // 2 :], xh[..., : d // 2]], axis=-1).reshape(3, M)
     assert np.array_equal(xr, want)
     assert set(np.unique(R)) <= {-1.0, 0.0, 1.0}
 
 
-@pytest.mark.parametrize("over,needle", [
-    (dict(d=15), "d=15"), (dict(d=48), "d=48"), (dict(d=192, nh=2), "d=192"), (dict(nh=1, d=16), "nh\\*d=16"),
-])
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        (dict(d=15), "d=15"),
+        (dict(d=48), "d=48"),
+        (dict(d=192, nh=2), "d=192"),
+        (dict(nh=1, d=16), "nh\\*d=16"),
+    ],
+)
 def test_plan_errors_name_the_parameter(over, needle):
     with pytest.raises(ValueError, match=needle):
         make(**over)
@@ -69,5 +88,18 @@ def test_plan_errors_name_the_parameter(over, needle):
 
 def test_rotation_tile_required():
     with pytest.raises(ValueError, match="rot=None"):
-        plan_rope(CFG, rows=4, nh=4, d=16, x_base=0, pitch=4, y_base=10 * 64, cos=ku.tensor(0, 4, 64),
-                  sin=ku.tensor(1, 4, 64), cos_base=20 * 64, sin_base=30 * 64, xr_base=40 * 64, t_base=50 * 64)
+        plan_rope(
+            CFG,
+            rows=4,
+            nh=4,
+            d=16,
+            x_base=0,
+            pitch=4,
+            y_base=10 * 64,
+            cos=ku.tensor(0, 4, 64),
+            sin=ku.tensor(1, 4, 64),
+            cos_base=20 * 64,
+            sin_base=30 * 64,
+            xr_base=40 * 64,
+            t_base=50 * 64,
+        )

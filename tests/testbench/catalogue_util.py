@@ -1,13 +1,31 @@
 """Shared helpers of the catalogue tests: the testbenches owned here and a deterministic RANGES sampler."""
+
 from __future__ import annotations
 
 import itertools
 import random
 
 #: kernels.md §4.4 testbenches other than flash attention
-OTHER_TESTBENCHES = ("linear", "linear_loop", "bmm", "ffn", "ffn_intermediate", "gelu", "silu", "rms_norm",
-                     "layer_norm", "rope", "embedding", "softmax", "elementwise_add", "h_store", "s_map_v",
-                     "v_shift_v", "loop", "moe_topk")
+OTHER_TESTBENCHES = (
+    "linear",
+    "linear_loop",
+    "bmm",
+    "ffn",
+    "ffn_intermediate",
+    "gelu",
+    "silu",
+    "rms_norm",
+    "layer_norm",
+    "rope",
+    "embedding",
+    "softmax",
+    "elementwise_add",
+    "h_store",
+    "s_map_v",
+    "v_shift_v",
+    "loop",
+    "moe_topk",
+)
 
 
 def range_points(ranges: dict, cap: int, seed: int = 0) -> list[tuple[dict, str]]:
@@ -19,7 +37,7 @@ def range_points(ranges: dict, cap: int, seed: int = 0) -> list[tuple[dict, str]
         grid = random.Random(seed).sample(grid, cap)
     out = []
     for combo in grid:
-        ov = dict(zip(keys, combo))
+        ov = dict(zip(keys, combo, strict=True))
         variant = ov.pop("cfg", "default")
         out.append((ov, variant))
     return out

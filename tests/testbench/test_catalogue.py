@@ -3,6 +3,7 @@
 A simulator fault, assembler error or plan ValueError is a failure (never a skip).  ``-m slow`` adds a
 sweep over samples of each testbench's RANGES.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -35,6 +36,7 @@ def _stretch():
 def test_stretch_case(tb, cid, ov, var):
     if tb == "rope":
         from programs.rope import SUPPORTS_BLOCK_PATH
+
         assert SUPPORTS_BLOCK_PATH, "the rope d > MLEN block path is implemented and must stay so"
     rep = run_case(tb, cid, ov, var)
     assert rep.passed, rep.summary

@@ -5,6 +5,7 @@ the shorter array, goldens rounded to 2 decimals) is a small alternative impleme
 self-tests are parameterised over the real implementation and each mutant, and the mutation test asserts
 that every mutant makes at least one self-test fail.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,11 +17,12 @@ from testbenches import compare as C
 from testbenches.compare import bf16_decode, bf16_encode, compare, tolerance
 from testbenches.harness import FpWords
 
-
 # ----------------------------------------------------------------------------- implementations
+
 
 class Real:
     """The project's comparison and decoding."""
+
     name = "real"
 
     @staticmethod
@@ -34,6 +36,7 @@ class Real:
 
 class Rule90(Real):
     """Upstream: pass if at least 90 % of elements are within 0.2 + 0.2|g|."""
+
     name = "rule90"
 
     @staticmethod
@@ -47,6 +50,7 @@ class Rule90(Real):
 
 class Fp16Decode(Real):
     """Upstream: FP SRAM dump decoded as fp16."""
+
     name = "fp16"
 
     @staticmethod
@@ -56,6 +60,7 @@ class Fp16Decode(Real):
 
 class Truncate(Real):
     """Upstream: compare only up to the shorter of the two (flattened) arrays."""
+
     name = "truncate"
 
     @staticmethod
@@ -70,6 +75,7 @@ class Truncate(Real):
 
 class Round2(Real):
     """Upstream: goldens printed with 2 decimals and parsed back."""
+
     name = "round2"
 
     @staticmethod
@@ -82,10 +88,11 @@ IMPLS = [Real, Rule90, Fp16Decode, Truncate, Round2]
 
 # ----------------------------------------------------------------------------- the self-tests
 
+
 def _data(seed=0, shape=(2, 8, 3, 16)):
     rng = np.random.default_rng(seed)
     g = rng.standard_normal(shape)
-    s = bf16_decode(bf16_encode(g)).astype(np.float64)        # a faithful bf16 simulation
+    s = bf16_decode(bf16_encode(g)).astype(np.float64)  # a faithful bf16 simulation
     return s, g
 
 
@@ -101,7 +108,7 @@ def st_faithful_passes(impl):
 def st_perturbed_fails(impl):
     s, g = _data()
     s = s.copy()
-    s[1, 5, 2, 7] += 0.05          # far past eps_a*|g| + eps_g*|g| (~0.016*|g|), well within 0.2
+    s[1, 5, 2, 7] += 0.05  # far past eps_a*|g| + eps_g*|g| (~0.016*|g|), well within 0.2
     return not impl.compare(s, g, coords=COORDS, A=np.abs(g), **TOL.kwargs())
 
 
@@ -115,7 +122,7 @@ def st_nan_fails(impl):
 def st_shape_mismatch_fails(impl):
     # the simulation produced only the first batch: a truncating comparison sees a perfect prefix
     s, g = _data()
-    return not impl.compare(s[:1], g, coords=COORDS, A=None, eps_a=0.0, eps_g=2 ** -7, rho=2 ** -6)
+    return not impl.compare(s[:1], g, coords=COORDS, A=None, eps_a=0.0, eps_g=2**-7, rho=2**-6)
 
 
 def st_small_values_judged(impl):
@@ -128,8 +135,7 @@ def st_small_values_judged(impl):
 def st_bf16_patterns(impl):
     bits = np.array([0x3F80, 0xC000, 0x7F80, 0x0001], dtype=np.uint16)
     v = impl.decode(bits)
-    return (v[0] == 1.0 and v[1] == -2.0 and np.isposinf(v[2])
-            and v[3] == np.float32(2.0 ** -133) and v[3] > 0)
+    return v[0] == 1.0 and v[1] == -2.0 and np.isposinf(v[2]) and v[3] == np.float32(2.0**-133) and v[3] > 0
 
 
 def st_fp_sram_bf16(impl):
@@ -140,12 +146,24 @@ def st_fp_sram_bf16(impl):
         fp_sram = FakeFp()
 
     got = impl.decode(FakeFp.bits) if impl is not Real else FpWords(0, 4).read(FakeMachine())
-    return np.array_equal(got, np.array([1.5, -0.25, bf16_decode(bf16_encode([3.0e10]))[0],
-                                         bf16_decode(bf16_encode([1.0e-30]))[0]], dtype=np.float32))
+    return np.array_equal(
+        got,
+        np.array(
+            [1.5, -0.25, bf16_decode(bf16_encode([3.0e10]))[0], bf16_decode(bf16_encode([1.0e-30]))[0]],
+            dtype=np.float32,
+        ),
+    )
 
 
-SELF_TESTS = [st_faithful_passes, st_perturbed_fails, st_nan_fails, st_shape_mismatch_fails,
-              st_small_values_judged, st_bf16_patterns, st_fp_sram_bf16]
+SELF_TESTS = [
+    st_faithful_passes,
+    st_perturbed_fails,
+    st_nan_fails,
+    st_shape_mismatch_fails,
+    st_small_values_judged,
+    st_bf16_patterns,
+    st_fp_sram_bf16,
+]
 
 
 @pytest.mark.parametrize("st", SELF_TESTS, ids=lambda f: f.__name__)
@@ -160,6 +178,7 @@ def test_harness_mutation_is_caught(impl):
 
 
 # ----------------------------------------------------------------------------- reports name elements
+
 
 def test_perturbed_element_is_named():
     s, g = _data()
@@ -200,18 +219,18 @@ def test_rel_rms_bound():
 
 def test_tau_noise_floor_and_abs_term():
     g = np.array([0.0, 1.0])
-    r = compare(np.array([2.0 ** -26, 1.0]), g, coords=("i",), A=np.array([1.0, 1.0]), eps_a=0, eps_g=0)
-    assert r.passed                                  # within tau = 2^-24 * max(A)
-    r = compare(np.array([2.0 ** -9, 1.0]), g, coords=("i",), **tolerance("flash_m").kwargs())
-    assert r.passed                                  # abs term 2^-8 replaces eps_a*A
-    r = compare(np.array([2.0 ** -7, 1.0]), g, coords=("i",), **tolerance("flash_m").kwargs())
+    r = compare(np.array([2.0**-26, 1.0]), g, coords=("i",), A=np.array([1.0, 1.0]), eps_a=0, eps_g=0)
+    assert r.passed  # within tau = 2^-24 * max(A)
+    r = compare(np.array([2.0**-9, 1.0]), g, coords=("i",), **tolerance("flash_m").kwargs())
+    assert r.passed  # abs term 2^-8 replaces eps_a*A
+    r = compare(np.array([2.0**-7, 1.0]), g, coords=("i",), **tolerance("flash_m").kwargs())
     assert not r.passed
 
 
 def test_exact_is_bitwise():
     g = np.array([0.0, -0.0, 1.5])
     assert compare(np.array([0.0, -0.0, 1.5]), g, coords=("i",), exact=True).passed
-    r = compare(np.array([0.0, 0.0, 1.5]), g, coords=("i",), exact=True)   # -0 became +0
+    r = compare(np.array([0.0, 0.0, 1.5]), g, coords=("i",), exact=True)  # -0 became +0
     assert not r.passed and r.first["at"] == "(i=1)"
     assert not compare(np.array([0.0, -0.0, 1.5078125]), g, coords=("i",), exact=True).passed
     gi = np.array([3, 1, 2], dtype=np.uint32)
@@ -220,16 +239,31 @@ def test_exact_is_bitwise():
 
 
 def test_tolerance_table_rows():
-    assert set(C.TOLERANCES) == {"linear", "ffn_int", "ffn", "act", "rms", "ln", "softmax", "rope", "qkt",
-                                 "flash", "flash_m", "flash_l", "ssum", "topk", "exact"}
+    assert set(C.TOLERANCES) == {
+        "linear",
+        "ffn_int",
+        "ffn",
+        "act",
+        "rms",
+        "ln",
+        "softmax",
+        "rope",
+        "qkt",
+        "flash",
+        "flash_m",
+        "flash_l",
+        "ssum",
+        "topk",
+        "exact",
+    }
     t = tolerance("linear", n_chunks=3, bias=True)
-    assert t.eps_a == 2 ** -12 + 3 * 2 ** -8 and t.eps_g == 2 ** -6 and t.rho == 2 ** -7
+    assert t.eps_a == 2**-12 + 3 * 2**-8 and t.eps_g == 2**-6 and t.rho == 2**-7
     t = tolerance("rms", nb=64)
-    assert t.eps_a == 0 and t.eps_g == 2 ** -5 * 3 and not t.uses_A
+    assert t.eps_a == 0 and t.eps_g == 2**-5 * 3 and not t.uses_A
     t = tolerance("softmax", nb=16)
-    assert t.eps_a == 2 ** -6 * 1.5 and t.eps_g == 2 ** -5 * 1.5 and t.rho == 2 ** -5
+    assert t.eps_a == 2**-6 * 1.5 and t.eps_g == 2**-5 * 1.5 and t.rho == 2**-5
     t = tolerance("flash", smax_r=np.array([1.0, 6.0]), Tk=4)
-    assert np.allclose(t.eps_a, [2 ** -6, 2 ** -5]) and math.isclose(t.rho, 2 ** -6 + 3 * 2 ** -8)
-    assert math.isclose(tolerance("flash_l", Tk=16).eps_g, 2 ** -5 + 4 * 2 ** -7)
-    assert tolerance("topk").abs_term == 2 ** -10 and tolerance("flash_m").abs_term == 2 ** -8
+    assert np.allclose(t.eps_a, [2**-6, 2**-5]) and math.isclose(t.rho, 2**-6 + 3 * 2**-8)
+    assert math.isclose(tolerance("flash_l", Tk=16).eps_g, 2**-5 + 4 * 2**-7)
+    assert tolerance("topk").abs_term == 2**-10 and tolerance("flash_m").abs_term == 2**-8
     assert tolerance("exact").exact

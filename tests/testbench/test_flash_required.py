@@ -4,6 +4,7 @@ flashattn_qkt cases, the stretch case P11, a CI subset of the §4.5 grid, and (`
 
 A simulator fault, an assembler error or a plan ValueError in a required case is a failure, never a skip.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -68,8 +69,15 @@ def test_case_ids_match_the_spec():
 
 # ----------------------------------------------------------------------------- the §4.5 grid
 
-GRID_AXES = dict(kv_len=(64, 128, 320, 1024), q_len=(1, 64, 100, 256), heads=((4, 4), (8, 2), (8, 1)),
-                 d=(16, 64), batch=(1, 2), causal=(True, False), cache=("strided", "padded"))
+GRID_AXES = dict(
+    kv_len=(64, 128, 320, 1024),
+    q_len=(1, 64, 100, 256),
+    heads=((4, 4), (8, 2), (8, 1)),
+    d=(16, 64),
+    batch=(1, 2),
+    causal=(True, False),
+    cache=("strided", "padded"),
+)
 
 
 def _grid_point(kv_len, q_len, heads, d, batch, causal, cache):
@@ -77,7 +85,7 @@ def _grid_point(kv_len, q_len, heads, d, batch, causal, cache):
     if cache == "strided":
         wp = hkv * d
     else:
-        wp = 64 if hkv * d < 64 else 1024        # padded: Wp = M where hkv*d < M, else a 1024-wide cache
+        wp = 64 if hkv * d < 64 else 1024  # padded: Wp = M where hkv*d < M, else a 1024-wide cache
     tb = "flashattn_decode" if q_len == 1 else "flashattn_prefill"
     ov = dict(kv_len=kv_len, q_len=q_len, hq=hq, hkv=hkv, d=d, batch=batch, causal=causal, Wp=wp)
     return tb, ov
@@ -88,7 +96,7 @@ def _grid():
     for combo in itertools.product(*GRID_AXES.values()):
         kv_len, q_len, _h, _d, _b, causal, _c = combo
         if causal and q_len > kv_len:
-            continue                               # causal attention requires q_len <= kv_len (§3.1)
+            continue  # causal attention requires q_len <= kv_len (§3.1)
         out.append(combo)
     return out
 

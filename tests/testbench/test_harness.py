@@ -1,5 +1,6 @@
 """The harness's generic checks have teeth (kernels.md §4.2): poison, footprint, constants, HBM footprint,
 faults and plan errors are failures, artifacts go only to the given workdir."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from programs.asm import fp as F, gp as G, load_imm
+from programs.asm import fp as F
+from programs.asm import gp as G
+from programs.asm import load_imm
 from programs.hbm import preload_act
-from testbenches.harness import (GEN_GP, CaseBuilder, VramCbm, VramRows, fp_constants, run, run_case)
+from testbenches.harness import GEN_GP, CaseBuilder, VramCbm, VramRows, fp_constants, run, run_case
 from testbenches.variants import VARIANTS, get_config
 
 CFG = get_config("default")
@@ -41,7 +44,7 @@ def _copy_case(*, write_out=True, stray_row=None, fp_write_slot=None, hbm_write=
         a.H_STORE_V(G(1), G(0), "a0", 0, 0)
     if fault:
         load_imm(a, 1, 3)
-        a.V_MUL_VF(G(1), G(1), F(1), 0)           # AL-VROW
+        a.V_MUL_VF(G(1), G(1), F(1), 0)  # AL-VROW
     cb.check("output", VramRows(ro * V, 4), X, ("row", "lane"), "exact")
     return cb.case(a)
 
@@ -142,7 +145,9 @@ def test_cbm_readback_mapping():
     class FakeMachine:
         cfg = CFG
         vram = FakeVram()
+
     from testbenches.compare import bf16_encode
+
     rows, pitch, cols = 3, 4, 2 * V
     data = np.zeros((2 * pitch + 8, V), dtype=np.float32)
     for c in range(2):
@@ -152,4 +157,5 @@ def test_cbm_readback_mapping():
     got = VramCbm(8 * V, rows, cols, pitch).read(FakeMachine())
     want = np.stack([np.concatenate([np.arange(V) + 1000 * r, np.arange(V) + 1000 * r + 100]) for r in range(rows)])
     from testbenches.compare import bf16_decode
+
     assert np.array_equal(got, bf16_decode(bf16_encode(want)))

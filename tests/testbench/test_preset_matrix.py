@@ -2,6 +2,7 @@
 
 Defaults are written in units of the machine (testbenches/shapes.py), so one set of defaults fits every
 preset; the verdict is the harness's full element-by-element comparison."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ constraint (the plan raises ValueError naming the parameter, e.g. hkv not dividi
 a kernel's calibrated tolerance) are rejected, not counted. Bounded in CI (PLENA_PROP_EXAMPLES, default
 2 per testbench); raise it for a larger campaign.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,13 @@ def test_random_valid_shapes_pass(name):
     mod = testbenches.get(name)
     keys = sorted(mod.RANGES)
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    )
     @given(st.fixed_dictionaries({k: st.sampled_from(list(mod.RANGES[k])) for k in keys}))
     def prop(draw):
         ov = dict(draw)

@@ -7,6 +7,7 @@ full comparison. A case that cannot fit a preset would be listed in ``CANNOT_FIT
 the largest value that fits, and its plan error must name both (it is never skipped); no required case
 needs that today. Shapes that truly cannot fit (``TOO_BIG``) check the same plan-error rule directly.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,7 +16,6 @@ import pytest
 
 import testbenches
 from testbenches.harness import run_case
-
 from tests.testbench.catalogue_util import OTHER_TESTBENCHES
 
 PRESETS = ("v80-128x64", "v80-256x64")
@@ -25,10 +25,10 @@ CANNOT_FIT: dict[tuple[str, str, str], tuple[str, int]] = {}
 
 #: shapes past a preset's capacity: (testbench, overrides, preset, parameter, largest value that fits)
 TOO_BIG = [
-    ("embedding", {"T": 1009}, "v80-256x64", "T", 1008),                 # ids in INT SRAM [16, 16+T)
-    ("s_map_v", {"rows": 769}, "v80-256x64", "rows", 768),               # whole V-word groups in FP SRAM
-    ("linear", {"max_k_tiles": 37}, "v80-256x64", "max_k_tiles", 36),     # 36 MRAM tiles of 256x256
-    ("moe_topk", {"T": 127, "policy": 1}, "v80-128x64", "T", 126),        # T*k weights in FP SRAM [16, 1024)
+    ("embedding", {"T": 1009}, "v80-256x64", "T", 1008),  # ids in INT SRAM [16, 16+T)
+    ("s_map_v", {"rows": 769}, "v80-256x64", "rows", 768),  # whole V-word groups in FP SRAM
+    ("linear", {"max_k_tiles": 37}, "v80-256x64", "max_k_tiles", 36),  # 36 MRAM tiles of 256x256
+    ("moe_topk", {"T": 127, "policy": 1}, "v80-128x64", "T", 126),  # T*k weights in FP SRAM [16, 1024)
 ]
 
 

@@ -1,4 +1,5 @@
 """HBM timing presets as data (timing.md §5.1) and their validation through the config loader."""
+
 import tomllib
 from pathlib import Path
 
@@ -8,8 +9,15 @@ import plena_sim.hbm_presets as hp
 import plena_sim.hbm_timing as ht
 from plena_sim.config import ConfigError, default_config, load_config
 from plena_sim.hbm_presets import PRESET_KEYS, PRM_N, available_presets, check_timing_config, load_preset, timing_params
-from plena_sim.hbm_timing import HbmTimer, map_address, new_dma_scratch, new_stats, new_timing_state, max_dma_blocks, \
-    NEG_INF
+from plena_sim.hbm_timing import (
+    NEG_INF,
+    HbmTimer,
+    map_address,
+    max_dma_blocks,
+    new_dma_scratch,
+    new_stats,
+    new_timing_state,
+)
 
 
 def _spec_block() -> str:
@@ -96,7 +104,7 @@ BAD_OVERRIDES = [
     ("tCK_ps = 0", "HBM_TIMING.tCK_ps", "tCK_ps"),
     ("ch_xor_terms = 0", "HBM_TIMING.ch_xor_terms", "ch_xor_terms"),
     ("ch_xor_shift = 2", "HBM_TIMING.ch_xor_shift", "log2(channels) = 3"),
-    ("channels = 128", "HBM_TIMING.channels", "ch_xor_shift"),        # log2 128 = 7 > shift 6
+    ("channels = 128", "HBM_TIMING.channels", "ch_xor_shift"),  # log2 128 = 7 > shift 6
     ("tRAS = 99999999", "HBM_TIMING.tRAS", "tRAS"),
 ]
 

@@ -1,23 +1,36 @@
 """Randomised checks of the HBM timing model: Numba kernels == pure-Python twin, invariants of timing.md
 §5.5 (peak never exceeded, cold read >= 30), coalescing == memory.md §5.2 reference, determinism."""
+
 from dataclasses import replace
 
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from plena_sim.hbm_presets import load_preset
 from plena_sim.hbm_timing import (
-    EMPTY, HbmTimer, PyTimingState, block_fields, dma_blocks_py, dma_requests, map_address,
-    new_dma_scratch, new_stats_py, schedule_py,
+    EMPTY,
+    HbmTimer,
+    PyTimingState,
+    block_fields,
+    dma_blocks_py,
+    dma_requests,
+    map_address,
+    new_dma_scratch,
+    new_stats_py,
+    schedule_py,
 )
 
 HBM2 = load_preset("HBM2")
 HBM3 = load_preset("HBM3")
-TINY = load_preset("HBM2", {"channels": 2, "bank_groups": 2, "banks_per_group": 2, "row_bytes": 256,
-                            "ch_xor_shift": 1, "ch_xor_terms": 3})
-ODD = load_preset("HBM2", {"tCCD_L": 0, "tRAS": 1, "tRP": 0, "tWR": 0, "tCL": 1, "tCWL": 0, "tBL": 3,
-                           "tCK_ps": 777, "ch_xor_terms": 20})
+TINY = load_preset(
+    "HBM2",
+    {"channels": 2, "bank_groups": 2, "banks_per_group": 2, "row_bytes": 256, "ch_xor_shift": 1, "ch_xor_terms": 3},
+)
+ODD = load_preset(
+    "HBM2",
+    {"tCCD_L": 0, "tRAS": 1, "tRP": 0, "tWR": 0, "tCL": 1, "tCWL": 0, "tBL": 3, "tCK_ps": 777, "ch_xor_terms": 20},
+)
 PRESETS = [HBM2, HBM3, TINY, ODD]
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -27,7 +40,7 @@ block_far = st.integers(0, 1 << 44)
 instruction = st.tuples(
     st.lists(st.one_of(block_near, block_near, block_far), min_size=0, max_size=80, unique=True),
     st.booleans(),
-    st.integers(0, 300),          # gap to the previous instruction's start
+    st.integers(0, 300),  # gap to the previous instruction's start
 )
 programs = st.lists(instruction, min_size=1, max_size=6)
 
@@ -64,8 +77,11 @@ def test_numba_equals_python_twin(which, program):
     ch, bk = state.to_arrays()
     assert np.array_equal(ch, timer.ch_state)
     assert np.array_equal(bk, timer.bank_state)
-    assert stats["row_hits"] + stats["row_misses"] + stats["row_conflicts"] \
-        == stats["read_requests"] + stats["write_requests"] == sum(len(b) for b, _, _ in program)
+    assert (
+        stats["row_hits"] + stats["row_misses"] + stats["row_conflicts"]
+        == stats["read_requests"] + stats["write_requests"]
+        == sum(len(b) for b, _, _ in program)
+    )
 
 
 @settings(max_examples=150, **SETTINGS)
@@ -73,15 +89,14 @@ def test_numba_equals_python_twin(which, program):
 def test_peak_never_exceeded_and_latency_at_least_one(which, program):
     params = PRESETS[which]
     lats, _ = run_numba(params, program)
-    for (blocks, _w, _g), lat in zip(program, lats):
+    for (blocks, _w, _g), lat in zip(program, lats, strict=True):
         assert lat >= 1
         # burst_bytes * requests <= peak * latency, in exact integer form
         assert len(blocks) * params.tBL * params.tCK_ps <= params.channels * 1000 * lat
 
 
 @settings(max_examples=100, **SETTINGS)
-@given(st.lists(st.one_of(block_near, block_far), min_size=1, max_size=200, unique=True),
-       st.integers(0, 10**9))
+@given(st.lists(st.one_of(block_near, block_far), min_size=1, max_size=200, unique=True), st.integers(0, 10**9))
 def test_cold_read_at_least_30(blocks, t0):
     for params in (HBM2, HBM3):
         t = HbmTimer(params)
@@ -99,17 +114,19 @@ def test_deterministic(which, program):
     assert np.array_equal(ta.ch_state, tb.ch_state) and np.array_equal(ta.bank_state, tb.bank_state)
 
 
-geometry = st.fixed_dictionaries({
-    "base": st.integers(0, 1 << 20),
-    "off0": st.integers(0, 1 << 16),
-    "pitch": st.one_of(st.just(0), st.integers(0, 1 << 14), st.sampled_from([64, 128, 4096, 1 << 16])),
-    "rows": st.integers(1, 70),
-    "elem_len": st.integers(1, 300),
-    "scale_base": st.integers(0, 1 << 22),
-    "scale_div": st.integers(1, 32),
-    "scale_mul": st.integers(0, 2),
-    "scale_len": st.one_of(st.just(0), st.integers(1, 40)),
-})
+geometry = st.fixed_dictionaries(
+    {
+        "base": st.integers(0, 1 << 20),
+        "off0": st.integers(0, 1 << 16),
+        "pitch": st.one_of(st.just(0), st.integers(0, 1 << 14), st.sampled_from([64, 128, 4096, 1 << 16])),
+        "rows": st.integers(1, 70),
+        "elem_len": st.integers(1, 300),
+        "scale_base": st.integers(0, 1 << 22),
+        "scale_div": st.integers(1, 32),
+        "scale_mul": st.integers(0, 2),
+        "scale_len": st.one_of(st.just(0), st.integers(1, 40)),
+    }
+)
 
 
 def _ranges(g):
@@ -123,8 +140,21 @@ def _ranges(g):
 
 def _call(params, g, cap):
     blocks, hset, work = new_dma_scratch(params, cap)
-    n = dma_requests(params.as_array(), g["base"], g["off0"], g["pitch"], g["rows"], g["elem_len"],
-                     g["scale_base"], g["scale_div"], g["scale_mul"], g["scale_len"], blocks, hset, work)
+    n = dma_requests(
+        params.as_array(),
+        g["base"],
+        g["off0"],
+        g["pitch"],
+        g["rows"],
+        g["elem_len"],
+        g["scale_base"],
+        g["scale_div"],
+        g["scale_mul"],
+        g["scale_len"],
+        blocks,
+        hset,
+        work,
+    )
     return int(n), blocks, hset
 
 
@@ -132,13 +162,17 @@ def _call(params, g, cap):
 @given(st.sampled_from([HBM2, TINY]), geometry)
 def test_dma_requests_equals_reference_coalescing(params, g):
     expected = dma_blocks_py(params, _ranges(g))
-    bound = g["rows"] * ((g["elem_len"] + params.burst_bytes - 1) // params.burst_bytes + 1
-                         + (g["scale_len"] + params.burst_bytes - 1) // params.burst_bytes + 1)
+    bound = g["rows"] * (
+        (g["elem_len"] + params.burst_bytes - 1) // params.burst_bytes
+        + 1
+        + (g["scale_len"] + params.burst_bytes - 1) // params.burst_bytes
+        + 1
+    )
     assert len(expected) <= bound
     n, blocks, hset = _call(params, g, bound)
     assert n == len(expected) and blocks[:n].tolist() == expected
-    assert (hset == EMPTY).all()                     # cleaned for the next call
-    if len(expected) > 1:                            # too small: -1, table still clean
+    assert (hset == EMPTY).all()  # cleaned for the next call
+    if len(expected) > 1:  # too small: -1, table still clean
         n, _, hset = _call(params, g, len(expected) - 1)
         assert n == -1 and (hset == EMPTY).all()
 
@@ -147,7 +181,7 @@ def test_dma_requests_reuses_scratch_across_calls():
     blocks, hset, work = new_dma_scratch(HBM2, 256)
     p = HBM2.as_array()
     for base in (0, 64, 0, 1 << 30, 0):
-        n = dma_requests(p, base, 0, 0, 64, 64, 0, 8, 1, 0, blocks, hset, work)   # 64 x the same row
+        n = dma_requests(p, base, 0, 0, 64, 64, 0, 8, 1, 0, blocks, hset, work)  # 64 x the same row
         assert n == 1 and blocks[0] == base // 64 and (hset == EMPTY).all()
 
 

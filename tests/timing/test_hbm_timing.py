@@ -1,11 +1,24 @@
 """HBM timing model: closed-form expectations of timing.md §5.5, address mapping §5.2, instruction-level
 reference values (memory.md §5.2 block lists), Numba and pure-Python twin side by side."""
+
 import numpy as np
 import pytest
 
 from plena_sim.hbm_timing import (
-    DMA_PREFETCH_M, DMA_PREFETCH_V, DMA_STORE_V, HbmTimer, PyTimingState, dma_blocks_py, dma_geometry,
-    dma_geometry_table, dma_row_ranges, map_address, new_stats_py, schedule_py, block_fields, G_N,
+    DMA_PREFETCH_M,
+    DMA_PREFETCH_V,
+    DMA_STORE_V,
+    G_N,
+    HbmTimer,
+    PyTimingState,
+    block_fields,
+    dma_blocks_py,
+    dma_geometry,
+    dma_geometry_table,
+    dma_row_ranges,
+    map_address,
+    new_stats_py,
+    schedule_py,
 )
 
 
@@ -33,20 +46,21 @@ def blk(addr):
 
 # --------------------------------------------------------------------------- §5.5 request-level cases
 
+
 def test_single_cold_read_30(hbm2):
-    assert both(hbm2, [([0], False, 0)])[0] == [30]          # tRCD + tCL + tBL
+    assert both(hbm2, [([0], False, 0)])[0] == [30]  # tRCD + tCL + tBL
 
 
 def test_row_hit_16_then_conflict_44_at_46(hbm2):
     lats, stats = both(hbm2, [([0], False, 0), ([0], False, 30), ([blk(0x00040040)], False, 46)])
-    assert lats == [30, 16, 44]                               # tCL + tBL ; tRP + tRCD + tCL + tBL
+    assert lats == [30, 16, 44]  # tCL + tBL ; tRP + tRCD + tCL + tBL
     assert (stats["row_misses"], stats["row_hits"], stats["row_conflicts"]) == (1, 1, 1)
     assert stats["read_requests"] == 3 and stats["per_channel_requests"][0] == 3
 
 
 def test_single_cold_write_20(hbm2):
     lats, stats = both(hbm2, [([0], True, 0)])
-    assert lats == [20]                                       # tRCD + tCWL + tBL
+    assert lats == [20]  # tRCD + tCWL + tBL
     assert stats["write_requests"] == 1 and stats["read_requests"] == 0
 
 
@@ -69,7 +83,7 @@ def _channel0_alternating_bank_groups(params, n):
 def test_n_requests_one_channel_28_plus_2n(hbm2, n):
     blocks = _channel0_alternating_bank_groups(hbm2, n)
     lats, stats = both(hbm2, [(blocks, False, 0)])
-    assert lats == [28 + 2 * n]                               # tRCD + tCL + n*tBL
+    assert lats == [28 + 2 * n]  # tRCD + tCL + n*tBL
     assert stats["per_channel_requests"][0] == n
 
 
@@ -86,12 +100,14 @@ def test_64_reads_pitch_2mib_366(hbm2):
 
 def test_without_fourth_hash_term_the_2mib_case_collapses(hbm2):
     from dataclasses import replace
+
     three = replace(hbm2, ch_xor_terms=3)
     chans = {map_address(three, i << 21).channel for i in range(64)}
     assert len(chans) < 8
 
 
 # --------------------------------------------------------------------------- §5.2 mapping
+
 
 def test_mapping_example_0x00040040(hbm2):
     f = map_address(hbm2, 0x00040040)
@@ -104,7 +120,11 @@ def test_mapping_matches_hbm2_bit_description(hbm2):
     rng = np.random.default_rng(1)
     p = hbm2.as_array()
     for a in [int(x) for x in rng.integers(0, 1 << 34, 3000)] + [0, 63, 64, 511, 512, (1 << 34) - 1]:
-        bits = lambda hi, lo: (a >> lo) & ((1 << (hi - lo + 1)) - 1)
+
+        def bits(hi, lo, a=a):
+            """Bits ``hi..lo`` (inclusive) of address ``a``."""
+            return (a >> lo) & ((1 << (hi - lo + 1)) - 1)
+
         f = map_address(hbm2, a)
         assert f.channel == bits(8, 6) ^ bits(14, 12) ^ bits(20, 18) ^ bits(26, 24)
         assert f.bank_group == bits(10, 9) and f.column == bits(15, 11) and f.bank == bits(17, 16)
@@ -123,8 +143,7 @@ def test_power_of_two_pitch_spreads_evenly(hbm2, log_pitch):
     assert stats["per_channel_requests"] == [8] * 8
 
 
-@pytest.mark.parametrize("log_pitch,expected", [(12, 51), (16, 87), (17, 177)]
-                         + [(k, 366) for k in range(18, 25)])
+@pytest.mark.parametrize("log_pitch,expected", [(12, 51), (16, 87), (17, 177)] + [(k, 366) for k in range(18, 25)])
 def test_pitch_table(hbm2, log_pitch, expected):
     """64 single-block Plain rows, cold (§5.2): 51 at 4096 B; 87 / 177 / 366 from 2^16 B on."""
     lats, _ = both(hbm2, [([blk(i << log_pitch) for i in range(64)], False, 0)])
@@ -140,6 +159,7 @@ def test_pitch_table_banks(hbm2):
 
 
 # --------------------------------------------------------------------------- instruction level (memory.md §5.2)
+
 
 def _instr_blocks(params, cfg, op, scale, prec=0, base=0, off0=0, pitch=None):
     g = dma_geometry(cfg, op, prec)
@@ -160,17 +180,20 @@ def test_reference_geometry(cfg):
 def test_plain_geometry(cfg):
     from dataclasses import replace
     from types import MappingProxyType
+
     from plena_sim.config import FpType, PlainType
+
     prec = dict(cfg.precision)
     prec["HBM_V_ACT_TYPE"] = PlainType(FpType(True, 8, 7))
     c2 = replace(cfg, precision=MappingProxyType(prec))
     g = dma_geometry(c2, DMA_PREFETCH_V, 0)
     assert (g.rows, g.elem_len, g.scale_len) == (4, 128, 0)
-    assert dma_blocks_py(load := timing_params_of(c2), dma_row_ranges(g, 0, 0, 128)) == list(range(8))
+    assert dma_blocks_py(timing_params_of(c2), dma_row_ranges(g, 0, 0, 128)) == list(range(8))
 
 
 def timing_params_of(cfg):
     from plena_sim.hbm_timing import timing_params
+
     return timing_params(cfg)
 
 
@@ -179,7 +202,7 @@ def test_memory_md_examples_block_lists(hbm2, cfg):
     g = dma_geometry(cfg, DMA_PREFETCH_V, 0)
     rr = dma_row_ranges(g, 0, 64, 128, 512)
     assert rr == [(64 + 128 * i, 64, 520 + 16 * i, 8) for i in range(4)]
-    assert dma_blocks_py(hbm2, rr) == [1, 8, 3, 5, 7]   # scale blocks coalesce into block 8
+    assert dma_blocks_py(hbm2, rr) == [1, 8, 3, 5, 7]  # scale blocks coalesce into block 8
     # contiguous H_PREFETCH_M at 0: elements [0, 4096), scales [SCALE, SCALE + 512)
     gm = dma_geometry(cfg, DMA_PREFETCH_M, 0)
     blocks = dma_blocks_py(hbm2, dma_row_ranges(gm, 0, 0, 64, 4096))
@@ -188,7 +211,7 @@ def test_memory_md_examples_block_lists(hbm2, cfg):
 
 def test_h_prefetch_v_30_then_16(hbm2, cfg):
     g, blocks = _instr_blocks(hbm2, cfg, DMA_PREFETCH_V, 256)
-    assert blocks == [0, 4, 1, 2, 3]                          # row 0: elem 0, scale block 4; rows 1..3
+    assert blocks == [0, 4, 1, 2, 3]  # row 0: elem 0, scale block 4; rows 1..3
     assert sorted(map_address(hbm2, b * 64).channel for b in blocks) == [0, 1, 2, 3, 4]
     lats, _ = both(hbm2, [(blocks, False, 0), (blocks, False, 30)])
     assert lats == [30, 16]
@@ -218,7 +241,7 @@ def test_h_prefetch_m_47(hbm2, cfg):
 
 def test_h_prefetch_m_mlen1024_4636(hbm2, cfg1024):
     g, blocks = _instr_blocks(hbm2, cfg1024, DMA_PREFETCH_M, 1 << 20)
-    assert len(blocks) == 18432 and g.rows == 1024              # 1 MiB + 128 KiB
+    assert len(blocks) == 18432 and g.rows == 1024  # 1 MiB + 128 KiB
     lats, stats = both(hbm2, [(blocks, False, 0)])
     assert lats == [4636]
     frac = 64 * 18432 / (4636 * hbm2.peak_bytes_per_cycle)
@@ -273,8 +296,17 @@ def test_conflict_waits_for_tras(hbm2):
 def test_callable_from_an_njit_run_loop(hbm2, cfg):
     """The kernels compose inside another @njit function (how the core's run loop uses them)."""
     from numba import njit
-    from plena_sim.hbm_timing import (dma_instruction, dma_payload_bytes, max_dma_blocks, new_dma_scratch,
-                                      new_stats, new_timing_state, HST_READ_REQUESTS, HST_WRITE_REQUESTS)
+
+    from plena_sim.hbm_timing import (
+        HST_READ_REQUESTS,
+        HST_WRITE_REQUESTS,
+        dma_instruction,
+        dma_payload_bytes,
+        max_dma_blocks,
+        new_dma_scratch,
+        new_stats,
+        new_timing_state,
+    )
 
     @njit
     def loop(p, geoms, ops, offs, ch, bk, stats, blocks, hset, work, out):
@@ -282,8 +314,9 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
         payload = np.int64(0)
         for k in range(ops.shape[0]):
             g = geoms[ops[k], 0]
-            lat = dma_instruction(p, g, np.uint32(0), np.uint32(offs[k]), g[1], np.uint32(4096), t,
-                                  ch, bk, stats, blocks, hset, work)
+            lat = dma_instruction(
+                p, g, np.uint32(0), np.uint32(offs[k]), g[1], np.uint32(4096), t, ch, bk, stats, blocks, hset, work
+            )
             out[k] = lat
             payload += dma_payload_bytes(g)
             t += lat
@@ -295,8 +328,7 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
     stats = new_stats(hbm2)
     blocks, hset, work = new_dma_scratch(hbm2, max_dma_blocks(cfg, hbm2))
     out = np.zeros(4, dtype=np.int64)
-    total, payload = loop(hbm2.as_array(), dma_geometry_table(cfg), ops, offs, ch, bk, stats, blocks, hset,
-                          work, out)
+    total, payload = loop(hbm2.as_array(), dma_geometry_table(cfg), ops, offs, ch, bk, stats, blocks, hset, work, out)
     # same sequence through the Python twin
     st = PyTimingState(hbm2)
     t, expect = 0, []

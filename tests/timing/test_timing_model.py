@@ -1,12 +1,13 @@
 """timing.md §2-§5 through the Machine: HBM closed forms, serial sums, the overlap scoreboard,
 mode invariants and backend / run-to-run determinism (cycles, counters and trace records)."""
+
 import numpy as np
 import pytest
 
 from plena_sim.config import default_config, load_config
 from plena_sim.machine import Machine
 
-CFG = default_config()          # reference config: M = V = 64, BLEN 4, MXFP8, DC_EN = 1, HBM2
+CFG = default_config()  # reference config: M = V = 64, BLEN 4, MXFP8, DC_EN = 1, HBM2
 
 
 def run(prog, timing="serial", backend="numba", cfg=CFG, trace=False, **regs):
@@ -21,6 +22,7 @@ def lat_of(res):
 
 
 # ------------------------------------------------------------------------ HBM closed forms (§5.5)
+
 
 def test_prefetch_v_cold_then_open_row():
     _, res = run("H_PREFETCH_V gp0, gp0, a0, 0, 0\nH_PREFETCH_V gp0, gp0, a0, 0, 0", trace=True, SCALE=256)
@@ -45,6 +47,7 @@ def test_prefetch_m_scale_4096():
 def test_row_conflict_after_open_row():
     # a 64 B Plain read at 0, again (hit), then 0x40040 (same bank, other row) at cycle 46: 44
     from plena_sim import hbm_timing as HT
+
     p = HT.timing_params(CFG)
     st = HT.PyTimingState(p)
     assert HT.schedule_py(p, st, [0], False, 0) == 30
@@ -53,9 +56,19 @@ def test_row_conflict_after_open_row():
 
 
 def test_long_sequential_prefetch_m_reaches_peak():
-    cfg = load_config(overrides={"MLEN": 1024, "VLEN": 1024, "BLEN": 4, "BROADCAST_AMOUNT": 64, "HBM_M_Prefetch_Amount": 1024,
-                                 "HBM_V_Prefetch_Amount": 4, "HBM_V_Writeback_Amount": 4,
-                                 "MATRIX_SRAM_SIZE": 1024 * 1024, "VECTOR_SRAM_SIZE": 64})
+    cfg = load_config(
+        overrides={
+            "MLEN": 1024,
+            "VLEN": 1024,
+            "BLEN": 4,
+            "BROADCAST_AMOUNT": 64,
+            "HBM_M_Prefetch_Amount": 1024,
+            "HBM_V_Prefetch_Amount": 4,
+            "HBM_V_Writeback_Amount": 4,
+            "MATRIX_SRAM_SIZE": 1024 * 1024,
+            "VECTOR_SRAM_SIZE": 64,
+        }
+    )
     _, res = run("H_PREFETCH_M gp0, gp0, a0, 0, 0", cfg=cfg, SCALE=1 << 20)
     h = res.stats["hbm"]
     assert h["read_requests"] == 18432 and res.cycles == 4636
@@ -73,9 +86,9 @@ def _prefetch_stream(offsets_lui):
 
 def test_random_rows_slower_than_sequential():
     n = 32
-    seq = _prefetch_stream([k for k in range(n)])                       # offsets k * 4096
+    seq = _prefetch_stream([k for k in range(n)])  # offsets k * 4096
     rng = np.random.default_rng(1)
-    rnd = _prefetch_stream([int(x) * 64 for x in rng.permutation(n)])   # offsets in distinct DRAM rows
+    rnd = _prefetch_stream([int(x) * 64 for x in rng.permutation(n)])  # offsets in distinct DRAM rows
     _, a = run(seq, SCALE=1 << 26)
     _, b = run(rnd, SCALE=1 << 26)
     assert a.instructions == b.instructions == 2 * n
@@ -111,6 +124,7 @@ def test_serial_is_sum_of_latencies(backend):
 
 # ------------------------------------------------------------------------ overlap (§4)
 
+
 @pytest.mark.parametrize("backend", ["numba", "reference"])
 def test_independent_vector_issues_at_cycle_1(backend):
     prog = "M_MM 0, gp0, gp0\nV_ADD_VV gp1, gp1, gp1"
@@ -133,7 +147,7 @@ def test_dependent_writeout_waits(backend):
 
 @pytest.mark.parametrize("backend", ["numba", "reference"])
 def test_independent_prefetch_overlaps_matrix(backend):
-    prog = "M_MM 0, gp0, gp0\nH_PREFETCH_V gp1, gp0, a0, 0, 0"      # VRAM rows 16..19, not read by M_MM
+    prog = "M_MM 0, gp0, gp0\nH_PREFETCH_V gp1, gp0, a0, 0, 0"  # VRAM rows 16..19, not read by M_MM
     _, o = run(prog, "overlap", backend, trace=True, gp1=1024, SCALE=256)
     _, s = run(prog, "serial", backend, gp1=1024, SCALE=256)
     assert [(r["issue"], r["end"]) for r in o.trace.rows()] == [(0, 64), (1, 31)]
@@ -142,7 +156,7 @@ def test_independent_prefetch_overlaps_matrix(backend):
 
 @pytest.mark.parametrize("backend", ["numba", "reference"])
 def test_dependent_prefetch_does_not_overlap(backend):
-    prog = "M_MM 0, gp0, gp0\nH_PREFETCH_V gp0, gp0, a0, 0, 0"      # overwrites rows 0..3 M_MM reads (WAR)
+    prog = "M_MM 0, gp0, gp0\nH_PREFETCH_V gp0, gp0, a0, 0, 0"  # overwrites rows 0..3 M_MM reads (WAR)
     _, o = run(prog, "overlap", backend, trace=True, SCALE=256)
     _, s = run(prog, "serial", backend, SCALE=256)
     assert [(r["issue"], r["end"]) for r in o.trace.rows()] == [(0, 64), (64, 94)]
@@ -157,8 +171,17 @@ def test_unit_conflict_is_a_unit_stall():
 
 
 def test_dependent_chain_takes_serial_time():
-    prog = "\n".join(["V_ADD_VV gp1, gp1, gp1", "V_EXP_V gp1, gp1", "V_RECI_V gp1, gp1", "V_RED_SUM f1, gp1",
-                      "S_EXP_FP f2, f1", "S_ST_FP f2, gp0, 3", "S_LD_FP f3, gp0, 3"])
+    prog = "\n".join(
+        [
+            "V_ADD_VV gp1, gp1, gp1",
+            "V_EXP_V gp1, gp1",
+            "V_RECI_V gp1, gp1",
+            "V_RED_SUM f1, gp1",
+            "S_EXP_FP f2, f1",
+            "S_ST_FP f2, gp0, 3",
+            "S_LD_FP f3, gp0, 3",
+        ]
+    )
     _, o = run(prog, "overlap", gp1=64)
     _, s = run(prog, "serial", gp1=64)
     assert o.cycles == s.cycles == 1 + 1 + 2 + 8 + 1 + 1 + 1
@@ -229,8 +252,8 @@ def test_timing_state_persists_across_resume():
     r1 = m.run(prog, max_instructions=1, raise_on_fault=False)
     assert r1.fault.rule == "BUDGET" and r1.cycles == 30
     r2 = m.run(prog, resume=True)
-    assert r2.cycles == 16                      # the row opened by the first call is still open
-    assert m.run(prog).cycles == 46             # a fresh run starts cold at cycle 0
+    assert r2.cycles == 16  # the row opened by the first call is still open
+    assert m.run(prog).cycles == 46  # a fresh run starts cold at cycle 0
 
 
 def test_trace_ring_keeps_newest():
@@ -244,13 +267,41 @@ def test_trace_ring_keeps_newest():
 def test_stats_keys():
     _, res = run(SERIAL_PROG, "overlap")
     s = res.stats
-    for k in ("timing_mode", "config", "cycles", "time_ns", "instructions", "by_opcode", "by_unit",
-              "unit_busy_cycles", "unit_utilization", "matrix_macs", "hbm", "mx", "overlap", "host_seconds",
-              "sim_cycles_per_second", "jit_compile_seconds", "fault"):
+    for k in (
+        "timing_mode",
+        "config",
+        "cycles",
+        "time_ns",
+        "instructions",
+        "by_opcode",
+        "by_unit",
+        "unit_busy_cycles",
+        "unit_utilization",
+        "matrix_macs",
+        "hbm",
+        "mx",
+        "overlap",
+        "host_seconds",
+        "sim_cycles_per_second",
+        "jit_compile_seconds",
+        "fault",
+    ):
         assert k in s
-    for k in ("read_requests", "write_requests", "bytes_read", "bytes_written", "payload_bytes_read",
-              "payload_bytes_written", "row_hits", "row_misses", "row_conflicts", "per_channel_requests",
-              "achieved_bandwidth_GBps", "dma_bandwidth_GBps", "peak_bandwidth_GBps"):
+    for k in (
+        "read_requests",
+        "write_requests",
+        "bytes_read",
+        "bytes_written",
+        "payload_bytes_read",
+        "payload_bytes_written",
+        "row_hits",
+        "row_misses",
+        "row_conflicts",
+        "per_channel_requests",
+        "achieved_bandwidth_GBps",
+        "dma_bandwidth_GBps",
+        "peak_bandwidth_GBps",
+    ):
         assert k in s["hbm"]
     assert s["hbm"]["peak_bandwidth_GBps"] == 256
     assert "overlap" not in run(SERIAL_PROG)[1].stats
@@ -269,6 +320,7 @@ def test_tracing_changes_nothing_but_the_trace(timing):
 
 def test_dma_scratch_overflow_path(monkeypatch):
     import plena_sim.timing as T
-    monkeypatch.setattr(T, "SCRATCH_CAP", 8)       # the 72-block instruction needs a one-off scratch
+
+    monkeypatch.setattr(T, "SCRATCH_CAP", 8)  # the 72-block instruction needs a one-off scratch
     _, res = run("H_PREFETCH_M gp0, gp0, a0, 0, 0\nH_PREFETCH_M gp0, gp0, a0, 0, 0", trace=True, SCALE=4096)
     assert lat_of(res)[0] == 47 and res.stats["hbm"]["read_requests"] == 144

@@ -1,4 +1,5 @@
 """Both timing modes on real kernels through the testbench harness (``run(case, timing=...)``)."""
+
 import pytest
 
 import testbenches
@@ -8,6 +9,7 @@ from testbenches.harness import run
 def _case(name):
     mod = testbenches.get(name)
     from testbenches.variants import get_config
+
     return mod.build(dict(mod.DEFAULTS), get_config("default"))
 
 
@@ -18,7 +20,7 @@ def test_modes_on_testbench(name):
     assert s.passed and o.passed, (s.summary, o.summary)
     assert s.stats["timing_mode"] == "serial" and o.stats["timing_mode"] == "overlap"
     assert s.trace.dropped == 0
-    zero = sum(1 for r in s.trace.rows() if r["cycles"] == 0)      # zero-latency instructions executed
+    zero = sum(1 for r in s.trace.rows() if r["cycles"] == 0)  # zero-latency instructions executed
     assert o.cycles <= s.cycles + zero
     for u in "MVSC":
         assert o.stats["unit_busy_cycles"][u] == s.stats["unit_busy_cycles"][u]
