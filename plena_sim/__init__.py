@@ -1,11 +1,14 @@
 """plena-sim: a register-accurate, Numba-accelerated, cycle-level simulator of the PLENA accelerator."""
+
 import os as _os
 import sys as _sys
+from collections.abc import Mapping as _Mapping
+from typing import Any as _Any
 
 __version__ = "0.1.0"
 
 
-def _numba_cache_dir(pkg_dir: str | None = None, environ=None) -> str | None:
+def _numba_cache_dir(pkg_dir: str | None = None, environ: _Mapping[str, str] | None = None) -> str | None:
     """Where Numba should cache the compiled core, or None to keep Numba's choice.
 
     An existing ``NUMBA_CACHE_DIR`` is respected; when the package directory (its ``__pycache__``) is
@@ -21,8 +24,10 @@ def _numba_cache_dir(pkg_dir: str | None = None, environ=None) -> str | None:
     if _os.access(pyc if _os.path.isdir(pyc) else pkg, _os.W_OK):
         return None
     base = env.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
-    for d in (_os.path.join(base, "plena-sim", "numba"),
-              _os.path.join(__import__("tempfile").gettempdir(), f"plena-sim-numba-{_os.getuid()}")):
+    for d in (
+        _os.path.join(base, "plena-sim", "numba"),
+        _os.path.join(__import__("tempfile").gettempdir(), f"plena-sim-numba-{_os.getuid()}"),
+    ):
         try:
             _os.makedirs(d, exist_ok=True)
         except OSError:
@@ -36,13 +41,13 @@ def _set_numba_cache_dir() -> None:
     """Choose the JIT cache location before Numba is imported (see :func:`_numba_cache_dir`)."""
     try:
         d = _numba_cache_dir()
-    except Exception:   # noqa: BLE001 - never fail the import over a cache location
+    except Exception:  # noqa: BLE001 - never fail the import over a cache location
         return
     if d is None:
         return
     _os.environ["NUMBA_CACHE_DIR"] = d
-    cfg = _sys.modules.get("numba.core.config")
-    if cfg is not None:           # Numba imported first: its config read the environment already
+    cfg: _Any = _sys.modules.get("numba.core.config")  # a module whose settings are plain attributes
+    if cfg is not None:  # Numba imported first: its config read the environment already
         cfg.CACHE_DIR = d
 
 

@@ -15,6 +15,7 @@ payload is not). Widening is exact: ``u = bits << 16``.
 * :func:`round_values` ``(values) -> float32 array``: ``decode(encode(values))``;
 * :func:`encode_scalar` ``(value) -> int`` and :func:`decode_scalar` ``(bits) -> numpy.float32``.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -6,32 +6,53 @@ Lookup order (memory.md §8): explicit path, env ``PLENA_SETTINGS_TOML``, the pa
 default); ``[MODE] active`` is ignored. A missing key, a wrong type or a violated constraint is a
 :class:`ConfigError` naming the key -- never a silent default.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, cast
 
 from .errors import ConfigError
 from .hbm_presets import check_timing_config
 
 __all__ = [
-    "ConfigError", "FpType", "IntType", "PlainType", "MxType", "HardwareConfig",
-    "load_config", "default_config", "config_from_document", "default_config_text", "parse_override", "LATENCY_KEYS",
-    "PRECISION_KEYS", "Inconsistency", "inconsistencies", "inconsistency_message", "HostLimits", "host_memory_limits", "host_memory_needs", "check_host_limits",
+    "ConfigError",
+    "FpType",
+    "IntType",
+    "PlainType",
+    "MxType",
+    "HardwareConfig",
+    "load_config",
+    "default_config",
+    "config_from_document",
+    "default_config_text",
+    "parse_override",
+    "LATENCY_KEYS",
+    "PRECISION_KEYS",
+    "Inconsistency",
+    "inconsistencies",
+    "inconsistency_message",
+    "HostLimits",
+    "host_memory_limits",
+    "host_memory_needs",
+    "check_host_limits",
 ]
 
 
 # --------------------------------------------------------------------------- precision types
 
+
 @dataclass(frozen=True)
 class FpType:
     """Minifloat ``Fp{sign, E, Mt}`` (memory.md §3.2)."""
+
     sign: bool
     exponent: int
     mantissa: int
@@ -67,6 +88,7 @@ class IntType:
 @dataclass(frozen=True)
 class PlainType:
     """A plain (unscaled) HBM / SRAM type."""
+
     data: FpType | IntType
 
     @property
@@ -84,6 +106,7 @@ class PlainType:
 @dataclass(frozen=True)
 class MxType:
     """An OCP-MX block type: elements ``elem`` sharing one ``scale`` per ``block`` elements."""
+
     elem: FpType
     scale: FpType
     block: int
@@ -140,15 +163,31 @@ _CONFIG_DEFAULTS: dict[str, Any] = {
 _CONFIG_KIND = {k: kind for k, _, kind in _CONFIG_KEYS}
 
 PRECISION_KEYS: tuple[str, ...] = (
-    "MATRIX_SRAM_TYPE", "VECTOR_SRAM_TYPE", "HBM_M_WEIGHT_TYPE", "HBM_M_KV_TYPE",
-    "HBM_V_ACT_TYPE", "HBM_V_KV_TYPE", "HBM_V_INT_TYPE", "SCALAR_FP",
+    "MATRIX_SRAM_TYPE",
+    "VECTOR_SRAM_TYPE",
+    "HBM_M_WEIGHT_TYPE",
+    "HBM_M_KV_TYPE",
+    "HBM_V_ACT_TYPE",
+    "HBM_V_KV_TYPE",
+    "HBM_V_INT_TYPE",
+    "SCALAR_FP",
 )
 
 LATENCY_KEYS: tuple[str, ...] = (
-    "SYSTOLIC_PROCESSING_OVERHEAD", "VECTOR_ADD_CYCLES", "VECTOR_MUL_CYCLES", "VECTOR_EXP_CYCLES",
-    "VECTOR_PREFIX_SCAN_CYCLES", "VECTOR_SHIFT_CYCLES", "VECTOR_RECI_CYCLES", "VECTOR_MAX_CYCLES",
-    "VECTOR_SUM_CYCLES", "SCALAR_FP_LONGEST_OPERATE_CYCLES", "SCALAR_FP_BASIC_CYCLES",
-    "SCALAR_FP_EXP_CYCLES", "SCALAR_FP_SQRT_CYCLES", "SCALAR_FP_RECI_CYCLES",
+    "SYSTOLIC_PROCESSING_OVERHEAD",
+    "VECTOR_ADD_CYCLES",
+    "VECTOR_MUL_CYCLES",
+    "VECTOR_EXP_CYCLES",
+    "VECTOR_PREFIX_SCAN_CYCLES",
+    "VECTOR_SHIFT_CYCLES",
+    "VECTOR_RECI_CYCLES",
+    "VECTOR_MAX_CYCLES",
+    "VECTOR_SUM_CYCLES",
+    "SCALAR_FP_LONGEST_OPERATE_CYCLES",
+    "SCALAR_FP_BASIC_CYCLES",
+    "SCALAR_FP_EXP_CYCLES",
+    "SCALAR_FP_SQRT_CYCLES",
+    "SCALAR_FP_RECI_CYCLES",
     "SCALAR_INT_BASIC_CYCLES",
 )
 _OPTIONAL_LATENCY_KEYS = ("VECTOR_LONGEST_OPERATE_CYCLES", "VECTOR_BASIC_CYCLES")
@@ -160,9 +199,11 @@ _MAX_DMA_ROWS = 1 << 32  # rows per H_* transfer (keeps P_M = ceil(value/MLEN)*M
 
 # --------------------------------------------------------------------------- the config object
 
+
 @dataclass(frozen=True)
 class HardwareConfig:
     """Immutable, validated hardware configuration. Attribute names are the TOML keys."""
+
     MLEN: int
     VLEN: int
     BLEN: int
@@ -186,7 +227,7 @@ class HardwareConfig:
     hbm_timing: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}), repr=False)
     section: str = "TRANSACTIONAL"
     source: str = "<builtin>"
-    preset: str = ""                 # hardware preset name (plena_sim.presets), "" if loaded from a file
+    preset: str = ""  # hardware preset name (plena_sim.presets), "" if loaded from a file
 
     # ---- derived quantities
     @property
@@ -221,7 +262,7 @@ class HardwareConfig:
         """Plain key -> value mapping of every CONFIG key (for printing / JSON)."""
         return {k: getattr(self, k) for k, _, _ in _CONFIG_KEYS}
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "HardwareConfig":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> HardwareConfig:
         """A new validated config with some CONFIG keys replaced."""
         raw = self.values()
         for key, value in overrides.items():
@@ -235,7 +276,7 @@ class HardwareConfig:
 
 # --------------------------------------------------------------------------- parsing helpers
 
-_MAX_CONFIG_INT = 1 << 63   # every value must fit the int64 arrays of the Numba core
+_MAX_CONFIG_INT = 1 << 63  # every value must fit the int64 arrays of the Numba core
 _MAX_LATENCY = (1 << 32) - 1  # cycles per instruction; 10^9 instructions of it still fit an int64 count
 
 
@@ -311,15 +352,15 @@ def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
     raise ConfigError(key, f"type must be 'Fp' or 'Int', got {_shown(kind)}")
 
 
-def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType:
+def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType | IntType:
+    """The parsed type of ``PRECISION.<name>`` (an Int SCALAR_FP parses; :func:`_validate` rejects it)."""
     key = f"PRECISION.{name}"
     tbl = _table(tbl, key)
     if name == "SCALAR_FP":
         return _parse_scalar_type(tbl, key)
     fmt = _get(tbl, "format", key, str)
     if fmt == "Plain":
-        return PlainType(_parse_scalar_type(_table(tbl.get("DATA_TYPE"), f"{key}.DATA_TYPE"),
-                                            f"{key}.DATA_TYPE"))
+        return PlainType(_parse_scalar_type(_table(tbl.get("DATA_TYPE"), f"{key}.DATA_TYPE"), f"{key}.DATA_TYPE"))
     if fmt == "Mx":
         block = _get(tbl, "block", key, int)
         if block < 1:
@@ -355,7 +396,9 @@ def _check_precision(name: str, t: Any, cfg_len: int | None) -> None:
         if not t.elem.sign or t.elem.bits not in (8, 16):
             raise ConfigError(f"{key}.ELEM", f"MX element must be signed Fp of 8 or 16 bits, got {t.elem.describe()}")
         if t.scale != E8M0:
-            raise ConfigError(f"{key}.SCALE", f"MX scale must be E8M0 Fp{{sign=false, E=8, M=0}}, got {t.scale.describe()}")
+            raise ConfigError(
+                f"{key}.SCALE", f"MX scale must be E8M0 Fp{{sign=false, E=8, M=0}}, got {t.scale.describe()}"
+            )
         assert cfg_len is not None
         if cfg_len % t.block != 0:
             lname = "MLEN" if name.startswith("HBM_M_") else "VLEN"
@@ -389,6 +432,7 @@ def _validate(cfg: HardwareConfig) -> None:
 
 # --------------------------------------------------------------------------- host memory limits
 
+
 @dataclass(frozen=True)
 class HostLimits:
     """What this host can give one simulator process (bytes).
@@ -397,12 +441,13 @@ class HostLimits:
     wholesale must fit in it. ``allocation``: the largest single lazily-mapped (``np.zeros``) array the
     kernel will grant (overcommit policy, RLIMIT_AS / RLIMIT_DATA). ``address_space``: the most the
     process can map in total."""
+
     dense: int
     allocation: int
     address_space: int
 
 
-_USER_ADDRESS_SPACE = 1 << 47   # x86-64 / aarch64 (4-level page tables) user space
+_USER_ADDRESS_SPACE = 1 << 47  # x86-64 / aarch64 (4-level page tables) user space
 
 
 def _meminfo() -> dict[str, int]:
@@ -435,15 +480,16 @@ def host_memory_limits() -> HostLimits:
             mode = int(fh.read().strip() or 0)
     except (OSError, ValueError):
         mode = 0
-    if mode == 1:              # always overcommit: only the address space limits an allocation
+    if mode == 1:  # always overcommit: only the address space limits an allocation
         allocation = _USER_ADDRESS_SPACE
-    elif mode == 2:            # strict accounting
+    elif mode == 2:  # strict accounting
         allocation = max(0, info.get("CommitLimit", total + swap) - info.get("Committed_AS", 0))
-    else:                      # heuristic: one allocation may not exceed RAM + swap
+    else:  # heuristic: one allocation may not exceed RAM + swap
         allocation = total + swap
     space = _USER_ADDRESS_SPACE
     try:
         import resource
+
         for lim in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", resource.RLIMIT_AS)):
             soft = resource.getrlimit(lim)[0]
             if soft != resource.RLIM_INFINITY and soft >= 0:
@@ -460,7 +506,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def host_memory_needs(cfg: "HardwareConfig") -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
     """Host bytes a machine of ``cfg`` allocates: ``(dense, lazy)``, each ``key -> (bytes, what)``.
 
     Dense arrays are written wholesale (cleared, filled) and so must exist in RAM; lazy ones are
@@ -468,22 +514,25 @@ def host_memory_needs(cfg: "HardwareConfig") -> tuple[dict[str, tuple[int, str]]
     M, B, BA = cfg.MLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
     from_hbm_pages = -(-cfg.HBM_SIZE // (1 << 16)) * 8
     dense = {
-        "MLEN": (4 * (BA * M * M + BA * M + B * B + B),
-                 f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum"),
+        "MLEN": (
+            4 * (BA * M * M + BA * M + B * B + B),
+            f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum",
+        ),
         "FP_SRAM_SIZE": (2 * cfg.FP_SRAM_SIZE, f"FP SRAM of {cfg.FP_SRAM_SIZE} bf16 words"),
         "INT_SRAM_SIZE": (4 * cfg.INT_SRAM_SIZE, f"INT SRAM of {cfg.INT_SRAM_SIZE} u32 words"),
         "HBM_SIZE": (from_hbm_pages, f"the HBM page table (8 bytes per 64 KiB page of HBM_SIZE={cfg.HBM_SIZE})"),
     }
     lazy = {
-        "VECTOR_SRAM_SIZE": (2 * cfg.VECTOR_SRAM_SIZE * cfg.VLEN,
-                             f"VRAM of {cfg.VECTOR_SRAM_SIZE} rows x VLEN={cfg.VLEN} bf16"),
-        "MATRIX_SRAM_SIZE": (4 * cfg.mram_tiles * M * M,
-                             f"MRAM of {cfg.mram_tiles} tiles x MLEN={M} x MLEN f32"),
+        "VECTOR_SRAM_SIZE": (
+            2 * cfg.VECTOR_SRAM_SIZE * cfg.VLEN,
+            f"VRAM of {cfg.VECTOR_SRAM_SIZE} rows x VLEN={cfg.VLEN} bf16",
+        ),
+        "MATRIX_SRAM_SIZE": (4 * cfg.mram_tiles * M * M, f"MRAM of {cfg.mram_tiles} tiles x MLEN={M} x MLEN f32"),
     }
     return dense, lazy
 
 
-def check_host_limits(cfg: "HardwareConfig", limits: HostLimits | None = None) -> None:
+def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> None:
     """ConfigError (naming the key) if a machine of ``cfg`` could not be allocated on this host.
 
     Sparse / lazily-mapped storage (HBM pages, VRAM, MRAM) may be far larger than RAM: only what a
@@ -497,19 +546,28 @@ def check_host_limits(cfg: "HardwareConfig", limits: HostLimits | None = None) -
         key = max(dense, key=lambda k: dense[k][0])
         n, what = dense[key]
         others = f" (all dense arrays: {_size(dense_total)})" if dense_total != n else ""
-        raise ConfigError(key, f"{what} needs {_size(n)} of host memory that is written wholesale{others}, "
-                               f"more than the {_size(min(lim.dense, lim.allocation))} available on this host")
+        raise ConfigError(
+            key,
+            f"{what} needs {_size(n)} of host memory that is written wholesale{others}, "
+            f"more than the {_size(min(lim.dense, lim.allocation))} available on this host",
+        )
     for key, (n, what) in lazy.items():
         if n > lim.allocation:
-            raise ConfigError(key, f"{what} needs {_size(n)} of address space; it is mapped lazily (only "
-                                   "touched pages cost memory) but cannot be allocated at all: the largest "
-                                   f"allocation this host grants is {_size(lim.allocation)}")
+            raise ConfigError(
+                key,
+                f"{what} needs {_size(n)} of address space; it is mapped lazily (only "
+                "touched pages cost memory) but cannot be allocated at all: the largest "
+                f"allocation this host grants is {_size(lim.allocation)}",
+            )
     everything = dense_total + sum(n for n, _ in lazy.values())
     if everything > lim.address_space:
         key = max(lazy, key=lambda k: lazy[k][0])
-        raise ConfigError(key, f"{lazy[key][1]} needs {_size(lazy[key][0])}; with the other arrays "
-                               f"({_size(everything)} in all) this exceeds the {_size(lim.address_space)} "
-                               "address space of this process")
+        raise ConfigError(
+            key,
+            f"{lazy[key][1]} needs {_size(lazy[key][0])}; with the other arrays "
+            f"({_size(everything)} in all) this exceeds the {_size(lim.address_space)} "
+            "address space of this process",
+        )
 
 
 def _section_of(doc: dict, section: str, source: str) -> dict:
@@ -540,10 +598,12 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
         raw[key] = _coerce(key, entry)
 
     prec_tbl = _table(sec.get("PRECISION", {}), "PRECISION")
-    precision = {}
+    precision: dict[str, PlainType | MxType | FpType | IntType] = {}
     for name in PRECISION_KEYS:
         if name not in prec_tbl:
-            raise ConfigError(f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}")
+            raise ConfigError(
+                f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}"
+            )
         precision[name] = _parse_precision(name, prec_tbl[name])
 
     lat_tbl = _table(sec.get("LATENCY", {}), "LATENCY")
@@ -566,14 +626,26 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
     timing_tbl = _table(sec.get("HBM_TIMING", {}), "HBM_TIMING")
     hbm_timing = {}
     for k, v in timing_tbl.items():
-        if (isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) >= _MAX_CONFIG_INT
-                or not math.isfinite(v) or v < 0):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or abs(v) >= _MAX_CONFIG_INT
+            or not math.isfinite(v)
+            or v < 0
+        ):
             raise ConfigError(f"HBM_TIMING.{k}", f"must be a finite number >= 0, got {_shown(v)}")
         hbm_timing[k] = v
 
-    cfg = HardwareConfig(**raw, precision=MappingProxyType(precision),
-                         latency=MappingProxyType(latency),
-                         hbm_timing=MappingProxyType(hbm_timing), section=section, source=source)
+    # not yet validated: an Int SCALAR_FP is rejected by _validate below (_check_precision)
+    checked = cast("dict[str, PlainType | MxType | FpType]", precision)
+    cfg = HardwareConfig(
+        **raw,
+        precision=MappingProxyType(checked),
+        latency=MappingProxyType(latency),
+        hbm_timing=MappingProxyType(hbm_timing),
+        section=section,
+        source=source,
+    )
     _validate(cfg)
     return cfg
 
@@ -581,6 +653,7 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
 @dataclass(frozen=True)
 class Inconsistency:
     """One rule a matrix kernel needs that ``cfg`` breaks, with the value of ``key`` that satisfies it."""
+
     key: str
     value: int
     suggested: int
@@ -599,16 +672,31 @@ def inconsistencies(cfg: HardwareConfig) -> list[Inconsistency]:
         out.append(Inconsistency("VLEN", cfg.VLEN, M, "VLEN must equal MLEN (matrix instructions, CF-VM)"))
     if cfg.BROADCAST_AMOUNT * cfg.HLEN != M:
         if M % cfg.HLEN == 0:
-            out.append(Inconsistency("BROADCAST_AMOUNT", cfg.BROADCAST_AMOUNT, M // cfg.HLEN,
-                                     "BROADCAST_AMOUNT*HLEN must equal MLEN (batched matrix instructions, CF-BA)"))
+            out.append(
+                Inconsistency(
+                    "BROADCAST_AMOUNT",
+                    cfg.BROADCAST_AMOUNT,
+                    M // cfg.HLEN,
+                    "BROADCAST_AMOUNT*HLEN must equal MLEN (batched matrix instructions, CF-BA)",
+                )
+            )
         else:
             h = math.gcd(M, cfg.HLEN)
             out.append(Inconsistency("HLEN", cfg.HLEN, h, f"HLEN must divide MLEN={M} (CF-BA)"))
-            out.append(Inconsistency("BROADCAST_AMOUNT", cfg.BROADCAST_AMOUNT, M // h,
-                                     "BROADCAST_AMOUNT*HLEN must equal MLEN (CF-BA)"))
+            out.append(
+                Inconsistency(
+                    "BROADCAST_AMOUNT", cfg.BROADCAST_AMOUNT, M // h, "BROADCAST_AMOUNT*HLEN must equal MLEN (CF-BA)"
+                )
+            )
     if cfg.P_M != M:
-        out.append(Inconsistency("HBM_M_Prefetch_Amount", cfg.HBM_M_Prefetch_Amount, M,
-                                 f"one H_PREFETCH_M must load one MLEN tile (effective P_M={cfg.P_M})"))
+        out.append(
+            Inconsistency(
+                "HBM_M_Prefetch_Amount",
+                cfg.HBM_M_Prefetch_Amount,
+                M,
+                f"one H_PREFETCH_M must load one MLEN tile (effective P_M={cfg.P_M})",
+            )
+        )
     for key in ("HBM_V_Prefetch_Amount", "HBM_V_Writeback_Amount"):
         v = getattr(cfg, key)
         if M % v:
@@ -627,8 +715,7 @@ def inconsistency_message(cfg: HardwareConfig, changed: Mapping[str, Any] | None
     rules = "; ".join(f"{b.key}={b.value} -> {b.suggested} ({b.rule})" for b in bad)
     fix = " ".join(f"--set-hw {k}={v}" for k, v in (changed or {}).items())
     fix = (fix + " " if fix else "") + " ".join(f"--set-hw {b.key}={b.suggested}" for b in bad)
-    return (f"{head}inconsistent machine for the kernels at MLEN={cfg.MLEN}; change together: {rules}. "
-            f"Consistent: {fix}")
+    return f"{head}inconsistent machine for the kernels at MLEN={cfg.MLEN}; change together: {rules}. Consistent: {fix}"
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -653,8 +740,9 @@ def default_config_text() -> str:
     return resources.files("plena_sim").joinpath("data/plena_settings.toml").read_text(encoding="utf-8")
 
 
-def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSACTIONAL",
-                overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
+def load_config(
+    path: str | os.PathLike | None = None, *, section: str = "TRANSACTIONAL", overrides: Mapping[str, Any] | None = None
+) -> HardwareConfig:
     """Load and validate a configuration.
 
     ``path`` None -> env ``PLENA_SETTINGS_TOML`` -> the packaged default (upstream reference file).
@@ -670,14 +758,14 @@ def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSA
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:   # UnicodeDecodeError, or a NUL byte in the path
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError, or a NUL byte in the path
             raise ConfigError("path", f"cannot read config file {str(p)!r}: {exc}") from None
         source = str(p)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("toml", f"{source}: {exc}") from None
-    except ValueError as exc:      # e.g. an integer literal of more than 4300 digits
+    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
         raise ConfigError("toml", f"{source}: {exc}") from None
     except RecursionError:
         raise ConfigError("toml", f"{source}: arrays / inline tables nested too deeply") from None
@@ -686,6 +774,7 @@ def load_config(path: str | os.PathLike | None = None, *, section: str = "TRANSA
 
 def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any]) -> dict:
     import copy
+
     doc = copy.deepcopy(doc)
     sec = doc.get(section) if section in doc else (doc if "CONFIG" in doc else None)
     if not isinstance(sec, dict):
@@ -700,8 +789,9 @@ def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any
     return doc
 
 
-def config_from_document(doc: dict, section: str, source: str,
-                         overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
+def config_from_document(
+    doc: dict, section: str, source: str, overrides: Mapping[str, Any] | None = None
+) -> HardwareConfig:
     """Validate an already parsed settings document (``section`` of it) with ``overrides`` on top."""
     if overrides:
         doc = _apply_overrides_to_doc(doc, section, overrides)
@@ -710,5 +800,4 @@ def config_from_document(doc: dict, section: str, source: str,
 
 def default_config() -> HardwareConfig:
     """The built-in default (TRANSACTIONAL section of the packaged reference file), ignoring env."""
-    return _from_document(tomllib.loads(default_config_text()), "TRANSACTIONAL",
-                          "<builtin plena_settings.toml>")
+    return _from_document(tomllib.loads(default_config_text()), "TRANSACTIONAL", "<builtin plena_settings.toml>")

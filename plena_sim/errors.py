@@ -10,6 +10,7 @@ importing the module that usually raises them.
 
 Both are ``ValueError`` s.
 """
+
 from __future__ import annotations
 
 __all__ = ["ConfigError", "ImageError"]

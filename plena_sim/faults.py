@@ -56,39 +56,72 @@ extras (0 if unused). Unused slots hold exactly the values given here (-1 for OP
 0 for X6/X7) so that records compare equal across backends. Values that exceed int64 (only possible
 for HBM byte addresses near 2^64) are saturated to 2^63-1.
 
-=============  ========  ==================================  ======  ==========================  =====================================  =====================
-rule           OPERAND   VALUE                               INDEX   LIMIT                       X6                                     X7
-=============  ========  ==================================  ======  ==========================  =====================================  =====================
-IL-OPC         -1        opcode number                       -1      -1                          the instruction word (u32)             0
-IL-FREG        field     field value (8..15)                 -1      8                           0                                      0
-IL-AREG        field     field value (8..15)                 -1      8                           0                                      0
-IL-BRD         rd        f.rd                                -1      -1                          0                                      0
-IL-TOPK        rs3       f.rs3 (policy)                      -1      2                           0                                      0
-CF-VM          -1        VLEN                                -1      MLEN                        0                                      0
-CF-BA          -1        BROADCAST_AMOUNT*HLEN               -1      MLEN                        BROADCAST_AMOUNT                       HLEN
-LP-ZERO        imm       imm22 (0)                           -1      -1                          f.rd (counter register)                0
-LP-GP0         rd        f.rd (0)                            -1      -1                          imm22 (the count)                      0
-LP-NOMATCH     rd        f.rd                                -1      -1                          loop stack depth                       0
-LP-BREAK       -1        reg of the top record (-1: empty)   -1      -1                          start_pc of top record (-1: empty)     loop stack depth
-LP-RUNAWAY     -1        the record's count after increment  level   MAX_LOOP_INSTRUCTIONS       the record's counter register          the record's start_pc
-BUDGET         -1        instructions retired                -1      max_instructions            0                                      0
-AL-VROW        field     VRAM element address                -1      VLEN                        address mod VLEN                       0
-AL-MTILE       rd        MRAM element address                -1      MLEN*MLEN                   address mod (MLEN*MLEN)                0
-AL-MM          field     matrix address m                    see X7  MLEN (X7=0) / BLEN (X7=1)   off = m mod (MLEN*MLEN)                0: off mod MLEN != 0; 1: (off div MLEN) mod BLEN != 0 (INDEX = off div MLEN)
-AL-MV          rs1       matrix address m                    -1      BLEN (X7=0) / MLEN (X7=1)   off                                    0: off mod BLEN != 0; 1: off >= MLEN
-AL-TMV         rs1       matrix address m                    -1      BLEN*MLEN                   off                                    0
-AL-BHEAD       rs1       matrix address m (BMV: rs1+rd)      -1      HLEN (X7=0) / MLEN (X7=1)   off                                    0: off mod HLEN != 0; 1: off >= MLEN
-AL-WO          rd        addr = gp[rd] + imm18               -1      BLEN                        addr mod MLEN                          0
-AL-BWO         rd        addr = gp[rd] + imm18               -1      MLEN                        addr mod MLEN                          0
-AL-MX          rs1       row offset o_i = gp[rs1] + i*pitch  i       eb*block (bytes)            o_i mod (eb*block)                     pitch
-BD-VROW        field     VRAM row index (address div VLEN)   row i   VECTOR_SRAM_SIZE            the row's element address              0
-BD-MTILE       field     MRAM tile index                     tile t  number of MRAM tiles        the tile's / operand's element address 0
-BD-FPS         field     first FP SRAM word accessed         -1      FP_SRAM_SIZE                number of words accessed               0
-BD-INTS        field     first INT SRAM word accessed        -1      INT_SRAM_SIZE               number of words accessed               0
-BD-HBM         rs2       first byte address of the range     row i   HBM_SIZE                    0: element range, 1: scale range       range length (bytes)
-=============  ========  ==================================  ======  ==========================  =====================================  =====================
+==========  =======  ==================================  ======  =========================
+rule        OPERAND  VALUE                               INDEX   LIMIT
+==========  =======  ==================================  ======  =========================
+IL-OPC      -1       opcode number                       -1      -1
+IL-FREG     field    field value (8..15)                 -1      8
+IL-AREG     field    field value (8..15)                 -1      8
+IL-BRD      rd       f.rd                                -1      -1
+IL-TOPK     rs3      f.rs3 (policy)                      -1      2
+CF-VM       -1       VLEN                                -1      MLEN
+CF-BA       -1       BROADCAST_AMOUNT*HLEN               -1      MLEN
+LP-ZERO     imm      imm22 (0)                           -1      -1
+LP-GP0      rd       f.rd (0)                            -1      -1
+LP-NOMATCH  rd       f.rd                                -1      -1
+LP-BREAK    -1       reg of the top record (-1: empty)   -1      -1
+LP-RUNAWAY  -1       the record's count after increment  level   MAX_LOOP_INSTRUCTIONS
+BUDGET      -1       instructions retired                -1      max_instructions
+AL-VROW     field    VRAM element address                -1      VLEN
+AL-MTILE    rd       MRAM element address                -1      MLEN*MLEN
+AL-MM       field    matrix address m                    see X7  MLEN (X7=0) / BLEN (X7=1)
+AL-MV       rs1      matrix address m                    -1      BLEN (X7=0) / MLEN (X7=1)
+AL-TMV      rs1      matrix address m                    -1      BLEN*MLEN
+AL-BHEAD    rs1      matrix address m (BMV: rs1+rd)      -1      HLEN (X7=0) / MLEN (X7=1)
+AL-WO       rd       addr = gp[rd] + imm18               -1      BLEN
+AL-BWO      rd       addr = gp[rd] + imm18               -1      MLEN
+AL-MX       rs1      row offset o_i = gp[rs1] + i*pitch  i       eb*block (bytes)
+BD-VROW     field    VRAM row index (address div VLEN)   row i   VECTOR_SRAM_SIZE
+BD-MTILE    field    MRAM tile index                     tile t  number of MRAM tiles
+BD-FPS      field    first FP SRAM word accessed         -1      FP_SRAM_SIZE
+BD-INTS     field    first INT SRAM word accessed        -1      INT_SRAM_SIZE
+BD-HBM      rs2      first byte address of the range     row i   HBM_SIZE
+==========  =======  ==================================  ======  =========================
 
-Notes on the table: "field" is the word field of the register operand that supplied the address
+==========  ======================================  =====================================================
+rule        X6                                      X7
+==========  ======================================  =====================================================
+IL-OPC      the instruction word (u32)              0
+IL-FREG     0                                       0
+IL-AREG     0                                       0
+IL-BRD      0                                       0
+IL-TOPK     0                                       0
+CF-VM       0                                       0
+CF-BA       BROADCAST_AMOUNT                        HLEN
+LP-ZERO     f.rd (counter register)                 0
+LP-GP0      imm22 (the count)                       0
+LP-NOMATCH  loop stack depth                        0
+LP-BREAK    start_pc of top record (-1: empty)      loop stack depth
+LP-RUNAWAY  the record's counter register           the record's start_pc
+BUDGET      0                                       0
+AL-VROW     address mod VLEN                        0
+AL-MTILE    address mod (MLEN*MLEN)                 0
+AL-MM       off = m mod (MLEN*MLEN)                 0: off mod MLEN != 0; 1: (off div MLEN) mod BLEN != 0
+                                                    (INDEX = off div MLEN)
+AL-MV       off                                     0: off mod BLEN != 0; 1: off >= MLEN
+AL-TMV      off                                     0
+AL-BHEAD    off                                     0: off mod HLEN != 0; 1: off >= MLEN
+AL-WO       addr mod MLEN                           0
+AL-BWO      addr mod MLEN                           0
+AL-MX       o_i mod (eb*block)                      pitch
+BD-VROW     the row's element address               0
+BD-MTILE    the tile's / operand's element address  0
+BD-FPS      number of words accessed                0
+BD-INTS     number of words accessed                0
+BD-HBM      0: element range, 1: scale range        range length (bytes)
+==========  ======================================  =====================================================
+
+Notes on the tables: "field" is the word field of the register operand that supplied the address
 (e.g. rs2 for the vector operand of M_MM, rs1 for that of M_TMM, rd for V_* destinations and the
 write-out ops, rs1 for S_LD_FP/S_ST_FP/S_MAP_V_FP/S_LD_INT/S_ST_INT bases, rd / rs2 for V_TOPK's FP /
 INT destinations, rd for the H_* SRAM side; BD-MTILE: rs1 / rs2 mat operand or rd of H_PREFETCH_M).
@@ -98,31 +131,59 @@ BD-MTILE it is t of H_PREFETCH_M (0 for M_*). LP-RUNAWAY: ``level`` is the posit
 (0 = outermost) of the first record, scanning from the outermost, whose count exceeds the limit.
 BUDGET and LP-RUNAWAY report the pc of the instruction that was about to execute.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from . import bf16
 
+if TYPE_CHECKING:
+    from isa.table import Instr
+
 __all__ = [
-    "SimFault", "IllegalInstruction", "ConfigFault", "LoopFault", "InstructionBudgetExceeded",
-    "AlignmentFault", "BoundsFault", "Rule", "RULES", "RULE_BY_ID", "RULE_BY_CODE", "FAULT_RECORD_LEN",
-    "FAULT_RULE", "FAULT_PC", "FAULT_OPERAND", "FAULT_VALUE", "FAULT_INDEX", "FAULT_LIMIT",
-    "FAULT_X6", "FAULT_X7", "OPERAND_NAMES", "OPERAND_INDEX", "make_fault", "blank_record",
-    "operand_registers", "operand_values", "INT64_MAX",
+    "SimFault",
+    "IllegalInstruction",
+    "ConfigFault",
+    "LoopFault",
+    "InstructionBudgetExceeded",
+    "AlignmentFault",
+    "BoundsFault",
+    "Rule",
+    "RULES",
+    "RULE_BY_ID",
+    "RULE_BY_CODE",
+    "FAULT_RECORD_LEN",
+    "FAULT_RULE",
+    "FAULT_PC",
+    "FAULT_OPERAND",
+    "FAULT_VALUE",
+    "FAULT_INDEX",
+    "FAULT_LIMIT",
+    "FAULT_X6",
+    "FAULT_X7",
+    "OPERAND_NAMES",
+    "OPERAND_INDEX",
+    "make_fault",
+    "blank_record",
+    "operand_registers",
+    "operand_values",
+    "INT64_MAX",
 ]
 
 # ---------------------------------------------------------------- the raw record (int64 array slots)
 FAULT_RECORD_LEN = 8
-FAULT_RULE = 0      # rule code (Rule.code); 0 = no fault
-FAULT_PC = 1        # pc of the faulting instruction
-FAULT_OPERAND = 2   # which operand field holds the offending value: OPERAND_NAMES index, -1 none
-FAULT_VALUE = 3     # the offending value (an address, an index, a field value)
-FAULT_INDEX = 4     # row / tile / block index within the instruction (-1 if not applicable)
-FAULT_LIMIT = 5     # the bound or modulus the value was checked against (-1 if not applicable)
-FAULT_X6 = 6        # rule-specific extra value (table above), 0 if unused
-FAULT_X7 = 7        # rule-specific extra value (table above), 0 if unused
+FAULT_RULE = 0  # rule code (Rule.code); 0 = no fault
+FAULT_PC = 1  # pc of the faulting instruction
+FAULT_OPERAND = 2  # which operand field holds the offending value: OPERAND_NAMES index, -1 none
+FAULT_VALUE = 3  # the offending value (an address, an index, a field value)
+FAULT_INDEX = 4  # row / tile / block index within the instruction (-1 if not applicable)
+FAULT_LIMIT = 5  # the bound or modulus the value was checked against (-1 if not applicable)
+FAULT_X6 = 6  # rule-specific extra value (tables above), 0 if unused
+FAULT_X7 = 7  # rule-specific extra value (tables above), 0 if unused
 
 INT64_MAX = (1 << 63) - 1
 
@@ -138,6 +199,7 @@ def blank_record(rule_code: int, pc: int) -> list[int]:
 
 # ---------------------------------------------------------------- exception classes
 
+
 class SimFault(Exception):
     """A program fault: the run stopped before the faulting instruction changed anything.
 
@@ -148,21 +210,36 @@ class SimFault(Exception):
 
     kind = "SimFault"
 
-    def __init__(self, rule: str, pc: int, where: str, text: str, detail: str,
-                 operands: dict[str, int] | None = None, record: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        rule: str,
+        pc: int,
+        where: str,
+        text: str,
+        detail: str,
+        operands: dict[str, int] | None = None,
+        record: tuple[int, ...] = (),
+    ):
         self.rule = rule
         self.pc = pc
-        self.where = where            # "file:line" (or "<program>:pc N")
-        self.text = text              # the instruction's source text
-        self.detail = detail          # what was wrong, with values
+        self.where = where  # "file:line" (or "<program>:pc N")
+        self.text = text  # the instruction's source text
+        self.detail = detail  # what was wrong, with values
         self.operands = dict(operands or {})
         self.record = tuple(record)
-        self.stats = None             # filled in by the machine (statistics so far)
+        self.stats = None  # filled in by the machine (statistics so far)
         super().__init__(f"{where}: {text}: {detail} [{rule}, pc {pc}]")
 
     def to_dict(self) -> dict:
-        return {"class": type(self).__name__, "rule": self.rule, "pc": self.pc, "line": self.where,
-                "text": self.text, "detail": self.detail, "operands": self.operands}
+        return {
+            "class": type(self).__name__,
+            "rule": self.rule,
+            "pc": self.pc,
+            "line": self.where,
+            "text": self.text,
+            "detail": self.detail,
+            "operands": self.operands,
+        }
 
 
 class IllegalInstruction(SimFault):
@@ -191,44 +268,54 @@ class BoundsFault(SimFault):
 
 # ---------------------------------------------------------------- the rule table
 
+
 @dataclass(frozen=True)
 class Rule:
-    code: int        # integer used inside the JIT (never 0)
-    id: str          # isa.md §8 rule id
+    code: int  # integer used inside the JIT (never 0)
+    id: str  # isa.md §8 rule id
     cls: type
-    what: str        # the rule, stated positively (used in messages)
+    what: str  # the rule, stated positively (used in messages)
 
 
-RULES: tuple[Rule, ...] = tuple(Rule(k + 1, rid, cls, what) for k, (rid, cls, what) in enumerate((
-    ("IL-OPC", IllegalInstruction, "the opcode must be an instruction"),
-    ("IL-FREG", IllegalInstruction, "an fp register field must be < 8"),
-    ("IL-AREG", IllegalInstruction, "an HBM address register field must be < 8"),
-    ("IL-BRD", IllegalInstruction, "M_BMM/M_BTMM rd field must be 0"),
-    ("IL-TOPK", IllegalInstruction, "V_TOPK policy must be 0 or 1"),
-    ("CF-VM", ConfigFault, "matrix instructions need VLEN == MLEN"),
-    ("CF-BA", ConfigFault, "batched matrix instructions need BROADCAST_AMOUNT*HLEN == MLEN"),
-    ("LP-ZERO", LoopFault, "C_LOOP_START count must be > 0"),
-    ("LP-GP0", LoopFault, "C_LOOP_START counter must not be gp0"),
-    ("LP-NOMATCH", LoopFault, "C_LOOP_END needs an active loop on its counter register"),
-    ("LP-BREAK", LoopFault, "C_BREAK needs an active loop with a matching C_LOOP_END"),
-    ("LP-RUNAWAY", LoopFault, "a loop iteration must execute at most MAX_LOOP_INSTRUCTIONS instructions"),
-    ("BUDGET", InstructionBudgetExceeded, "the run must stay within its instruction budget"),
-    ("AL-VROW", AlignmentFault, "a VRAM row address must be a multiple of VLEN"),
-    ("AL-MTILE", AlignmentFault, "an MRAM tile address must be a multiple of MLEN*MLEN"),
-    ("AL-MM", AlignmentFault, "a matrix address must be row-granular: in-tile offset a multiple of MLEN "
-                              "and its row/column block a multiple of BLEN"),
-    ("AL-MV", AlignmentFault, "an M_MV column offset must be a multiple of BLEN and < MLEN"),
-    ("AL-TMV", AlignmentFault, "an M_TMV in-tile offset must be a multiple of BLEN*MLEN"),
-    ("AL-BHEAD", AlignmentFault, "a batched head offset must be a multiple of HLEN and < MLEN"),
-    ("AL-WO", AlignmentFault, "a write-out lane offset (addr mod MLEN) must be a multiple of BLEN"),
-    ("AL-BWO", AlignmentFault, "a batched write-out address must be a multiple of MLEN"),
-    ("AL-MX", AlignmentFault, "an MX row offset must be a multiple of the block's byte size"),
-    ("BD-VROW", BoundsFault, "a VRAM row index must be < VECTOR_SRAM_SIZE"),
-    ("BD-MTILE", BoundsFault, "an MRAM tile index must be < MATRIX_SRAM_SIZE // MLEN"),
-    ("BD-FPS", BoundsFault, "an FP SRAM word index must be < FP_SRAM_SIZE"),
-    ("BD-INTS", BoundsFault, "an INT SRAM word index must be < INT_SRAM_SIZE"),
-    ("BD-HBM", BoundsFault, "every HBM byte accessed must be in [0, HBM_SIZE)"),
-)))
+RULES: tuple[Rule, ...] = tuple(
+    Rule(k + 1, rid, cls, what)
+    for k, (rid, cls, what) in enumerate(
+        (
+            ("IL-OPC", IllegalInstruction, "the opcode must be an instruction"),
+            ("IL-FREG", IllegalInstruction, "an fp register field must be < 8"),
+            ("IL-AREG", IllegalInstruction, "an HBM address register field must be < 8"),
+            ("IL-BRD", IllegalInstruction, "M_BMM/M_BTMM rd field must be 0"),
+            ("IL-TOPK", IllegalInstruction, "V_TOPK policy must be 0 or 1"),
+            ("CF-VM", ConfigFault, "matrix instructions need VLEN == MLEN"),
+            ("CF-BA", ConfigFault, "batched matrix instructions need BROADCAST_AMOUNT*HLEN == MLEN"),
+            ("LP-ZERO", LoopFault, "C_LOOP_START count must be > 0"),
+            ("LP-GP0", LoopFault, "C_LOOP_START counter must not be gp0"),
+            ("LP-NOMATCH", LoopFault, "C_LOOP_END needs an active loop on its counter register"),
+            ("LP-BREAK", LoopFault, "C_BREAK needs an active loop with a matching C_LOOP_END"),
+            ("LP-RUNAWAY", LoopFault, "a loop iteration must execute at most MAX_LOOP_INSTRUCTIONS instructions"),
+            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its instruction budget"),
+            ("AL-VROW", AlignmentFault, "a VRAM row address must be a multiple of VLEN"),
+            ("AL-MTILE", AlignmentFault, "an MRAM tile address must be a multiple of MLEN*MLEN"),
+            (
+                "AL-MM",
+                AlignmentFault,
+                "a matrix address must be row-granular: in-tile offset a multiple of MLEN "
+                "and its row/column block a multiple of BLEN",
+            ),
+            ("AL-MV", AlignmentFault, "an M_MV column offset must be a multiple of BLEN and < MLEN"),
+            ("AL-TMV", AlignmentFault, "an M_TMV in-tile offset must be a multiple of BLEN*MLEN"),
+            ("AL-BHEAD", AlignmentFault, "a batched head offset must be a multiple of HLEN and < MLEN"),
+            ("AL-WO", AlignmentFault, "a write-out lane offset (addr mod MLEN) must be a multiple of BLEN"),
+            ("AL-BWO", AlignmentFault, "a batched write-out address must be a multiple of MLEN"),
+            ("AL-MX", AlignmentFault, "an MX row offset must be a multiple of the block's byte size"),
+            ("BD-VROW", BoundsFault, "a VRAM row index must be < VECTOR_SRAM_SIZE"),
+            ("BD-MTILE", BoundsFault, "an MRAM tile index must be < MATRIX_SRAM_SIZE // MLEN"),
+            ("BD-FPS", BoundsFault, "an FP SRAM word index must be < FP_SRAM_SIZE"),
+            ("BD-INTS", BoundsFault, "an INT SRAM word index must be < INT_SRAM_SIZE"),
+            ("BD-HBM", BoundsFault, "every HBM byte accessed must be in [0, HBM_SIZE)"),
+        )
+    )
+)
 RULE_BY_ID: MappingProxyType[str, Rule] = MappingProxyType({r.id: r for r in RULES})
 RULE_BY_CODE: MappingProxyType[int, Rule] = MappingProxyType({r.code: r for r in RULES})
 
@@ -242,16 +329,18 @@ for _r in RULES:
 _REG_PREFIX = {"gp": "gp", "f": "f", "a": "a"}
 
 
-def _instr_of(word: int | None):
+def _instr_of(word: int | None) -> Instr | None:
     if word is None:
         return None
     from isa.encoding import field
     from isa.table import BY_OPCODE
+
     return BY_OPCODE.get(field(int(word), "opcode"))
 
 
 def _field(word: int, name: str) -> int:
     from isa.table import FIELDS
+
     f = FIELDS[name]
     return (int(word) >> f.shift) & f.max
 
@@ -264,6 +353,7 @@ def operand_registers(word: int) -> list[tuple[str, str, int, str]]:
     if instr is None:
         return []
     from isa.table import REGISTER_COUNT
+
     out = []
     seen = set()
     for op in instr.operands:
@@ -306,8 +396,10 @@ def _reg_for_field(word: int | None, field_name: str | None) -> str | None:
 
 # ---------------------------------------------------------------- record -> exception
 
-def make_fault(record, program=None, operand_values: dict[str, int] | None = None, *,
-               word: int | None = None, state=None) -> SimFault:
+
+def make_fault(
+    record, program=None, operand_values: dict[str, int] | None = None, *, word: int | None = None, state=None
+) -> SimFault:
     """Build the typed exception for a raw fault ``record`` (sequence of FAULT_RECORD_LEN ints).
 
     ``program`` (an :class:`isa.program.Program`) supplies the source line, the text and the word;
@@ -332,6 +424,7 @@ def make_fault(record, program=None, operand_values: dict[str, int] | None = Non
         where = f"<program>:pc {pc}"
         if word is not None:
             from isa.disasm import disassemble_word
+
             text = disassemble_word(word)
         elif rule.id in ("BUDGET", "LP-RUNAWAY"):
             text = "(end of program)"
@@ -383,111 +476,193 @@ def _generic(rule: Rule, rec: tuple[int, ...]) -> str:
     return f"{rule.what}; " + ", ".join(parts)
 
 
-def _specific(rid: str, rec: tuple[int, ...], word: int | None) -> str | None:
-    op, val, idx, lim, x6, x7 = (rec[FAULT_OPERAND], rec[FAULT_VALUE], rec[FAULT_INDEX], rec[FAULT_LIMIT],
-                                 rec[FAULT_X6], rec[FAULT_X7])
+@dataclass(frozen=True)
+class _FaultView:
+    """The slots of a fault record with the naming of its operand, as the rule messages use them."""
+
+    val: int
+    idx: int
+    lim: int
+    x6: int
+    x7: int
+    word: int | None
+    fld: str | None  # the word field of the offending operand (OPERAND_NAMES), None if none
+    instr: Instr | None
+    mn: str  # the mnemonic ("instruction" if unknown)
+    reg: str | None  # the register in field ``fld`` ("gp5"), None if none
+    src: str  # " (gp5)", " (field rs1)" or ""
+
+    def imm_src(self) -> str:
+        """``" (gp3 + 16)"`` for the ``addr = gp[x] + imm`` forms."""
+        if self.word is None or self.instr is None:
+            return self.src
+        imm = _field(self.word, "imm18")
+        return f" ({self.reg} + {imm})" if self.reg else self.src
+
+
+def _fault_view(rec: tuple[int, ...], word: int | None) -> _FaultView:
+    op = rec[FAULT_OPERAND]
     fld = OPERAND_NAMES[op] if 0 <= op < len(OPERAND_NAMES) else None
     instr = _instr_of(word)
     mn = instr.mnemonic if instr is not None else "instruction"
     reg = _reg_for_field(word, fld)
     src = f" ({reg})" if reg else (f" (field {fld})" if fld else "")
+    return _FaultView(
+        rec[FAULT_VALUE],
+        rec[FAULT_INDEX],
+        rec[FAULT_LIMIT],
+        rec[FAULT_X6],
+        rec[FAULT_X7],
+        word,
+        fld,
+        instr,
+        mn,
+        reg,
+        src,
+    )
 
-    def imm_src():
-        # "gp3 + 16" for addr = gp[x] + imm forms
-        if word is None or instr is None:
-            return src
-        imm = _field(word, "imm18")
-        return f" ({reg} + {imm})" if reg else src
 
-    if rid == "IL-OPC":
-        from isa.table import NOT_INSTRUCTIONS
-        up = NOT_INSTRUCTIONS.get(val, "")
-        note = f" (upstream {up}, not part of this ISA)" if up else ""
-        return f"opcode {val:#04x} is not an instruction{note}; word 0x{x6 & 0xFFFFFFFF:08X}"
-    if rid == "IL-FREG":
-        return f"fp register field {fld}={val} names no register (only f0..f7 exist)"
-    if rid == "IL-AREG":
-        return f"HBM address register field {fld}={val} names no register (only a0..a7 exist)"
-    if rid == "IL-BRD":
-        return f"{mn} requires rd field 0, found {val}"
-    if rid == "IL-TOPK":
-        return f"policy {val} is not 0 (E=32, K=4) or 1 (E=128, K=8)"
-    if rid == "CF-VM":
-        return f"matrix instructions need VLEN == MLEN; the config has VLEN={val}, MLEN={lim}"
-    if rid == "CF-BA":
-        return (f"batched matrix instructions need BROADCAST_AMOUNT*HLEN == MLEN; the config has "
-                f"{x6}*{x7} = {val}, MLEN={lim}")
-    if rid == "LP-ZERO":
-        return f"loop count is 0 (counter gp{x6}); a loop must run at least once"
-    if rid == "LP-GP0":
-        return f"loop counter gp0 always reads 0 (count {x6}); use gp1..gp15"
-    if rid == "LP-NOMATCH":
-        return f"no active loop counts in gp{val} (loop stack depth {x6})"
-    if rid == "LP-BREAK":
-        if x7 == 0 or val < 0:
-            return "C_BREAK outside any loop (loop stack empty)"
-        return (f"the innermost loop (counter gp{val}, C_LOOP_START at pc {x6}) has no C_LOOP_END gp{val} "
-                f"after its start")
-    if rid == "LP-RUNAWAY":
-        return (f"loop level {idx} (C_LOOP_START at pc {x7}, counter gp{x6}) has executed {val} "
-                f"instructions in one iteration, more than MAX_LOOP_INSTRUCTIONS={lim}")
-    if rid == "BUDGET":
-        return f"instruction budget exhausted: {val} instructions retired, max_instructions={lim}"
-    if rid == "AL-VROW":
-        return f"VRAM row address {val}{src} is not a multiple of VLEN={lim} (remainder {x6})"
-    if rid == "AL-MTILE":
-        return (f"MRAM tile address {val}{src} is not a multiple of MLEN*MLEN={lim} "
-                f"(offset {x6} within tile)")
-    if rid == "AL-MM":
-        what = "column" if mn != "M_TMM" else "row"
-        if x7 == 0:
-            return (f"matrix address {val}{src} is not row-granular: offset {x6} within tile is not a "
-                    f"multiple of MLEN={lim}")
-        return (f"matrix address {val}{src} selects {what} {idx} (in-tile offset {x6}), which is not a "
-                f"multiple of BLEN={lim}")
-    if rid == "AL-MV":
-        if x7 == 0:
-            return f"matrix address {val}{src}: column offset {x6} within tile is not a multiple of BLEN={lim}"
-        return (f"matrix address {val}{src}: in-tile offset {x6} is not < MLEN={lim} "
-                f"(M_MV addresses a column offset within the tile's first row)")
-    if rid == "AL-TMV":
-        return (f"matrix address {val}{src}: in-tile offset {x6} is not a multiple of BLEN*MLEN={lim} "
-                f"(M_TMV addresses row blocks)")
-    if rid == "AL-BHEAD":
-        if instr is not None and mn in ("M_BMV", "M_BTMV"):
-            rd_reg = _reg_for_field(word, "rd")
-            src = f" ({reg} + {rd_reg})" if reg and rd_reg else src
-        if x7 == 0:
-            return f"matrix address {val}{src}: head offset {x6} within tile is not a multiple of HLEN={lim}"
-        return f"matrix address {val}{src}: head offset {x6} within tile is not < MLEN={lim}"
-    if rid == "AL-WO":
-        return (f"write-out address {val}{imm_src()}: lane offset {x6} (address mod MLEN) is not a "
-                f"multiple of BLEN={lim}")
-    if rid == "AL-BWO":
-        return f"write-out address {val}{imm_src()} is not a multiple of MLEN={lim} (remainder {x6})"
-    if rid == "AL-MX":
-        off_reg = reg or "gp_hoff"
-        return (f"row {idx}: HBM row offset {val} ({off_reg} + {idx}*pitch, pitch {x7}) is not a multiple "
-                f"of the MX block size {lim} bytes (remainder {x6})")
-    if rid == "BD-VROW":
-        row = f"row {idx} of the access: " if idx > 0 else ""
-        return (f"{row}VRAM row {val} (element address {x6}{', base ' + reg if reg else ''}) is outside "
-                f"VRAM (VECTOR_SRAM_SIZE={lim} rows)")
-    if rid == "BD-MTILE":
-        t = f"tile {idx} of the transfer: " if idx > 0 else ""
-        return (f"{t}MRAM tile {val} (element address {x6}{', base ' + reg if reg else ''}) is outside "
-                f"MRAM ({lim} tiles)")
-    if rid in ("BD-FPS", "BD-INTS"):
-        mem, key = ("FP SRAM", "FP_SRAM_SIZE") if rid == "BD-FPS" else ("INT SRAM", "INT_SRAM_SIZE")
-        base = imm_src() if fld == "rs1" else src
-        if x6 == 1:
-            return f"{mem} word {val}{base} is outside {key}={lim}"
-        return f"{mem} words [{val}, {val + x6}){base} exceed {key}={lim}"
-    if rid == "BD-HBM":
-        kind = "element" if x6 == 0 else "scale"
-        if val == INT64_MAX:
-            return (f"row {idx}: {kind} byte range of {x7} bytes{src} starts at or beyond 2^63-1 "
-                    f"(saturated in the record) and exceeds HBM_SIZE={lim}")
-        return (f"row {idx}: {kind} byte range [{val}, {val + x7}) of {x7} bytes{src} exceeds "
-                f"HBM_SIZE={lim}")
-    return None
+def _msg_il_opc(v: _FaultView) -> str:
+    from isa.table import NOT_INSTRUCTIONS
+
+    up = NOT_INSTRUCTIONS.get(v.val, "")
+    note = f" (upstream {up}, not part of this ISA)" if up else ""
+    return f"opcode {v.val:#04x} is not an instruction{note}; word 0x{v.x6 & 0xFFFFFFFF:08X}"
+
+
+def _msg_lp_break(v: _FaultView) -> str:
+    if v.x7 == 0 or v.val < 0:
+        return "C_BREAK outside any loop (loop stack empty)"
+    return (
+        f"the innermost loop (counter gp{v.val}, C_LOOP_START at pc {v.x6}) has no C_LOOP_END gp{v.val} after its start"
+    )
+
+
+def _msg_al_mm(v: _FaultView) -> str:
+    what = "column" if v.mn != "M_TMM" else "row"
+    if v.x7 == 0:
+        return (
+            f"matrix address {v.val}{v.src} is not row-granular: offset {v.x6} within tile is not a "
+            f"multiple of MLEN={v.lim}"
+        )
+    return (
+        f"matrix address {v.val}{v.src} selects {what} {v.idx} (in-tile offset {v.x6}), which is not a "
+        f"multiple of BLEN={v.lim}"
+    )
+
+
+def _msg_al_mv(v: _FaultView) -> str:
+    if v.x7 == 0:
+        return f"matrix address {v.val}{v.src}: column offset {v.x6} within tile is not a multiple of BLEN={v.lim}"
+    return (
+        f"matrix address {v.val}{v.src}: in-tile offset {v.x6} is not < MLEN={v.lim} "
+        f"(M_MV addresses a column offset within the tile's first row)"
+    )
+
+
+def _msg_al_bhead(v: _FaultView) -> str:
+    src = v.src
+    if v.instr is not None and v.mn in ("M_BMV", "M_BTMV"):
+        rd_reg = _reg_for_field(v.word, "rd")
+        src = f" ({v.reg} + {rd_reg})" if v.reg and rd_reg else src
+    if v.x7 == 0:
+        return f"matrix address {v.val}{src}: head offset {v.x6} within tile is not a multiple of HLEN={v.lim}"
+    return f"matrix address {v.val}{src}: head offset {v.x6} within tile is not < MLEN={v.lim}"
+
+
+def _msg_bd_vrow(v: _FaultView) -> str:
+    row = f"row {v.idx} of the access: " if v.idx > 0 else ""
+    return (
+        f"{row}VRAM row {v.val} (element address {v.x6}{', base ' + v.reg if v.reg else ''}) is outside "
+        f"VRAM (VECTOR_SRAM_SIZE={v.lim} rows)"
+    )
+
+
+def _msg_bd_mtile(v: _FaultView) -> str:
+    t = f"tile {v.idx} of the transfer: " if v.idx > 0 else ""
+    return (
+        f"{t}MRAM tile {v.val} (element address {v.x6}{', base ' + v.reg if v.reg else ''}) is outside "
+        f"MRAM ({v.lim} tiles)"
+    )
+
+
+def _msg_bd_sram(mem: str, key: str) -> Callable[[_FaultView], str]:
+    """The BD-FPS / BD-INTS message of the SRAM ``mem`` (size key ``key``)."""
+
+    def msg(v: _FaultView) -> str:
+        base = v.imm_src() if v.fld == "rs1" else v.src
+        if v.x6 == 1:
+            return f"{mem} word {v.val}{base} is outside {key}={v.lim}"
+        return f"{mem} words [{v.val}, {v.val + v.x6}){base} exceed {key}={v.lim}"
+
+    return msg
+
+
+def _msg_bd_hbm(v: _FaultView) -> str:
+    kind = "element" if v.x6 == 0 else "scale"
+    if v.val == INT64_MAX:
+        return (
+            f"row {v.idx}: {kind} byte range of {v.x7} bytes{v.src} starts at or beyond 2^63-1 "
+            f"(saturated in the record) and exceeds HBM_SIZE={v.lim}"
+        )
+    return f"row {v.idx}: {kind} byte range [{v.val}, {v.val + v.x7}) of {v.x7} bytes{v.src} exceeds HBM_SIZE={v.lim}"
+
+
+#: rule id -> the specific message of a record of that rule
+_SPECIFIC: MappingProxyType[str, Callable[[_FaultView], str]] = MappingProxyType(
+    {
+        "IL-OPC": _msg_il_opc,
+        "IL-FREG": lambda v: f"fp register field {v.fld}={v.val} names no register (only f0..f7 exist)",
+        "IL-AREG": lambda v: f"HBM address register field {v.fld}={v.val} names no register (only a0..a7 exist)",
+        "IL-BRD": lambda v: f"{v.mn} requires rd field 0, found {v.val}",
+        "IL-TOPK": lambda v: f"policy {v.val} is not 0 (E=32, K=4) or 1 (E=128, K=8)",
+        "CF-VM": lambda v: f"matrix instructions need VLEN == MLEN; the config has VLEN={v.val}, MLEN={v.lim}",
+        "CF-BA": lambda v: (
+            f"batched matrix instructions need BROADCAST_AMOUNT*HLEN == MLEN; the config has "
+            f"{v.x6}*{v.x7} = {v.val}, MLEN={v.lim}"
+        ),
+        "LP-ZERO": lambda v: f"loop count is 0 (counter gp{v.x6}); a loop must run at least once",
+        "LP-GP0": lambda v: f"loop counter gp0 always reads 0 (count {v.x6}); use gp1..gp15",
+        "LP-NOMATCH": lambda v: f"no active loop counts in gp{v.val} (loop stack depth {v.x6})",
+        "LP-BREAK": _msg_lp_break,
+        "LP-RUNAWAY": lambda v: (
+            f"loop level {v.idx} (C_LOOP_START at pc {v.x7}, counter gp{v.x6}) has executed "
+            f"{v.val} instructions in one iteration, more than MAX_LOOP_INSTRUCTIONS={v.lim}"
+        ),
+        "BUDGET": lambda v: f"instruction budget exhausted: {v.val} instructions retired, max_instructions={v.lim}",
+        "AL-VROW": lambda v: f"VRAM row address {v.val}{v.src} is not a multiple of VLEN={v.lim} (remainder {v.x6})",
+        "AL-MTILE": lambda v: (
+            f"MRAM tile address {v.val}{v.src} is not a multiple of MLEN*MLEN={v.lim} (offset {v.x6} within tile)"
+        ),
+        "AL-MM": _msg_al_mm,
+        "AL-MV": _msg_al_mv,
+        "AL-TMV": lambda v: (
+            f"matrix address {v.val}{v.src}: in-tile offset {v.x6} is not a multiple of "
+            f"BLEN*MLEN={v.lim} (M_TMV addresses row blocks)"
+        ),
+        "AL-BHEAD": _msg_al_bhead,
+        "AL-WO": lambda v: (
+            f"write-out address {v.val}{v.imm_src()}: lane offset {v.x6} (address mod MLEN) is "
+            f"not a multiple of BLEN={v.lim}"
+        ),
+        "AL-BWO": lambda v: (
+            f"write-out address {v.val}{v.imm_src()} is not a multiple of MLEN={v.lim} (remainder {v.x6})"
+        ),
+        "AL-MX": lambda v: (
+            f"row {v.idx}: HBM row offset {v.val} ({v.reg or 'gp_hoff'} + {v.idx}*pitch, pitch "
+            f"{v.x7}) is not a multiple of the MX block size {v.lim} bytes (remainder {v.x6})"
+        ),
+        "BD-VROW": _msg_bd_vrow,
+        "BD-MTILE": _msg_bd_mtile,
+        "BD-FPS": _msg_bd_sram("FP SRAM", "FP_SRAM_SIZE"),
+        "BD-INTS": _msg_bd_sram("INT SRAM", "INT_SRAM_SIZE"),
+        "BD-HBM": _msg_bd_hbm,
+    }
+)
+
+
+def _specific(rid: str, rec: tuple[int, ...], word: int | None) -> str | None:
+    """The rule-specific message of a record (None: no specific message, use the generic one)."""
+    view = _fault_view(rec, word)
+    fmt = _SPECIFIC.get(rid)
+    return fmt(view) if fmt is not None else None

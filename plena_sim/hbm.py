@@ -30,6 +30,7 @@ Kernels (``@njit(cache=True)``), all returning an int64 status:
 Growing the pool replaces the ``pages`` array (``Hbm.pages``), so code holding the arrays must re-read
 ``hbm.pages`` after calling :meth:`Hbm.reserve` / :meth:`Hbm.write`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,9 +39,20 @@ from numba import njit
 from .errors import ConfigError
 
 __all__ = [
-    "PAGE_SHIFT", "PAGE_SIZE", "hbm_missing_pages_after", "HBM_OK", "HBM_OUT_OF_RANGE", "HbmBoundsError", "HbmImageTooLarge",
-    "HbmTooLarge", "MAX_HBM_SIZE",
-    "Hbm", "hbm_read", "hbm_write", "hbm_missing_pages", "hbm_in_bounds",
+    "PAGE_SHIFT",
+    "PAGE_SIZE",
+    "hbm_missing_pages_after",
+    "HBM_OK",
+    "HBM_OUT_OF_RANGE",
+    "HbmBoundsError",
+    "HbmImageTooLarge",
+    "HbmTooLarge",
+    "MAX_HBM_SIZE",
+    "Hbm",
+    "hbm_read",
+    "hbm_write",
+    "hbm_missing_pages",
+    "hbm_in_bounds",
 ]
 
 PAGE_SHIFT = 16
@@ -59,8 +71,9 @@ class HbmBoundsError(IndexError):
 
     def __init__(self, addr: int, n: int, size: int, what: str = "access"):
         self.addr, self.n, self.size = addr, n, size
-        super().__init__(f"HBM {what} of {n} byte(s) at [{addr:#x}, {addr + n:#x}) is outside "
-                         f"[0, HBM_SIZE={size:#x}) ({size} bytes)")
+        super().__init__(
+            f"HBM {what} of {n} byte(s) at [{addr:#x}, {addr + n:#x}) is outside [0, HBM_SIZE={size:#x}) ({size} bytes)"
+        )
 
 
 class HbmImageTooLarge(HbmBoundsError, ConfigError):
@@ -84,6 +97,7 @@ class HbmTooLarge(ConfigError):
 
 
 # --------------------------------------------------------------------------- kernels
+
 
 @njit(cache=True)
 def hbm_in_bounds(meta, addr, n):
@@ -133,9 +147,9 @@ def hbm_read(page_index, pages, meta, addr, out):
         chunk = min(PAGE_SIZE - off, n - pos)
         row = page_index[p]
         if row < 0:
-            out[pos:pos + chunk] = 0
+            out[pos : pos + chunk] = 0
         else:
-            out[pos:pos + chunk] = pages[row, off:off + chunk]
+            out[pos : pos + chunk] = pages[row, off : off + chunk]
         pos += chunk
     return np.int64(HBM_OK)
 
@@ -165,7 +179,7 @@ def hbm_write(page_index, pages, meta, addr, data):
             row = meta[_META_USED]
             meta[_META_USED] += 1
             page_index[p] = row
-        pages[row, off:off + chunk] = data[pos:pos + chunk]
+        pages[row, off : off + chunk] = data[pos : pos + chunk]
         pos += chunk
     if addr + n > meta[_META_HIGH]:
         meta[_META_HIGH] = addr + n
@@ -173,6 +187,7 @@ def hbm_write(page_index, pages, meta, addr, data):
 
 
 # --------------------------------------------------------------------------- Python API
+
 
 def _as_u8(data) -> np.ndarray:
     if isinstance(data, np.ndarray):
@@ -182,7 +197,7 @@ def _as_u8(data) -> np.ndarray:
     else:
         arr = np.frombuffer(memoryview(data), dtype=np.uint8)
     if not arr.flags.writeable:
-        arr = arr.copy()   # one kernel specialisation (writeable arrays) for all callers
+        arr = arr.copy()  # one kernel specialisation (writeable arrays) for all callers
     return arr
 
 
@@ -201,12 +216,15 @@ class Hbm:
         self.size = size
         n_pages = -(-size // PAGE_SIZE)
         table = n_pages * 8
-        if table > _TABLE_PROBE_BYTES:       # the page table is dense: it must fit in available memory
+        if table > _TABLE_PROBE_BYTES:  # the page table is dense: it must fit in available memory
             from .config import host_memory_limits
+
             avail = host_memory_limits().dense
             if table > avail:
-                raise HbmTooLarge(f"{size} bytes needs a page table of {table >> 20} MiB (8 bytes per 64 KiB "
-                                  f"page), more than the {avail >> 20} MiB of memory available on this host")
+                raise HbmTooLarge(
+                    f"{size} bytes needs a page table of {table >> 20} MiB (8 bytes per 64 KiB "
+                    f"page), more than the {avail >> 20} MiB of memory available on this host"
+                )
         try:
             self.page_index = np.full(n_pages, -1, dtype=np.int64)
         except MemoryError:
@@ -230,8 +248,7 @@ class Hbm:
         return int(self.meta[_META_HIGH])
 
     def __repr__(self) -> str:
-        return (f"Hbm(size={self.size}, pages_used={self.pages_used}, "
-                f"high_water={self.high_water:#x})")
+        return f"Hbm(size={self.size}, pages_used={self.pages_used}, high_water={self.high_water:#x})"
 
     # ---- pool management
     def reserve(self, spare_pages: int) -> None:
@@ -287,7 +304,7 @@ class Hbm:
         while pos < n:
             a = base + pos
             chunk = min(PAGE_SIZE - (a & _PAGE_MASK), n - pos)
-            piece = arr[pos:pos + chunk]
+            piece = arr[pos : pos + chunk]
             if self.page_index[a >> PAGE_SHIFT] >= 0 or piece.any():
                 self.write(a, piece)
             pos += chunk

@@ -16,31 +16,54 @@ decision, documented in the file. The scheduler that uses the parameters is :mod
   scheduler indexes by the ``PRM_*`` slots below).
 * :data:`ACCEL_CYCLE_PS` -- picoseconds per accelerator cycle (1000: one cycle is 1 ns).
 """
+
 from __future__ import annotations
 
 import functools
 import re
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError
 
 __all__ = [
-    "PRESET_KEYS", "TIMING_KEYS", "ACCEL_CYCLE_PS", "TimingParams",
-    "available_presets", "load_preset", "check_timing_config", "timing_params",
+    "PRESET_KEYS",
+    "TIMING_KEYS",
+    "ACCEL_CYCLE_PS",
+    "TimingParams",
+    "available_presets",
+    "load_preset",
+    "check_timing_config",
+    "timing_params",
 ]
 
 # --------------------------------------------------------------------------- preset keys and slots
 
 #: normative preset keys (timing.md §5.1), in parameter-vector order; a preset file also has ``name``
 PRESET_KEYS: tuple[str, ...] = (
-    "tCK_ps", "channels", "bank_groups", "banks_per_group", "row_bytes", "burst_bytes",
-    "tBL", "tCL", "tCWL", "tRCD", "tRP", "tRAS", "tCCD_S", "tCCD_L", "tRTP", "tWR",
-    "ch_xor_shift", "ch_xor_terms",
+    "tCK_ps",
+    "channels",
+    "bank_groups",
+    "banks_per_group",
+    "row_bytes",
+    "burst_bytes",
+    "tBL",
+    "tCL",
+    "tCWL",
+    "tRCD",
+    "tRP",
+    "tRAS",
+    "tCCD_S",
+    "tCCD_L",
+    "tRTP",
+    "tWR",
+    "ch_xor_shift",
+    "ch_xor_terms",
 )
 #: the preset keys that are timing parameters (HBM clock cycles; ``PRM_*_PS`` holds them in ps)
 TIMING_KEYS = ("tBL", "tCL", "tCWL", "tRCD", "tRP", "tRAS", "tCCD_S", "tCCD_L", "tRTP", "tWR")
@@ -65,11 +88,11 @@ PRM_TWR = 15
 PRM_CH_XOR_SHIFT = 16
 PRM_CH_XOR_TERMS = 17
 # ... then derived values: field widths of §5.2, bank count, and every timing parameter in ps
-PRM_CB = 18          # log2 channels
-PRM_GB = 19          # log2 bank_groups
-PRM_KB = 20          # log2 (row_bytes / burst_bytes)
-PRM_BB = 21          # log2 banks_per_group
-PRM_BANKS = 22       # bank_groups * banks_per_group
+PRM_CB = 18  # log2 channels
+PRM_GB = 19  # log2 bank_groups
+PRM_KB = 20  # log2 (row_bytes / burst_bytes)
+PRM_BB = 21  # log2 banks_per_group
+PRM_BANKS = 22  # bank_groups * banks_per_group
 PRM_TBL_PS = 23
 PRM_TCL_PS = 24
 PRM_TCWL_PS = 25
@@ -86,11 +109,11 @@ PRM_N = 33
 ACCEL_CYCLE_PS = 1000
 
 # validation limits (keep every product well inside int64; none binds a realistic preset)
-_MAX_TIMING = 1 << 20           # cycles per timing parameter
-_MAX_TCK_PS = 1 << 20           # ps per HBM clock
-_MAX_COUNT = 1 << 12            # channels, bank groups, banks per group
-_MAX_ROW_BURSTS = 1 << 16       # row_bytes / burst_bytes
-_MAX_BURST = 1 << 16            # burst_bytes
+_MAX_TIMING = 1 << 20  # cycles per timing parameter
+_MAX_TCK_PS = 1 << 20  # ps per HBM clock
+_MAX_COUNT = 1 << 12  # channels, bank groups, banks per group
+_MAX_ROW_BURSTS = 1 << 16  # row_bytes / burst_bytes
+_MAX_BURST = 1 << 16  # burst_bytes
 _MAX_XOR_TERMS = 64
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -102,9 +125,11 @@ def _is_pow2(v: int) -> bool:
 
 # --------------------------------------------------------------------------- parameters
 
+
 @dataclass(frozen=True)
 class TimingParams:
     """A validated HBM timing preset (with overrides applied). Attribute names are the preset keys."""
+
     name: str
     tCK_ps: int
     channels: int
@@ -153,7 +178,7 @@ class TimingParams:
         a[PRM_KB] = (self.row_bytes // self.burst_bytes).bit_length() - 1
         a[PRM_BB] = self.banks_per_group.bit_length() - 1
         a[PRM_BANKS] = self.banks
-        for k, slot in zip(TIMING_KEYS, range(PRM_TBL_PS, PRM_TWR_PS + 1)):
+        for k, slot in zip(TIMING_KEYS, range(PRM_TBL_PS, PRM_TWR_PS + 1), strict=True):
             a[slot] = getattr(self, k) * self.tCK_ps
         return a
 
@@ -172,7 +197,7 @@ def available_presets() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_preset(name: str) -> tuple[tuple[str, Any], ...]:
     """Raw key/value pairs of preset ``name`` (cached; the file is package data)."""
     key = "HBM_TIMING_PRESET"
@@ -208,8 +233,10 @@ def _constraint_errors(vals: Mapping[str, int]) -> Iterable[tuple[str, str]]:
     if not 1 <= bb <= _MAX_BURST:
         yield "burst_bytes", f"must be an integer in [1, {_MAX_BURST}], got {bb}"
     elif rb < 1 or rb % bb or not _is_pow2(rb // bb) or rb // bb > _MAX_ROW_BURSTS:
-        yield "row_bytes", (f"row_bytes / burst_bytes must be a power of two in [1, {_MAX_ROW_BURSTS}], "
-                            f"got {rb} / {bb}")
+        yield (
+            "row_bytes",
+            (f"row_bytes / burst_bytes must be a power of two in [1, {_MAX_ROW_BURSTS}], got {rb} / {bb}"),
+        )
     if not 1 <= vals["ch_xor_terms"] <= _MAX_XOR_TERMS:
         yield "ch_xor_terms", f"must be an integer in [1, {_MAX_XOR_TERMS}], got {vals['ch_xor_terms']}"
     ch = vals["channels"]
@@ -249,8 +276,9 @@ def load_preset(name: str, overrides: Mapping[str, Any] | None = None) -> Timing
     vals = {k: (ov[k] if k in ov else raw[k]) for k in PRESET_KEYS}
     for k, msg in _constraint_errors(vals):
         # blame an override if one of the keys of this constraint was overridden, else the file
-        involved = {k} | ({"channels"} if k == "ch_xor_shift" else set()) \
-            | ({"burst_bytes"} if k == "row_bytes" else set())
+        involved = (
+            {k} | ({"channels"} if k == "ch_xor_shift" else set()) | ({"burst_bytes"} if k == "row_bytes" else set())
+        )
         blamed = [x for x in (k, *sorted(involved - {k})) if x in ov]
         if blamed:
             raise ConfigError(f"HBM_TIMING.{blamed[0]}", f"{k} {msg}")

@@ -72,11 +72,13 @@ Units: t0 = start_cycle x 1000 ps (one accelerator cycle is 1 ns, timing.md head
 parameters are multiplied by ``tCK_ps``; the result is converted back with a ceiling division by
 :data:`ACCEL_CYCLE_PS` = 1000 (not by tCK_ps: the two coincide only for HBM2).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -109,12 +111,35 @@ from .hbm_presets import (
 )
 
 __all__ = [
-    "NEG_INF", "EMPTY", "TimingParams", "timing_params",
-    "AddressFields", "DmaGeometry", "PyTimingState", "HbmTimer",
-    "new_timing_state", "new_stats", "new_dma_scratch", "max_dma_blocks", "stats_dict",
-    "map_address", "dma_geometry", "dma_geometry_table", "dma_row_ranges", "dma_blocks_py",
-    "schedule_py", "new_stats_py", "block_fields", "block_channel", "dma_requests", "dma_latency", "dma_instruction",
-    "dma_payload_bytes", "DMA_PREFETCH_M", "DMA_PREFETCH_V", "DMA_STORE_V",
+    "NEG_INF",
+    "EMPTY",
+    "TimingParams",
+    "timing_params",
+    "AddressFields",
+    "DmaGeometry",
+    "PyTimingState",
+    "HbmTimer",
+    "new_timing_state",
+    "new_stats",
+    "new_dma_scratch",
+    "max_dma_blocks",
+    "stats_dict",
+    "map_address",
+    "dma_geometry",
+    "dma_geometry_table",
+    "dma_row_ranges",
+    "dma_blocks_py",
+    "schedule_py",
+    "new_stats_py",
+    "block_fields",
+    "block_channel",
+    "dma_requests",
+    "dma_latency",
+    "dma_instruction",
+    "dma_payload_bytes",
+    "DMA_PREFETCH_M",
+    "DMA_PREFETCH_V",
+    "DMA_STORE_V",
 ]
 
 # --------------------------------------------------------------------------- state slots
@@ -139,13 +164,13 @@ HST_DMA_INSTRUCTIONS = 5
 HST_DMA_CYCLES = 6
 HST_CHANNEL_BASE = 7
 # scratch rows of ``work``
-W_SLOT = 0       # dma_requests: hash slot of each distinct block (for clearing)
-W_CH = 1         # dma_latency: channel of request i
-W_BANK = 2       # bank index bg*banks_per_group + bank of request i
-W_ROW = 3        # DRAM row of request i
-W_ORDER = 4      # service order (request indices)
-W_TMP = 5        # merge-sort buffer
-W_CHSTART = 6    # per-channel segment starts (channels + 1 entries)
+W_SLOT = 0  # dma_requests: hash slot of each distinct block (for clearing)
+W_CH = 1  # dma_latency: channel of request i
+W_BANK = 2  # bank index bg*banks_per_group + bank of request i
+W_ROW = 3  # DRAM row of request i
+W_ORDER = 4  # service order (request indices)
+W_TMP = 5  # merge-sort buffer
+W_CHSTART = 6  # per-channel segment starts (channels + 1 entries)
 W_N = 7
 # DMA geometry columns and opcodes
 G_ROWS = 0
@@ -165,7 +190,6 @@ NEG_INF = -(1 << 62)
 EMPTY = -(1 << 63)
 
 
-
 def _params_of(params) -> TimingParams:
     if isinstance(params, TimingParams):
         return params
@@ -173,6 +197,7 @@ def _params_of(params) -> TimingParams:
 
 
 # --------------------------------------------------------------------------- state / scratch
+
 
 def new_timing_state(params: TimingParams) -> tuple[np.ndarray, np.ndarray]:
     """Cold HBM: ``(ch_state int64[channels, CH_N], bank_state int64[channels, banks, BK_N])``."""
@@ -193,10 +218,14 @@ def stats_dict(stats: np.ndarray) -> dict[str, Any]:
     """Statistics vector -> dict with timing.md §6 ``hbm.*`` names (requests, hits, per channel)."""
     s = [int(x) for x in stats]
     return {
-        "read_requests": s[HST_READ_REQUESTS], "write_requests": s[HST_WRITE_REQUESTS],
-        "row_hits": s[HST_ROW_HITS], "row_misses": s[HST_ROW_MISSES],
-        "row_conflicts": s[HST_ROW_CONFLICTS], "dma_instructions": s[HST_DMA_INSTRUCTIONS],
-        "dma_cycles": s[HST_DMA_CYCLES], "per_channel_requests": s[HST_CHANNEL_BASE:],
+        "read_requests": s[HST_READ_REQUESTS],
+        "write_requests": s[HST_WRITE_REQUESTS],
+        "row_hits": s[HST_ROW_HITS],
+        "row_misses": s[HST_ROW_MISSES],
+        "row_conflicts": s[HST_ROW_CONFLICTS],
+        "dma_instructions": s[HST_DMA_INSTRUCTIONS],
+        "dma_cycles": s[HST_DMA_CYCLES],
+        "per_channel_requests": s[HST_CHANNEL_BASE:],
     }
 
 
@@ -226,22 +255,25 @@ def max_dma_blocks(cfg, params: TimingParams) -> int:
     for op in range(3):
         for prec in range(2):
             g = table[op, prec]
-            per_row = (_range_blocks_bound(int(g[G_ELEM_LEN]), p.burst_bytes)
-                       + _range_blocks_bound(int(g[G_SCALE_LEN]), p.burst_bytes))
+            per_row = _range_blocks_bound(int(g[G_ELEM_LEN]), p.burst_bytes) + _range_blocks_bound(
+                int(g[G_SCALE_LEN]), p.burst_bytes
+            )
             best = max(best, int(g[G_ROWS]) * per_row)
     return best
 
 
 # --------------------------------------------------------------------------- DMA geometry (memory.md §5.2)
 
+
 @dataclass(frozen=True)
 class DmaGeometry:
     """The per-opcode, per-precision byte geometry of an H_* instruction (memory.md §5.2)."""
-    rows: int            # P
-    elem_len: int        # L * eb  (also the pitch when f.rs3 == 0)
-    scale_div: int       # eb * k (MX) ; 1 for Plain
-    scale_mul: int       # sb (MX) ; 0 for Plain
-    scale_len: int       # (L / k) * sb (MX) ; 0 for Plain
+
+    rows: int  # P
+    elem_len: int  # L * eb  (also the pitch when f.rs3 == 0)
+    scale_div: int  # eb * k (MX) ; 1 for Plain
+    scale_mul: int  # sb (MX) ; 0 for Plain
+    scale_len: int  # (L / k) * sb (MX) ; 0 for Plain
     is_write: bool
 
     def as_array(self) -> np.ndarray:
@@ -278,8 +310,9 @@ def dma_geometry_table(cfg) -> np.ndarray:
     return out
 
 
-def dma_row_ranges(geom: DmaGeometry, base: int, off0: int, pitch: int,
-                   scale_reg: int = 0) -> list[tuple[int, int, int, int]]:
+def dma_row_ranges(
+    geom: DmaGeometry, base: int, off0: int, pitch: int, scale_reg: int = 0
+) -> list[tuple[int, int, int, int]]:
     """Per row i: ``(elem_start, elem_len, scale_start, scale_len)`` (scale_len 0 for Plain)."""
     out = []
     for i in range(geom.rows):
@@ -309,6 +342,7 @@ def dma_blocks_py(params: TimingParams, ranges: Sequence[tuple[int, int, int, in
 
 
 # --------------------------------------------------------------------------- address mapping (§5.2), Python
+
 
 @dataclass(frozen=True)
 class AddressFields:
@@ -341,24 +375,33 @@ def map_address(params: TimingParams, addr: int) -> AddressFields:
 
 # --------------------------------------------------------------------------- pure-Python twin (§5.4)
 
+
 class PyTimingState:
     """HBM state for :func:`schedule_py`: per channel a dict and per bank a dict; -inf is a float."""
 
     def __init__(self, params: TimingParams):
         p = _params_of(params)
-        self.channels = [{"col_last": -math.inf, "bg_last": None, "bus_free": -math.inf}
-                         for _ in range(p.channels)]
-        self.banks = [{(g, b): {"open_row": -1, "col_ready": -math.inf, "pre_ok": -math.inf}
-                       for g in range(p.bank_groups) for b in range(p.banks_per_group)}
-                      for _ in range(p.channels)]
+        self.channels = [{"col_last": -math.inf, "bg_last": None, "bus_free": -math.inf} for _ in range(p.channels)]
+        self.banks = [
+            {
+                (g, b): {"open_row": -1, "col_ready": -math.inf, "pre_ok": -math.inf}
+                for g in range(p.bank_groups)
+                for b in range(p.banks_per_group)
+            }
+            for _ in range(p.channels)
+        ]
         self._bpg = p.banks_per_group
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The same state in the Numba layout (-inf -> NEG_INF, bg_last None -> -1)."""
+
         def t(x):
             return NEG_INF if x == -math.inf else int(x)
-        ch = np.array([[t(c["col_last"]), -1 if c["bg_last"] is None else c["bg_last"], t(c["bus_free"])]
-                       for c in self.channels], dtype=np.int64).reshape(len(self.channels), CH_N)
+
+        ch = np.array(
+            [[t(c["col_last"]), -1 if c["bg_last"] is None else c["bg_last"], t(c["bus_free"])] for c in self.channels],
+            dtype=np.int64,
+        ).reshape(len(self.channels), CH_N)
         nb = len(self.banks[0])
         bk = np.zeros((len(self.channels), nb, BK_N), dtype=np.int64)
         for c, banks in enumerate(self.banks):
@@ -367,8 +410,14 @@ class PyTimingState:
         return ch, bk
 
 
-def schedule_py(params: TimingParams, state: PyTimingState, blocks: Sequence[int], is_write: bool,
-                t0_cycle: int, stats: dict | None = None) -> int:
+def schedule_py(
+    params: TimingParams,
+    state: PyTimingState,
+    blocks: Sequence[int],
+    is_write: bool,
+    t0_cycle: int,
+    stats: dict | None = None,
+) -> int:
     """Latency in cycles of one instruction issuing ``blocks`` (distinct block indices in generation
     order) at ``t0_cycle`` -- timing.md §5.3/§5.4 transcribed literally. Updates ``state`` and, if
     given, ``stats`` (keys as :func:`stats_dict`)."""
@@ -428,6 +477,7 @@ def new_stats_py(params: TimingParams) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- Numba kernels
 
+
 @njit(cache=True)
 def block_channel(p, blk):
     """Channel of block ``blk`` (>= 0): XOR of ch_xor_terms fields (timing.md §5.2)."""
@@ -437,7 +487,7 @@ def block_channel(p, blk):
     for t in range(p[PRM_CH_XOR_TERMS]):
         s = t * shift
         if s >= 63:
-            break                      # blk >> s == 0 for every non-negative int64
+            break  # blk >> s == 0 for every non-negative int64
         ch ^= (blk >> s) & mask
     return ch
 
@@ -458,7 +508,7 @@ def block_fields(p, blk):
 
 @njit(cache=True)
 def _hash_slot(blk, mask):
-    h = blk * np.int64(-7046029254386353131)      # 0x9E3779B97F4A7C15 (Fibonacci hashing), wraps
+    h = blk * np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 (Fibonacci hashing), wraps
     h ^= (h >> 31) & np.int64(0x1FFFFFFFF)
     return h & mask
 
@@ -491,10 +541,9 @@ def _add_range(start, length, burst, blocks, n, hset, slots, mask):
 
 
 @njit(cache=True)
-def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len,
-                 blocks, hset, work):
+def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len, blocks, hset, work):
     """Distinct blocks of one H_* instruction in generation order into ``blocks``; returns n or -1."""
-    base = np.int64(base)                  # any integer type in -> int64 arithmetic (never float)
+    base = np.int64(base)  # any integer type in -> int64 arithmetic (never float)
     off0 = np.int64(off0)
     pitch = np.int64(pitch)
     scale_base = np.int64(scale_base)
@@ -511,8 +560,7 @@ def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, sc
         o = off0 + i * pitch
         n = _add_range(base + o, elem_len, burst, blocks, n, hset, slots, mask)
         if n >= 0 and scale_len > 0:
-            n = _add_range(scale_base + (o // scale_div) * scale_mul, scale_len, burst,
-                           blocks, n, hset, slots, mask)
+            n = _add_range(scale_base + (o // scale_div) * scale_mul, scale_len, burst, blocks, n, hset, slots, mask)
         if n < 0:
             n = -1 - n
             full = True
@@ -685,12 +733,24 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
 
 
 @njit(cache=True)
-def dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats,
-                    blocks, hset, work):
+def dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats, blocks, hset, work):
     """Blocks + schedule of one H_* instruction; latency in cycles, or -1 if ``blocks`` is too small."""
     base = np.int64(base)
-    n = dma_requests(p, base, off0, pitch, geom[G_ROWS], geom[G_ELEM_LEN], base + np.int64(scale_reg),
-                     geom[G_SCALE_DIV], geom[G_SCALE_MUL], geom[G_SCALE_LEN], blocks, hset, work)
+    n = dma_requests(
+        p,
+        base,
+        off0,
+        pitch,
+        geom[G_ROWS],
+        geom[G_ELEM_LEN],
+        base + np.int64(scale_reg),
+        geom[G_SCALE_DIV],
+        geom[G_SCALE_MUL],
+        geom[G_SCALE_LEN],
+        blocks,
+        hset,
+        work,
+    )
     if n < 0:
         return np.int64(-1)
     return dma_latency(p, ch_state, bank_state, blocks, n, geom[G_IS_WRITE], t0_cycle, stats, work)
@@ -704,6 +764,7 @@ def dma_payload_bytes(geom):
 
 
 # --------------------------------------------------------------------------- Python convenience
+
 
 class HbmTimer:
     """Params + state + stats + scratch of one run, driving the Numba kernels from Python."""
@@ -725,20 +786,46 @@ class HbmTimer:
         """Schedule already-coalesced block indices (generation order)."""
         arr = np.asarray(blocks, dtype=np.int64)
         self._ensure(len(arr))
-        self.blocks[:len(arr)] = arr
-        return int(dma_latency(self.p, self.ch_state, self.bank_state, self.blocks, len(arr),
-                               int(bool(is_write)), int(t0_cycle), self.stats, self.work))
+        self.blocks[: len(arr)] = arr
+        return int(
+            dma_latency(
+                self.p,
+                self.ch_state,
+                self.bank_state,
+                self.blocks,
+                len(arr),
+                int(bool(is_write)),
+                int(t0_cycle),
+                self.stats,
+                self.work,
+            )
+        )
 
-    def instruction(self, geom: DmaGeometry, base: int, off0: int, pitch: int, scale_reg: int,
-                    t0_cycle: int) -> int:
+    def instruction(self, geom: DmaGeometry, base: int, off0: int, pitch: int, scale_reg: int, t0_cycle: int) -> int:
         """Latency of one H_* instruction of geometry ``geom`` (see :func:`dma_instruction`)."""
         g = geom.as_array()
-        need = geom.rows * (_range_blocks_bound(geom.elem_len, self.params.burst_bytes)
-                            + _range_blocks_bound(geom.scale_len, self.params.burst_bytes))
+        need = geom.rows * (
+            _range_blocks_bound(geom.elem_len, self.params.burst_bytes)
+            + _range_blocks_bound(geom.scale_len, self.params.burst_bytes)
+        )
         self._ensure(need)
-        return int(dma_instruction(self.p, g, int(base), int(off0), int(pitch), int(scale_reg),
-                                   int(t0_cycle), self.ch_state, self.bank_state, self.stats,
-                                   self.blocks, self.hset, self.work))
+        return int(
+            dma_instruction(
+                self.p,
+                g,
+                int(base),
+                int(off0),
+                int(pitch),
+                int(scale_reg),
+                int(t0_cycle),
+                self.ch_state,
+                self.bank_state,
+                self.stats,
+                self.blocks,
+                self.hset,
+                self.work,
+            )
+        )
 
     def stats_dict(self) -> dict[str, Any]:
         return stats_dict(self.stats)

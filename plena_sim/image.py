@@ -23,14 +23,16 @@ keep a record of where each tensor lives.
 
 Every problem with a file or manifest raises :class:`ImageError` naming the file and the problem.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -40,9 +42,21 @@ from .hbm import Hbm
 from .numerics import decode_tensor, encode_tensor, fp_params
 
 __all__ = [
-    "ImageError", "ImageDoesNotFit", "Placement", "ImageBuilder", "LoadedImage",
-    "tensor_layout", "read_tensor", "save_image", "load_image", "load_raw_image",
-    "type_to_json", "type_from_json", "manifest_path_for", "MANIFEST_FORMAT", "MANIFEST_VERSION",
+    "ImageError",
+    "ImageDoesNotFit",
+    "Placement",
+    "ImageBuilder",
+    "LoadedImage",
+    "tensor_layout",
+    "read_tensor",
+    "save_image",
+    "load_image",
+    "load_raw_image",
+    "type_to_json",
+    "type_from_json",
+    "manifest_path_for",
+    "MANIFEST_FORMAT",
+    "MANIFEST_VERSION",
 ]
 
 MANIFEST_FORMAT = "plena-hbm-image"
@@ -61,6 +75,7 @@ class ImageDoesNotFit(ImageError, ConfigError):
 
 # =========================================================================== types <-> JSON
 
+
 def _fp_to_json(f: FpType | IntType) -> dict:
     if isinstance(f, IntType):
         return {"type": "Int", "width": f.width}
@@ -70,8 +85,7 @@ def _fp_to_json(f: FpType | IntType) -> dict:
 def type_to_json(t: PlainType | MxType) -> dict:
     """JSON-able description of an HBM precision type (same field names as the TOML config)."""
     if isinstance(t, MxType):
-        return {"format": "Mx", "block": t.block, "ELEM": _fp_to_json(t.elem),
-                "SCALE": _fp_to_json(t.scale)}
+        return {"format": "Mx", "block": t.block, "ELEM": _fp_to_json(t.elem), "SCALE": _fp_to_json(t.scale)}
     return {"format": "Plain", "DATA_TYPE": _fp_to_json(t.data)}
 
 
@@ -92,17 +106,18 @@ def _fp_from_json(d: Any, where: str) -> FpType:
     kind = _need(d, "type", str, where)
     if kind != "Fp":
         raise ImageError(f"{where}: type must be 'Fp', got {kind!r}")
-    return FpType(_need(d, "sign", bool, where), _need(d, "exponent", int, where),
-                  _need(d, "mantissa", int, where))
+    return FpType(_need(d, "sign", bool, where), _need(d, "exponent", int, where), _need(d, "mantissa", int, where))
 
 
 def type_from_json(d: Any, where: str = "type") -> PlainType | MxType:
     """Inverse of :func:`type_to_json`; ImageError on a malformed or unsupported description."""
     fmt = _need(d, "format", str, where)
     if fmt == "Mx":
-        t: PlainType | MxType = MxType(_fp_from_json(d.get("ELEM"), f"{where}.ELEM"),
-                                       _fp_from_json(d.get("SCALE"), f"{where}.SCALE"),
-                                       _need(d, "block", int, where))
+        t: PlainType | MxType = MxType(
+            _fp_from_json(d.get("ELEM"), f"{where}.ELEM"),
+            _fp_from_json(d.get("SCALE"), f"{where}.SCALE"),
+            _need(d, "block", int, where),
+        )
     elif fmt == "Plain":
         t = PlainType(_fp_from_json(d.get("DATA_TYPE"), f"{where}.DATA_TYPE"))
     else:
@@ -116,6 +131,7 @@ def type_from_json(d: Any, where: str = "type") -> PlainType | MxType:
 
 # =========================================================================== placements
 
+
 def tensor_layout(rows: int, cols: int, t: PlainType | MxType) -> dict[str, int]:
     """Byte layout of a ``rows x cols`` tensor of type ``t`` relative to its base.
 
@@ -127,11 +143,23 @@ def tensor_layout(rows: int, cols: int, t: PlainType | MxType) -> dict[str, int]
         cols_p = -(-cols // k) * k
         elem = rows * cols_p * eb
         scale = rows * (cols_p // k) * t.scale_bytes
-        return {"cols_padded": cols_p, "elem_bytes": elem, "scale_bytes": scale,
-                "row_pitch": cols_p * eb, "scale_reg": elem, "total": elem + scale}
+        return {
+            "cols_padded": cols_p,
+            "elem_bytes": elem,
+            "scale_bytes": scale,
+            "row_pitch": cols_p * eb,
+            "scale_reg": elem,
+            "total": elem + scale,
+        }
     elem = rows * cols * eb
-    return {"cols_padded": cols, "elem_bytes": elem, "scale_bytes": 0, "row_pitch": cols * eb,
-            "scale_reg": 0, "total": elem}
+    return {
+        "cols_padded": cols,
+        "elem_bytes": elem,
+        "scale_bytes": 0,
+        "row_pitch": cols * eb,
+        "scale_reg": 0,
+        "total": elem,
+    }
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,6 +168,7 @@ class Placement:
 
     ``values`` is the read-only float32 ``rows x cols_padded`` array the device will see (padding
     columns included); :meth:`unpadded` gives it back in the tensor's original shape."""
+
     name: str
     base: int
     shape: tuple[int, ...]
@@ -153,7 +182,8 @@ class Placement:
     scale_range: tuple[int, int] | None
     nan_count: int = 0
     saturated: int = 0
-    values: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    # None only while a manifest entry is validated, before its values are decoded (load_image)
+    values: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]
 
     @property
     def type_desc(self) -> str:
@@ -169,28 +199,57 @@ class Placement:
         return self.scale_range[1] if self.scale_range else self.elem_range[1]
 
     def unpadded(self) -> np.ndarray:
-        return self.values[:, :self.cols].reshape(self.shape)
+        return self.values[:, : self.cols].reshape(self.shape)
 
     def to_json(self) -> dict:
         """Manifest entry (everything except the values)."""
         return {
-            "name": self.name, "base": self.base, "shape": list(self.shape), "rows": self.rows,
-            "cols": self.cols, "cols_padded": self.cols_padded, "type": type_to_json(self.hbm_type),
-            "type_desc": self.type_desc, "scale_reg": self.scale_reg, "row_pitch": self.row_pitch,
+            "name": self.name,
+            "base": self.base,
+            "shape": list(self.shape),
+            "rows": self.rows,
+            "cols": self.cols,
+            "cols_padded": self.cols_padded,
+            "type": type_to_json(self.hbm_type),
+            "type_desc": self.type_desc,
+            "scale_reg": self.scale_reg,
+            "row_pitch": self.row_pitch,
             "elem_range": list(self.elem_range),
             "scale_range": list(self.scale_range) if self.scale_range else None,
-            "nan_count": self.nan_count, "saturated": self.saturated,
+            "nan_count": self.nan_count,
+            "saturated": self.saturated,
         }
 
 
-def _make_placement(name: str, base: int, shape: tuple[int, ...], rows: int, cols: int,
-                    t: PlainType | MxType, nan_count: int = 0, saturated: int = 0,
-                    values: np.ndarray | None = None) -> Placement:
+def _make_placement(
+    name: str,
+    base: int,
+    shape: tuple[int, ...],
+    rows: int,
+    cols: int,
+    t: PlainType | MxType,
+    nan_count: int = 0,
+    saturated: int = 0,
+) -> Placement:
+    """The placement of a tensor laid out at ``base``, without values (attach them with ``replace``)."""
     lay = tensor_layout(rows, cols, t)
     elem_end = base + lay["elem_bytes"]
     scale_range = (elem_end, elem_end + lay["scale_bytes"]) if isinstance(t, MxType) else None
-    return Placement(name, base, tuple(shape), rows, cols, lay["cols_padded"], t, lay["scale_reg"],
-                     lay["row_pitch"], (base, elem_end), scale_range, nan_count, saturated, values)
+    return Placement(
+        name,
+        base,
+        tuple(shape),
+        rows,
+        cols,
+        lay["cols_padded"],
+        t,
+        lay["scale_reg"],
+        lay["row_pitch"],
+        (base, elem_end),
+        scale_range,
+        nan_count,
+        saturated,
+    )
 
 
 def read_tensor(hbm: Hbm, p: Placement) -> np.ndarray:
@@ -227,8 +286,14 @@ class ImageBuilder:
     to :meth:`add` may be a ``PlainType``/``MxType`` or the name of a config PRECISION key such as
     ``"HBM_M_WEIGHT_TYPE"``."""
 
-    def __init__(self, hbm_size: int | None = None, *, config: HardwareConfig | None = None,
-                 alignment: int = DEFAULT_ALIGNMENT, hbm: Hbm | None = None):
+    def __init__(
+        self,
+        hbm_size: int | None = None,
+        *,
+        config: HardwareConfig | None = None,
+        alignment: int = DEFAULT_ALIGNMENT,
+        hbm: Hbm | None = None,
+    ):
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
             raise ImageError(f"alignment must be an integer >= 1, got {alignment!r}")
         self._config = config
@@ -250,21 +315,29 @@ class ImageBuilder:
         return self._placements[name]
 
     def _resolve_type(self, t: PlainType | MxType | str) -> PlainType | MxType:
-        if isinstance(t, str):
+        found: PlainType | MxType | FpType | str = t
+        if isinstance(found, str):
             cfg = self._config or default_config()
-            if t not in cfg.precision:
-                raise ImageError(f"unknown precision type name {t!r} (known: {', '.join(cfg.precision)})")
-            t = cfg.precision[t]
-        if not isinstance(t, (PlainType, MxType)):
-            raise ImageError(f"expected a PlainType or MxType, got {t!r}")
+            if found not in cfg.precision:
+                raise ImageError(f"unknown precision type name {found!r} (known: {', '.join(cfg.precision)})")
+            found = cfg.precision[found]
+        if not isinstance(found, (PlainType, MxType)):
+            raise ImageError(f"expected a PlainType or MxType, got {found!r}")
         try:
-            fp_params(t)
+            fp_params(found)
         except (ValueError, TypeError) as exc:
             raise ImageError(str(exc)) from None
-        return t
+        return found
 
-    def add(self, name: str, tensor: Any, t: PlainType | MxType | str, *,
-            address: int | None = None, alignment: int | None = None) -> Placement:
+    def add(
+        self,
+        name: str,
+        tensor: Any,
+        t: PlainType | MxType | str,
+        *,
+        address: int | None = None,
+        alignment: int | None = None,
+    ) -> Placement:
         """Encode ``tensor`` in type ``t`` and place it at ``address`` (or packed after the previous
         tensor at the next multiple of ``alignment``).  Returns its :class:`Placement`."""
         if not isinstance(name, str) or not name:
@@ -286,12 +359,13 @@ class ImageBuilder:
             base = int(address)
         end = base + lay["total"]
         if end > self.hbm.size:
-            raise ImageError(f"tensor {name!r}: bytes [{base:#x}, {end:#x}) exceed HBM_SIZE "
-                             f"{self.hbm.size:#x}")
+            raise ImageError(f"tensor {name!r}: bytes [{base:#x}, {end:#x}) exceed HBM_SIZE {self.hbm.size:#x}")
         for other in self._placements.values():
             if base < other.end and other.base < end:
-                raise ImageError(f"tensor {name!r} at [{base:#x}, {end:#x}) overlaps tensor "
-                                 f"{other.name!r} at [{other.base:#x}, {other.end:#x})")
+                raise ImageError(
+                    f"tensor {name!r} at [{base:#x}, {end:#x}) overlaps tensor "
+                    f"{other.name!r} at [{other.base:#x}, {other.end:#x})"
+                )
         cols_p = lay["cols_padded"]
         if cols_p != cols:
             padded = np.zeros((rows, cols_p), dtype=np.float32)
@@ -302,7 +376,7 @@ class ImageBuilder:
         if isinstance(t, MxType):
             self.hbm.write(base + lay["elem_bytes"], scale)
         values = _readonly(decode_tensor(elem, scale, t, (rows, cols_p)))
-        p = _make_placement(name, base, shape, rows, cols, t, int(counts[0]), int(counts[1]), values)
+        p = replace(_make_placement(name, base, shape, rows, cols, t, int(counts[0]), int(counts[1])), values=values)
         self._placements[name] = p
         self._next = end
         return p
@@ -314,14 +388,19 @@ class ImageBuilder:
 
 # =========================================================================== files
 
+
 def manifest_path_for(raw_path: str | os.PathLike) -> Path:
     """Default manifest path of a raw image: ``<raw file name>.json`` next to it."""
     p = Path(raw_path)
     return p.with_name(p.name + ".json")
 
 
-def save_image(hbm: Hbm, placements: Iterable[Placement], raw_path: str | os.PathLike,
-               manifest_path: str | os.PathLike | None = None) -> Path:
+def save_image(
+    hbm: Hbm,
+    placements: Iterable[Placement],
+    raw_path: str | os.PathLike,
+    manifest_path: str | os.PathLike | None = None,
+) -> Path:
     """Write bytes ``[0, hbm.high_water)`` to ``raw_path`` and the placements to a JSON manifest
     (default ``<raw>.json``).  Returns the manifest path."""
     raw_path = Path(raw_path)
@@ -334,8 +413,12 @@ def save_image(hbm: Hbm, placements: Iterable[Placement], raw_path: str | os.Pat
                 fh.write(chunk.data)
                 digest.update(chunk.data)
         doc = {
-            "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "raw_file": raw_path.name,
-            "raw_size": size, "sha256": digest.hexdigest(), "hbm_size": hbm.size,
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "raw_file": raw_path.name,
+            "raw_size": size,
+            "sha256": digest.hexdigest(),
+            "hbm_size": hbm.size,
             "tensors": [p.to_json() for p in placements],
         }
         mpath.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -347,6 +430,7 @@ def save_image(hbm: Hbm, placements: Iterable[Placement], raw_path: str | os.Pat
 @dataclass
 class LoadedImage:
     """An HBM filled from a raw image, with the manifest's placements (values re-derived)."""
+
     hbm: Hbm
     placements: dict[str, Placement]
     raw_size: int
@@ -364,14 +448,15 @@ def load_raw_image(raw_path: str | os.PathLike, hbm: Hbm | int, base: int = 0) -
     if not isinstance(hbm, Hbm):
         try:
             hbm = Hbm(int(hbm))
-        except ValueError as exc:   # ConfigError (too large for this host) or a size < 1
+        except ValueError as exc:  # ConfigError (too large for this host) or a size < 1
             raise ImageError(f"{raw_path}: cannot model an HBM of {hbm} bytes: {exc}") from None
     digest = hashlib.sha256()
     try:
         n = raw_path.stat().st_size
         if base < 0 or base + n > hbm.size:
-            raise ImageDoesNotFit(f"{raw_path}: image of {n} bytes at base {base:#x} does not fit in "
-                                  f"HBM_SIZE {hbm.size:#x} bytes")
+            raise ImageDoesNotFit(
+                f"{raw_path}: image of {n} bytes at base {base:#x} does not fit in HBM_SIZE {hbm.size:#x} bytes"
+            )
         pos = 0
         with open(raw_path, "rb") as fh:
             while True:
@@ -383,7 +468,7 @@ def load_raw_image(raw_path: str | os.PathLike, hbm: Hbm | int, base: int = 0) -
                     raise ImageDoesNotFit(f"{raw_path}: image grew past HBM_SIZE {hbm.size:#x} while reading")
                 hbm.load_image(chunk, base + pos)
                 pos += len(chunk)
-    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         if isinstance(exc, ImageError):
             raise
         raise ImageError(f"cannot read HBM image {str(raw_path)!r}: {exc}") from None
@@ -396,8 +481,7 @@ def _parse_range(entry: Mapping, key: str, where: str) -> tuple[int, int] | None
         raise ImageError(f"{where}: missing field '{key}'")
     if v is None:
         return None
-    if (not isinstance(v, list) or len(v) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) for x in v)):
+    if not isinstance(v, list) or len(v) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in v):
         raise ImageError(f"{where}: field '{key}' must be [start, end] integers or null, got {v!r}")
     return (v[0], v[1])
 
@@ -422,22 +506,96 @@ def _placement_from_json(entry: Any, where: str) -> Placement:
         raise ImageError(f"{where}: rows and cols must be >= 1, got {rows} x {cols}")
     if shape_v[-1] != cols or int(np.prod(shape_v, dtype=object)) != rows * cols:
         raise ImageError(f"{where}: shape {shape_v} does not match rows={rows} x cols={cols}")
-    p = _make_placement(name, ints["base"], tuple(shape_v), rows, cols, t,
-                        ints["nan_count"], ints["saturated"])
-    expected = {"cols_padded": p.cols_padded, "scale_reg": p.scale_reg, "row_pitch": p.row_pitch,
-                "type_desc": p.type_desc, "elem_range": p.elem_range, "scale_range": p.scale_range}
-    found = {"cols_padded": ints["cols_padded"], "scale_reg": ints["scale_reg"],
-             "row_pitch": ints["row_pitch"], "type_desc": desc, "elem_range": elem_range,
-             "scale_range": scale_range}
+    p = _make_placement(name, ints["base"], tuple(shape_v), rows, cols, t, ints["nan_count"], ints["saturated"])
+    expected = {
+        "cols_padded": p.cols_padded,
+        "scale_reg": p.scale_reg,
+        "row_pitch": p.row_pitch,
+        "type_desc": p.type_desc,
+        "elem_range": p.elem_range,
+        "scale_range": p.scale_range,
+    }
+    found = {
+        "cols_padded": ints["cols_padded"],
+        "scale_reg": ints["scale_reg"],
+        "row_pitch": ints["row_pitch"],
+        "type_desc": desc,
+        "elem_range": elem_range,
+        "scale_range": scale_range,
+    }
     for key, want in expected.items():
         if found[key] != want:
-            raise ImageError(f"{where}: field '{key}' is {found[key]!r}, but the layout of a "
-                             f"{rows}x{cols} {p.type_desc} tensor at {p.base:#x} gives {want!r}")
+            raise ImageError(
+                f"{where}: field '{key}' is {found[key]!r}, but the layout of a "
+                f"{rows}x{cols} {p.type_desc} tensor at {p.base:#x} gives {want!r}"
+            )
     return p
 
 
-def load_image(raw_path: str | os.PathLike, manifest_path: str | os.PathLike | None = None, *,
-               hbm_size: int | None = None, config: HardwareConfig | None = None) -> LoadedImage:
+def _read_manifest(raw_path: Path, manifest_path: str | os.PathLike | None) -> tuple[Path | None, Any]:
+    """``(manifest path, parsed JSON document)``; ``(None, None)`` if there is no manifest."""
+    mpath = None
+    if manifest_path is not None:
+        mpath = Path(manifest_path)
+    elif manifest_path_for(raw_path).exists():
+        mpath = manifest_path_for(raw_path)
+    if mpath is None:
+        return None, None
+    try:
+        text = mpath.read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError, or a NUL byte in the path
+        raise ImageError(f"cannot read manifest {str(mpath)!r}: {exc}") from None
+    try:
+        return mpath, json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImageError(f"manifest {str(mpath)!r} is not valid JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    """A validated manifest document: the raw image it describes and its placements (without values)."""
+
+    raw_size: int
+    sha: str
+    hbm_size: int | None  # the HBM size to load into (the caller's, else the manifest's; None: neither)
+    placements: dict[str, Placement]
+
+
+def _parse_manifest(doc: Any, hbm_size: int | None, config: HardwareConfig | None) -> _Manifest:
+    fmt = _need(doc, "format", str, "manifest")
+    if fmt != MANIFEST_FORMAT:
+        raise ImageError(f"manifest: format is {fmt!r}, expected {MANIFEST_FORMAT!r}")
+    version = _need(doc, "version", int, "manifest")
+    if version != MANIFEST_VERSION:
+        raise ImageError(f"manifest: unsupported version {version} (supported: {MANIFEST_VERSION})")
+    raw_size = _need(doc, "raw_size", int, "manifest")
+    sha = _need(doc, "sha256", str, "manifest")
+    entries = _need(doc, "tensors", list, "manifest")
+    if hbm_size is None and config is None and "hbm_size" in doc:
+        hbm_size = _need(doc, "hbm_size", int, "manifest")
+        if hbm_size < 1:
+            raise ImageError(f"manifest: hbm_size must be >= 1, got {hbm_size}")
+    placements: dict[str, Placement] = {}
+    for i, entry in enumerate(entries):
+        p = _placement_from_json(entry, f"manifest tensors[{i}]")
+        if p.name in placements:
+            raise ImageError(f"manifest tensors[{i}]: duplicate tensor name {p.name!r}")
+        if p.end > raw_size:
+            raise ImageError(
+                f"manifest tensors[{i}] ({p.name!r}): bytes [{p.base:#x}, "
+                f"{p.end:#x}) extend past the raw image size {raw_size:#x}"
+            )
+        placements[p.name] = p
+    return _Manifest(raw_size, sha, hbm_size, placements)
+
+
+def load_image(
+    raw_path: str | os.PathLike,
+    manifest_path: str | os.PathLike | None = None,
+    *,
+    hbm_size: int | None = None,
+    config: HardwareConfig | None = None,
+) -> LoadedImage:
     """Load a raw image (at address 0) and its manifest.
 
     ``manifest_path`` defaults to ``<raw>.json`` if that file exists (an upstream raw image without a
@@ -446,63 +604,30 @@ def load_image(raw_path: str | os.PathLike, manifest_path: str | os.PathLike | N
     manifest's size and SHA-256, and every tensor must lie inside it; tensor values are decoded from
     the loaded bytes.  Any problem raises :class:`ImageError` naming the file."""
     raw_path = Path(raw_path)
-    doc = None
-    mpath = None
-    if manifest_path is not None:
-        mpath = Path(manifest_path)
-    elif manifest_path_for(raw_path).exists():
-        mpath = manifest_path_for(raw_path)
-    if mpath is not None:
+    mpath, doc = _read_manifest(raw_path, manifest_path)
+    manifest = None
+    if doc is not None:
         try:
-            text = mpath.read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:   # UnicodeDecodeError, or a NUL byte in the path
-            raise ImageError(f"cannot read manifest {str(mpath)!r}: {exc}") from None
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ImageError(f"manifest {str(mpath)!r} is not valid JSON: {exc}") from None
-    try:
-        if doc is not None:
-            fmt = _need(doc, "format", str, "manifest")
-            if fmt != MANIFEST_FORMAT:
-                raise ImageError(f"manifest: format is {fmt!r}, expected {MANIFEST_FORMAT!r}")
-            version = _need(doc, "version", int, "manifest")
-            if version != MANIFEST_VERSION:
-                raise ImageError(f"manifest: unsupported version {version} (supported: {MANIFEST_VERSION})")
-            raw_size = _need(doc, "raw_size", int, "manifest")
-            sha = _need(doc, "sha256", str, "manifest")
-            entries = _need(doc, "tensors", list, "manifest")
-            if hbm_size is None and config is None and "hbm_size" in doc:
-                hbm_size = _need(doc, "hbm_size", int, "manifest")
-                if hbm_size < 1:
-                    raise ImageError(f"manifest: hbm_size must be >= 1, got {hbm_size}")
-            placements: dict[str, Placement] = {}
-            for i, entry in enumerate(entries):
-                p = _placement_from_json(entry, f"manifest tensors[{i}]")
-                if p.name in placements:
-                    raise ImageError(f"manifest tensors[{i}]: duplicate tensor name {p.name!r}")
-                if p.end > raw_size:
-                    raise ImageError(f"manifest tensors[{i}] ({p.name!r}): bytes [{p.base:#x}, "
-                                     f"{p.end:#x}) extend past the raw image size {raw_size:#x}")
-                placements[p.name] = p
-    except ImageError as exc:
-        raise ImageError(f"{mpath}: {exc}") from None
+            manifest = _parse_manifest(doc, hbm_size, config)
+        except ImageError as exc:
+            raise ImageError(f"{mpath}: {exc}") from None
+        hbm_size = manifest.hbm_size
     if hbm_size is None:
         hbm_size = (config or default_config()).HBM_SIZE
     hbm, n, digest = load_raw_image(raw_path, int(hbm_size))
-    if doc is None:
+    if manifest is None:
         return LoadedImage(hbm, {}, n)
+    raw_size, sha = manifest.raw_size, manifest.sha
     if n != raw_size:
         what = "truncated" if n < raw_size else "longer than recorded"
         raise ImageError(f"{raw_path}: raw image is {what}: {n} bytes, manifest {mpath} says {raw_size}")
     if digest != sha:
-        raise ImageError(f"{raw_path}: raw image is corrupt: SHA-256 {digest} does not match "
-                         f"manifest {mpath} ({sha})")
+        raise ImageError(f"{raw_path}: raw image is corrupt: SHA-256 {digest} does not match manifest {mpath} ({sha})")
+    placements = dict(manifest.placements)
     for name, p in list(placements.items()):
         try:
             values = read_tensor(hbm, p)
         except (ValueError, IndexError) as exc:  # pragma: no cover - ranges were validated above
             raise ImageError(f"{mpath}: tensor {name!r}: {exc}") from None
-        placements[name] = _make_placement(p.name, p.base, p.shape, p.rows, p.cols, p.hbm_type,
-                                           p.nan_count, p.saturated, _readonly(values))
+        placements[name] = replace(p, values=_readonly(values))
     return LoadedImage(hbm, placements, n)

@@ -27,6 +27,7 @@ rounding is done on exactly scaled float64 values (every float32 and every minif
 mantissa bits is exact in float64, and scaling by a power of two is exact), so each encode performs a
 single correct rounding of the exact real input.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,13 +38,30 @@ from numba import njit
 from .config import FpType, IntType, MxType, PlainType
 
 __all__ = [
-    "FLT_MAX", "FLAG_NORMAL", "FLAG_SATURATED", "FLAG_NAN",
-    "f32_to_bf16_bits", "round_bf16", "bf16_bits_to_f32",
-    "f32_array_to_bf16_bits", "bf16_bits_array_to_f32", "round_bf16_array",
-    "minifloat_encode", "minifloat_decode", "minifloat_encode_array", "minifloat_decode_array",
-    "minifloat_decode_table", "e8m0_decode",
-    "mx_encode_row", "mx_decode_row", "plain_encode_row", "plain_decode_row",
-    "fp_params", "encode_tensor", "decode_tensor", "encoded_sizes",
+    "FLT_MAX",
+    "FLAG_NORMAL",
+    "FLAG_SATURATED",
+    "FLAG_NAN",
+    "f32_to_bf16_bits",
+    "round_bf16",
+    "bf16_bits_to_f32",
+    "f32_array_to_bf16_bits",
+    "bf16_bits_array_to_f32",
+    "round_bf16_array",
+    "minifloat_encode",
+    "minifloat_decode",
+    "minifloat_encode_array",
+    "minifloat_decode_array",
+    "minifloat_decode_table",
+    "e8m0_decode",
+    "mx_encode_row",
+    "mx_decode_row",
+    "plain_encode_row",
+    "plain_decode_row",
+    "fp_params",
+    "encode_tensor",
+    "decode_tensor",
+    "encoded_sizes",
 ]
 
 #: Largest finite float32; an MX encoder input of ±Inf is replaced by ±FLT_MAX (memory.md §4).
@@ -59,7 +77,7 @@ FLAG_NAN = 2
 # encoder only produces 1..254 for a non-zero block.
 _E8M0_BIAS = 127
 _E8M0_CODE_INF = 255
-_SHARED_MIN = 1 - _E8M0_BIAS     # -126 -> code 1
+_SHARED_MIN = 1 - _E8M0_BIAS  # -126 -> code 1
 _SHARED_MAX = _E8M0_CODE_INF - 1 - _E8M0_BIAS  # 127 -> code 254
 
 _F32_EXP_MASK = 0x7F800000
@@ -68,6 +86,7 @@ _F32_MAN_BITS = 23
 
 
 # =========================================================================== bf16 (§3.1)
+
 
 @njit(cache=True)
 def f32_to_bf16_bits(x):
@@ -122,6 +141,7 @@ def round_bf16_array(a):
 
 # =========================================================================== minifloat (§3.2)
 
+
 @njit(cache=True)
 def _round_half_even(v):
     """RNE of a non-negative float64 below 2^53 to an int64 (exact: v - floor(v) is exact)."""
@@ -163,10 +183,10 @@ def minifloat_encode(y, E, Mt, saturate):
     if a == math.inf:
         overflow = True
     elif a >= math.ldexp(1.0, 1 - bias):
-        m, e2 = math.frexp(a)                 # a = m * 2^e2, m in [0.5, 1)
-        e = np.int64(e2) - 1                  # floor(log2 a), exact
-        n = _round_half_even(math.ldexp(m, Mt + 1))   # a / 2^e * 2^Mt, in [2^Mt, 2^(Mt+1)]
-        if n == (np.int64(1) << (Mt + 1)):    # mantissa carry into the exponent
+        m, e2 = math.frexp(a)  # a = m * 2^e2, m in [0.5, 1)
+        e = np.int64(e2) - 1  # floor(log2 a), exact
+        n = _round_half_even(math.ldexp(m, Mt + 1))  # a / 2^e * 2^Mt, in [2^Mt, 2^(Mt+1)]
+        if n == (np.int64(1) << (Mt + 1)):  # mantissa carry into the exponent
             n = np.int64(1) << Mt
             e += 1
         if e > emax:
@@ -175,7 +195,7 @@ def minifloat_encode(y, E, Mt, saturate):
             code = ((e + bias) << Mt) | (n - (np.int64(1) << Mt))
     else:
         code = _round_half_even(math.ldexp(a, bias - 1 + Mt))  # a / min_sub; 2^Mt = min_normal
-        if code > max_code:                   # only for degenerate E=1 formats without normals
+        if code > max_code:  # only for degenerate E=1 formats without normals
             overflow = True
     flag = np.int64(0)
     if overflow:
@@ -235,6 +255,7 @@ def minifloat_decode_table(E, Mt, sign):
 
 # =========================================================================== E8M0 scale (§3.3)
 
+
 @njit(cache=True)
 def e8m0_decode(code):
     """E8M0 scale code -> float64: 0 -> 0.0, 1..254 -> 2^(code-127), 255 -> +Inf."""
@@ -247,6 +268,7 @@ def e8m0_decode(code):
 
 
 # =========================================================================== byte helpers
+
 
 @njit(cache=True)
 def _put_le(buf, pos, code, nbytes):
@@ -269,6 +291,7 @@ def _f32_signbit(v):
 
 # =========================================================================== MX block codec (§4)
 
+
 @njit(cache=True)
 def mx_encode_row(x, E, Mt, block, elem_out, scale_out, counts):
     """MX-encode the float32 row ``x`` (length a multiple of ``block``), memory.md §4.
@@ -285,7 +308,7 @@ def mx_encode_row(x, E, Mt, block, elem_out, scale_out, counts):
         raise ValueError("mx_encode_row: row length is not a multiple of the block size")
     if (1 + E + Mt) % 8 != 0 or elem_out.shape[0] < n * eb or scale_out.shape[0] < n // block:
         raise ValueError("mx_encode_row: output buffers too small or element width not 8/16 bits")
-    emax = (np.int64(1) << (E - 1)) - 1               # (2^E - 2) - bias
+    emax = (np.int64(1) << (E - 1)) - 1  # (2^E - 2) - bias
     sign_shift = E + Mt
     nan_count = np.int64(0)
     saturated = np.int64(0)
@@ -293,7 +316,7 @@ def mx_encode_row(x, E, Mt, block, elem_out, scale_out, counts):
         lo = b * block
         amax = 0.0
         for j in range(lo, lo + block):
-            v = np.float64(x[j])
+            v: float = np.float64(x[j])  # (the annotation is for mypy only: not evaluated, no bytecode)
             if v != v:
                 continue
             a = abs(v)
@@ -359,6 +382,7 @@ def mx_decode_row(elem_in, scale_in, E, Mt, block, out):
 
 # =========================================================================== Plain types (§3.4)
 
+
 @njit(cache=True)
 def plain_encode_row(x, E, Mt, nbytes, out):
     """Encode the float32 row ``x`` as Plain ``Fp{sign=true, E, Mt}`` of ``nbytes`` bytes per element
@@ -422,11 +446,13 @@ def plain_decode_row(b, E, Mt, nbytes, out):
 
 # =========================================================================== Python wrappers
 
+
 def fp_params(t: PlainType | MxType) -> tuple[int, int, int]:
     """``(E, Mt, elem_bytes)`` of the element format of an HBM precision type.
 
     Raises ValueError for types the codec does not implement (Int data, unsigned or non-byte-sized
     elements, MX scales other than E8M0)."""
+    f: FpType | IntType
     if isinstance(t, MxType):
         f = t.elem
         if not isinstance(f, FpType) or not f.sign or f.bits not in (8, 16):
@@ -459,8 +485,7 @@ def encoded_sizes(n: int, t: PlainType | MxType) -> tuple[int, int]:
     return n * eb, 0
 
 
-def encode_tensor(values: np.ndarray, t: PlainType | MxType
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode_tensor(values: np.ndarray, t: PlainType | MxType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Encode ``values`` (any shape, cast to float32 RNE, flattened row-major) in HBM type ``t``.
 
     Returns ``(elem_bytes, scale_bytes, counts)``: uint8 element region, uint8 scale region (empty for
@@ -483,8 +508,12 @@ def encode_tensor(values: np.ndarray, t: PlainType | MxType
     return elem, scale, counts
 
 
-def decode_tensor(elem_bytes: np.ndarray, scale_bytes: np.ndarray | None, t: PlainType | MxType,
-                  shape: tuple[int, ...] | int | None = None) -> np.ndarray:
+def decode_tensor(
+    elem_bytes: np.ndarray,
+    scale_bytes: np.ndarray | None,
+    t: PlainType | MxType,
+    shape: tuple[int, ...] | int | None = None,
+) -> np.ndarray:
     """Decode an element region (and, for MX, its scale region) to float32.
 
     ``shape`` defaults to all elements in ``elem_bytes`` as a 1-D array."""

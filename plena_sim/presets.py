@@ -3,20 +3,22 @@
 One job: turn a preset name (plus ``--set-hw`` style overrides) into a validated
 :class:`~plena_sim.config.HardwareConfig`, and pick between a preset and a config file.
 
-A preset file has a ``[preset]`` table (``name``, ``description``, ``order`` in listings, ``base``: the section of the packaged
-upstream ``plena_settings.toml`` that supplies PRECISION, LATENCY and every key the preset does not list)
-and a ``[CONFIG]`` table of ``KEY = value`` lines, each with its source in a comment. Optional
-``[LATENCY.X]`` tables replace whole latency entries of the base section.
+A preset file has a ``[preset]`` table (``name``, ``description``, ``order`` in listings, ``base``: the
+section of the packaged upstream ``plena_settings.toml`` that supplies PRECISION, LATENCY and every key
+the preset does not list) and a ``[CONFIG]`` table of ``KEY = value`` lines, each with its source in a
+comment. Optional ``[LATENCY.X]`` tables replace whole latency entries of the base section.
 """
+
 from __future__ import annotations
 
 import copy
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 from .config import HardwareConfig, config_from_document, default_config_text, load_config
 from .errors import ConfigError
@@ -31,15 +33,15 @@ class PresetInfo:
     name: str
     description: str
     base: str
-    config: Mapping[str, Any]       # the CONFIG keys the preset sets (the rest come from ``base``)
-    text: str                       # the file, comments included (its sources)
+    config: Mapping[str, Any]  # the CONFIG keys the preset sets (the rest come from ``base``)
+    text: str  # the file, comments included (its sources)
 
 
 def _preset_dir():
     return resources.files("plena_sim").joinpath("data/presets")
 
 
-@lru_cache(maxsize=None)
+@cache
 def preset_names() -> tuple[str, ...]:
     order = {}
     for p in _preset_dir().iterdir():
@@ -48,18 +50,19 @@ def preset_names() -> tuple[str, ...]:
     return tuple(sorted(order, key=lambda n: (order[n], n)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def preset_info(name: str) -> PresetInfo:
     if name not in preset_names():
         raise ConfigError("hw", f"unknown hardware preset {name!r} (known: {', '.join(preset_names())})")
     text = _preset_dir().joinpath(f"{name}.toml").read_text(encoding="utf-8")
     doc = tomllib.loads(text)
     meta = doc["preset"]
-    return PresetInfo(name=name, description=meta["description"], base=meta["base"],
-                      config=dict(doc.get("CONFIG", {})), text=text)
+    return PresetInfo(
+        name=name, description=meta["description"], base=meta["base"], config=dict(doc.get("CONFIG", {})), text=text
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _preset_document(name: str) -> dict:
     """The packaged upstream document with the preset's keys written into its base section."""
     info = preset_info(name)
@@ -87,18 +90,22 @@ def _load_cached(name: str, overrides: tuple) -> HardwareConfig:
 
 def load_preset(name: str = DEFAULT_PRESET, overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
     """The validated, immutable config of preset ``name`` with ``overrides`` (CONFIG keys) on top."""
-    preset_info(name)                                    # unknown name -> ConfigError
+    preset_info(name)  # unknown name -> ConfigError
     items = tuple(sorted((overrides or {}).items(), key=lambda kv: str(kv[0])))
     try:
         hash(items)
-    except TypeError:                                    # a list / table value: validation rejects it
+    except TypeError:  # a list / table value: validation rejects it
         return _load(name, dict(items))
     return _load_cached(name, items)
 
 
-def resolve_config(path: str | os.PathLike | None = None, *, hw: str | None = None,
-                   section: str = "TRANSACTIONAL",
-                   overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
+def resolve_config(
+    path: str | os.PathLike | None = None,
+    *,
+    hw: str | None = None,
+    section: str = "TRANSACTIONAL",
+    overrides: Mapping[str, Any] | None = None,
+) -> HardwareConfig:
     """A config from exactly one source: preset ``hw``, or a file (``path`` / ``$PLENA_SETTINGS_TOML`` /
     the packaged reference file, as :func:`~plena_sim.config.load_config`); ``overrides`` on top."""
     if hw is not None:

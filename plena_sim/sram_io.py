@@ -15,6 +15,7 @@ write the matching dumps.
 Words not given are 0.  More values than the SRAM holds, a file whose length is not a whole number of
 words, or an unreadable file raise :class:`~plena_sim.image.ImageError` naming the file.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,12 @@ from .image import ImageError
 from .numerics import f32_array_to_bf16_bits
 
 __all__ = [
-    "fp_sram_from_values", "int_sram_from_values", "load_fp_sram_file", "load_int_sram_file",
-    "save_fp_sram_dump", "save_int_sram_dump",
+    "fp_sram_from_values",
+    "int_sram_from_values",
+    "load_fp_sram_file",
+    "load_int_sram_file",
+    "save_fp_sram_dump",
+    "save_int_sram_dump",
 ]
 
 _F16_LE = np.dtype("<f2")
@@ -50,7 +55,7 @@ def _words(n: int, size: int, what: str, source: str) -> None:
 def _f32_to_sram(x: np.ndarray, size: int, source: str) -> np.ndarray:
     _words(x.size, size, "FP SRAM", source)
     out = np.zeros(size, dtype=np.uint16)
-    out[:x.size] = f32_array_to_bf16_bits(np.ascontiguousarray(x, dtype=np.float32))
+    out[: x.size] = f32_array_to_bf16_bits(np.ascontiguousarray(x, dtype=np.float32))
     return out
 
 
@@ -78,8 +83,11 @@ def int_sram_from_values(values: Any, size: int) -> np.ndarray:
     if arr.ndim > 1:
         raise ImageError(f"INT SRAM values: expected a flat list, got shape {arr.shape}")
     flat = arr.reshape(-1)
-    if flat.size and flat.dtype.kind not in "biu" and not (flat.dtype == object and all(
-            isinstance(v, (int, np.integer)) for v in flat)):
+    if (
+        flat.size
+        and flat.dtype.kind not in "biu"
+        and not (flat.dtype == object and all(isinstance(v, (int, np.integer)) for v in flat))
+    ):
         raise ImageError(f"INT SRAM values: expected integers, got dtype {flat.dtype}")
     _words(flat.size, size, "INT SRAM", "INT SRAM values")
     out = np.zeros(size, dtype=np.uint32)
@@ -95,11 +103,12 @@ def _read_words(path: str | os.PathLike, word: int, what: str) -> bytes:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise ImageError(f"cannot read {what} preload file {str(p)!r}: {exc}") from None
     if len(data) % word:
-        raise ImageError(f"{p}: {what} preload file has {len(data)} bytes, not a whole number of "
-                         f"{word}-byte words (truncated?)")
+        raise ImageError(
+            f"{p}: {what} preload file has {len(data)} bytes, not a whole number of {word}-byte words (truncated?)"
+        )
     return data
 
 
@@ -118,7 +127,7 @@ def load_int_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:
     words = np.frombuffer(data, dtype=_U32_LE)
     _words(words.size, size, "INT SRAM", str(path))
     out = np.zeros(size, dtype=np.uint32)
-    out[:words.size] = words
+    out[: words.size] = words
     return out
 
 

@@ -15,9 +15,11 @@ into rows a human or a tool can read.
   and a counter track ``HBM bandwidth`` in GB/s).
 * :func:`render_table`, :func:`render_summary`, :func:`render_utilization` -- rich renderables.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,15 +27,40 @@ from isa.encoding import UNIT_NAMES
 from isa.table import BY_OPCODE
 
 from . import bf16
-from .timing import (MEM_KIND_NAMES, RC_END, RC_HADDR, RC_HBYTES, RC_HSPAN, RC_ISSUE, RC_M1C, RC_M1K,
-                     RC_M1S, RC_OP, RC_PC, RC_RIDX, RC_RKIND, RC_RNEW, RC_ROLD, RC_SEQ, RC_START,
-                     RC_UNIT, REC_FIELDS, REC_N, REG_FP, REG_KIND_NAMES, REG_NONE)
+from .timing import (
+    MEM_KIND_NAMES,
+    RC_END,
+    RC_HADDR,
+    RC_HBYTES,
+    RC_HSPAN,
+    RC_ISSUE,
+    RC_M1C,
+    RC_M1K,
+    RC_M1S,
+    RC_OP,
+    RC_PC,
+    RC_RIDX,
+    RC_RKIND,
+    RC_RNEW,
+    RC_ROLD,
+    RC_SEQ,
+    RC_START,
+    RC_UNIT,
+    REC_FIELDS,
+    REC_N,
+    REG_FP,
+    REG_KIND_NAMES,
+    REG_NONE,
+)
 
 __all__ = ["Trace", "render_table", "render_summary", "render_utilization", "UNIT_ALIASES", "parse_units"]
 
 UNIT_LONG = {"M": "matrix", "V": "vector", "S": "scalar", "H": "dma", "C": "control"}
-UNIT_ALIASES = {**{v: k for k, v in UNIT_LONG.items()}, **{k: k for k in UNIT_LONG},
-                **{k.lower(): k for k in UNIT_LONG}}
+UNIT_ALIASES = {
+    **{v: k for k, v in UNIT_LONG.items()},
+    **{k: k for k in UNIT_LONG},
+    **{k.lower(): k for k in UNIT_LONG},
+}
 _TID = {u: k + 1 for k, u in enumerate(UNIT_NAMES)}
 
 
@@ -83,9 +110,10 @@ class Trace:
     mode: str = "serial"
 
     @classmethod
-    def from_timing(cls, tm, program=None, cfg=None) -> "Trace":
-        return cls(tm.trace_records(), int(tm.tcount[0]), tm.trace_capacity, program,
-                   int(tm.params.burst_bytes), tm.mode)
+    def from_timing(cls, tm, program=None, cfg=None) -> Trace:
+        return cls(
+            tm.trace_records(), int(tm.tcount[0]), tm.trace_capacity, program, int(tm.params.burst_bytes), tm.mode
+        )
 
     def __len__(self) -> int:
         return int(self.records.shape[0])
@@ -109,19 +137,28 @@ class Trace:
         hbm = ""
         if mnem.startswith("H_"):
             kind = "write" if mnem == "H_STORE_V" else "read"
-            hbm = (f"{kind} {int(rec[RC_HADDR]):#x}..+{int(rec[RC_HSPAN]):#x} "
-                   f"({int(rec[RC_HBYTES])} B)")
-        return {"seq": int(rec[RC_SEQ]), "pc": pc, "line": line, "text": text or mnem, "op": mnem,
-                "unit": UNIT_NAMES[unit] if unit >= 0 else "-", "issue": int(rec[RC_ISSUE]),
-                "start": int(rec[RC_START]), "end": int(rec[RC_END]),
-                "cycles": int(rec[RC_END] - rec[RC_START]),
-                "reg": _reg_text(int(rec[RC_RKIND]), int(rec[RC_RIDX]), int(rec[RC_ROLD]), int(rec[RC_RNEW])),
-                "mem": _mem_text(rec), "hbm": hbm, "hbm_bytes": int(rec[RC_HBYTES])}
+            hbm = f"{kind} {int(rec[RC_HADDR]):#x}..+{int(rec[RC_HSPAN]):#x} ({int(rec[RC_HBYTES])} B)"
+        return {
+            "seq": int(rec[RC_SEQ]),
+            "pc": pc,
+            "line": line,
+            "text": text or mnem,
+            "op": mnem,
+            "unit": UNIT_NAMES[unit] if unit >= 0 else "-",
+            "issue": int(rec[RC_ISSUE]),
+            "start": int(rec[RC_START]),
+            "end": int(rec[RC_END]),
+            "cycles": int(rec[RC_END] - rec[RC_START]),
+            "reg": _reg_text(int(rec[RC_RKIND]), int(rec[RC_RIDX]), int(rec[RC_ROLD]), int(rec[RC_RNEW])),
+            "mem": _mem_text(rec),
+            "hbm": hbm,
+            "hbm_bytes": int(rec[RC_HBYTES]),
+        }
 
     def rows(self) -> list[dict]:
         return [self.row(r) for r in self.records]
 
-    def filter(self, pc=None, ops=None, units=None, last=None, around=None) -> "Trace":
+    def filter(self, pc=None, ops=None, units=None, last=None, around=None) -> Trace:
         """A Trace of the selected records. ``pc`` = (a, b) inclusive range; ``ops`` mnemonics; ``units``
         unit letters; ``around`` = (pc, n): n records either side of the last record at ``pc``;
         ``last`` = keep the newest N after the other filters."""
@@ -142,23 +179,29 @@ class Trace:
             win = np.zeros(len(r), dtype=bool)
             if len(hits):
                 k = int(hits[-1])
-                win[max(0, k - n):k + n + 1] = True
+                win[max(0, k - n) : k + n + 1] = True
             keep &= win
         sel = r[keep]
         if last is not None:
-            sel = sel[-int(last):] if last > 0 else sel[:0]
+            sel = sel[-int(last) :] if last > 0 else sel[:0]
         return Trace(sel, self.total, self.capacity, self.program, self.burst_bytes, self.mode)
 
     def opcode_summary(self) -> list[dict]:
         """Per mnemonic: count, cycles charged (Σ end - start) and share of all charged cycles."""
         r = self.records
         total = int((r[:, RC_END] - r[:, RC_START]).sum()) if len(r) else 0
-        out = []
+        out: list[dict[str, Any]] = []
         for op in np.unique(r[:, RC_OP]) if len(r) else []:
             m = r[:, RC_OP] == op
             cyc = int((r[m, RC_END] - r[m, RC_START]).sum())
-            out.append({"op": BY_OPCODE[int(op)].mnemonic, "count": int(m.sum()), "cycles": cyc,
-                        "share": cyc / total if total else 0.0})
+            out.append(
+                {
+                    "op": BY_OPCODE[int(op)].mnemonic,
+                    "count": int(m.sum()),
+                    "cycles": cyc,
+                    "share": cyc / total if total else 0.0,
+                }
+            )
         out.sort(key=lambda d: (-d["cycles"], d["op"]))
         return out
 
@@ -180,10 +223,10 @@ class Trace:
         """Chrome Trace Event Format (JSON object form), loadable by ui.perfetto.dev."""
         ev = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": name}}]
         for u, tid in _TID.items():
-            ev.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
-                       "args": {"name": f"{u} ({UNIT_LONG[u]})"}})
-            ev.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid,
-                       "args": {"sort_index": tid}})
+            ev.append(
+                {"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": f"{u} ({UNIT_LONG[u]})"}}
+            )
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
         hbm_points = []
         for rec in self.records:
             row = self.row(rec)
@@ -196,39 +239,74 @@ class Trace:
             for k in ("reg", "mem", "hbm"):
                 if row[k]:
                     args[k] = row[k]
-            ev.append({"ph": "X", "name": row["op"], "cat": UNIT_LONG[unit], "pid": 1, "tid": _TID[unit],
-                       "ts": row["start"] / 1000.0, "dur": row["cycles"] / 1000.0, "args": args})
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": row["op"],
+                    "cat": UNIT_LONG[unit],
+                    "pid": 1,
+                    "tid": _TID[unit],
+                    "ts": row["start"] / 1000.0,
+                    "dur": row["cycles"] / 1000.0,
+                    "args": args,
+                }
+            )
             if unit == "H" and row["cycles"] > 0:
                 hbm_points.append((row["start"], row["end"], row["hbm_bytes"] / row["cycles"]))
         for s, e, bw in hbm_points:
-            ev.append({"ph": "C", "name": "HBM bandwidth", "pid": 1, "tid": 0, "ts": s / 1000.0,
-                       "args": {"GBps": round(bw, 3)}})
-            ev.append({"ph": "C", "name": "HBM bandwidth", "pid": 1, "tid": 0, "ts": e / 1000.0,
-                       "args": {"GBps": 0}})
-        return {"traceEvents": ev, "displayTimeUnit": "ns",
-                "otherData": {"timing_mode": self.mode, "records": len(self), "dropped": self.dropped,
-                              "time_unit": "1 us in the file = 1000 accelerator cycles"}}
+            ev.append(
+                {
+                    "ph": "C",
+                    "name": "HBM bandwidth",
+                    "pid": 1,
+                    "tid": 0,
+                    "ts": s / 1000.0,
+                    "args": {"GBps": round(bw, 3)},
+                }
+            )
+            ev.append({"ph": "C", "name": "HBM bandwidth", "pid": 1, "tid": 0, "ts": e / 1000.0, "args": {"GBps": 0}})
+        return {
+            "traceEvents": ev,
+            "displayTimeUnit": "ns",
+            "otherData": {
+                "timing_mode": self.mode,
+                "records": len(self),
+                "dropped": self.dropped,
+                "time_unit": "1 us in the file = 1000 accelerator cycles",
+            },
+        }
 
 
 # ------------------------------------------------------------------------------------------ rendering
 
+
 def render_table(trace: Trace, title: str | None = None):
     """rich Table: seq, pc, line, instruction, unit, cycle span, register diff, memory effects."""
     from rich.table import Table
+
     t = Table(title=title or f"trace ({len(trace)} of {trace.total} instructions)", show_lines=False)
-    for col, kw in (("#", {"justify": "right"}), ("pc", {"justify": "right"}), ("line", {"justify": "right"}),
-                    ("instruction", {}), ("unit", {}), ("cycles", {"justify": "right"}),
-                    ("span", {"justify": "right"}), ("registers", {}), ("memory", {})):
-        t.add_column(col, **kw)
+    right = {"#", "pc", "line", "cycles", "span"}
+    for col in ("#", "pc", "line", "instruction", "unit", "cycles", "span", "registers", "memory"):
+        t.add_column(col, justify="right" if col in right else "left")
     for r in trace.rows():
         mem = "; ".join(x for x in (r["mem"], r["hbm"]) if x)
-        t.add_row(str(r["seq"]), str(r["pc"]), "" if r["line"] is None else str(r["line"]), r["text"], r["unit"],
-                  str(r["cycles"]), f"{r['start']}..{r['end']}", r["reg"], mem)
+        t.add_row(
+            str(r["seq"]),
+            str(r["pc"]),
+            "" if r["line"] is None else str(r["line"]),
+            r["text"],
+            r["unit"],
+            str(r["cycles"]),
+            f"{r['start']}..{r['end']}",
+            r["reg"],
+            mem,
+        )
     return t
 
 
 def render_summary(trace: Trace):
     from rich.table import Table
+
     t = Table(title="per-opcode summary")
     for col in ("opcode", "count", "cycles", "share"):
         t.add_column(col, justify="left" if col == "opcode" else "right")
@@ -240,6 +318,7 @@ def render_summary(trace: Trace):
 def render_utilization(busy: dict, cycles: int, width: int = 30):
     """One bar per unit: busy cycles / total cycles."""
     from rich.table import Table
+
     t = Table(title=f"unit utilization ({cycles} cycles)")
     for col in ("unit", "busy", "utilization", ""):
         t.add_column(col)
