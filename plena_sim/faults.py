@@ -137,7 +137,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import bf16
 
@@ -227,7 +227,8 @@ class SimFault(Exception):
         self.detail = detail  # what was wrong, with values
         self.operands = dict(operands or {})
         self.record = tuple(record)
-        self.stats = None  # filled in by the machine (statistics so far)
+        self.stats: dict[str, Any] | None = None  # filled in by the machine (statistics so far)
+        self.result: Any = None  # the machine's RunResult, when it raises the fault
         super().__init__(f"{where}: {text}: {detail} [{rule}, pc {pc}]")
 
     def to_dict(self) -> dict:
@@ -322,6 +323,10 @@ RULE_BY_CODE: MappingProxyType[int, Rule] = MappingProxyType({r.code: r for r in
 #: rule id -> integer code, as plain module constants for the Numba core: R_IL_OPC, R_AL_MM, ...
 for _r in RULES:
     globals()["R_" + _r.id.replace("-", "_")] = _r.code
+
+if TYPE_CHECKING:  # for type checkers: the R_<RULE> names above are generated module constants
+
+    def __getattr__(name: str) -> int: ...
 
 
 # ---------------------------------------------------------------- operand naming
