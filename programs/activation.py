@@ -9,16 +9,19 @@ scratch row ``t``.  Per row (one hardware loop)::
 
 Only the sigmoid form of GELU exists; any other ``kind`` (e.g. ``"gelu_tanh"``) raises.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX
-from .common import SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
+from .asm import LOOP_COUNT_MAX, Asm, load_imm
+from .asm import fp as F
+from .asm import gp as G
+from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
 
 __all__ = ["ActivationPlan", "plan_activation", "emit_activation", "KINDS"]
 
@@ -34,15 +37,16 @@ class ActivationPlan:
     nrows: int
     t_base: int
     V: int
-    vram_regions: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    vram_regions: dict[str, Region]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     gp_needed: int = 4
     fp_needed: int = 2
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def plan_activation(config: HardwareConfig, *, kind: str, src_base: int, dst_base: int, nrows: int,
-                    t_base: int, src_role: str = "input") -> ActivationPlan:
+def plan_activation(
+    config: HardwareConfig, *, kind: str, src_base: int, dst_base: int, nrows: int, t_base: int, src_role: str = "input"
+) -> ActivationPlan:
     V = config.VLEN
     if kind not in KINDS:
         fail(KERNEL, "kind", repr(kind), f"must be one of {KINDS} (GELU is the sigmoid form only)")

@@ -9,22 +9,40 @@ materialises a constant that may not fit an immediate field.
 Register operands are written with :func:`gp`, :func:`fp` and :func:`areg` (``gp(3) == "gp3"``); plain
 ints are immediates or flags.
 """
+
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
 
 from isa.assembler import _LineError, assemble_line_cached
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import faults
 
-__all__ = ["Asm", "gp", "fp", "areg", "load_imm", "add_imm", "IMM18_LIMIT", "LUI_LIMIT"]
+__all__ = ["Asm", "AsmSink", "gp", "fp", "areg", "load_imm", "add_imm", "IMM18_LIMIT", "LUI_LIMIT"]
 
-IMM18_LIMIT = FIELDS["imm18"].max + 1     # S_ADDI_INT / S_LD_* / S_ST_* / S_MAP_V_FP / M_*_WO immediates are < this
-LUI_LIMIT = 1 << 20       # S_LUI_INT immediates (bits 20-21 would be shifted out of 32 bits)
+#: S_ADDI_INT / S_LD_* / S_ST_* / S_MAP_V_FP / M_*_WO immediates are < this
+IMM18_LIMIT = FIELDS["imm18"].max + 1
+LUI_LIMIT = 1 << 20  # S_LUI_INT immediates (bits 20-21 would be shifted out of 32 bits)
 U32_LIMIT = 1 << 32
 
 #: instructions that write a gp / an f register operand (kernels.md §1.2: never gp0 / f0), from the table
-_INT_DEST = frozenset(i.mnemonic for i in INSTRUCTIONS if any(o.kind == "gp" and o.name in i.writes for o in i.operands))
+_INT_DEST = frozenset(
+    i.mnemonic for i in INSTRUCTIONS if any(o.kind == "gp" and o.name in i.writes for o in i.operands)
+)
 _FP_DEST = frozenset(i.mnemonic for i in INSTRUCTIONS if any(o.kind == "f" and o.name in i.writes for o in i.operands))
+
+
+class AsmSink(Protocol):
+    """What :func:`load_imm` / :func:`add_imm` emit into: an :class:`Asm` or an Asm-like wrapper (e.g. the
+    instruction-counting tracker of flash attention), with ``sink.S_ADDI_INT(...)`` as ``sink.emit(...)``."""
+
+    def emit(self, mnemonic: str, *operands: int | str) -> None: ...
+
+    def comment(self, text: str) -> None: ...
+
+    def __getattr__(self, name: str) -> Callable[..., None]: ...
 
 
 def gp(n: int) -> str:
@@ -73,7 +91,7 @@ class Asm:
         self._lines.append(line)
         self.n_instructions += 1
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., None]:
         # asm.S_ADDI_INT(gp(1), gp(0), 5) == asm.emit("S_ADDI_INT", ...)
         if name.isupper() and name in BY_MNEMONIC:
             return lambda *ops: self.emit(name, *ops)
@@ -83,7 +101,7 @@ class Asm:
         for part in str(text).splitlines() or [""]:
             self._lines.append(f"; {part}".rstrip())
 
-    def begin(self, kernel: str, **params) -> None:
+    def begin(self, kernel: str, **params: object) -> None:
         kv = " ".join(f"{k}={v}" for k, v in params.items())
         self.comment(f"{kernel} begin {kv}".rstrip())
 
@@ -110,14 +128,14 @@ class Asm:
             raise ValueError(f"Asm: {line}: S_LUI_INT immediate must be < 2^20 (upper bits are lost)")
 
 
-def load_imm(asm: Asm, r: int, v: int) -> None:
+def load_imm(asm: AsmSink, r: int, v: int) -> None:
     """``gp[r] = v`` for ``0 <= v < 2^32`` (S_ADDI_INT, or S_LUI_INT + S_ADDI_INT)."""
     if not 0 <= v < U32_LIMIT:
         raise ValueError(f"load_imm: value {v} is outside 0..2^32-1")
     if r == 0:
         raise ValueError("load_imm: destination must not be gp0")
     if faults.active("raw_large_immediate"):
-        asm.S_ADDI_INT(gp(r), gp(0), v)          # mutation: raises in Asm when v >= 2^18
+        asm.S_ADDI_INT(gp(r), gp(0), v)  # mutation: raises in Asm when v >= 2^18
         return
     if faults.active("truncated_immediate"):
         asm.S_ADDI_INT(gp(r), gp(0), v & (IMM18_LIMIT - 1))
@@ -130,7 +148,7 @@ def load_imm(asm: Asm, r: int, v: int) -> None:
         asm.S_ADDI_INT(gp(r), gp(r), v & 0xFFF)
 
 
-def add_imm(asm: Asm, dst: int, src: int, v: int, tmp: int | None = None) -> None:
+def add_imm(asm: AsmSink, dst: int, src: int, v: int, tmp: int | None = None) -> None:
     """``gp[dst] = gp[src] + v`` for ``v >= 0``; values >= 2^18 need a scratch ``tmp`` != ``src``."""
     if v < 0:
         raise ValueError(f"add_imm: negative value {v}; emit S_SUB_INT with a materialised value instead")

@@ -4,34 +4,66 @@ region bookkeeping, register allocation and loop budgets.
 Every check raises ``ValueError("<kernel>: <param>=<value> <rule>")`` so a message always names the
 parameter, its value and the rule it breaks.
 """
+
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import NoReturn
 
 from plena_sim.config import HardwareConfig
 
+from .asm import IMM18_LIMIT, Asm, load_imm
+from .asm import gp as _g
 from .hbm import ceil_div, round_up, row_pad
 
-__all__ = ["Regions", "fail", "need_int", "need_multiple", "check_disjoint", "take_regs", "check_loop",
-           "check_addr", "rp", "U32", "FP_CONST_SLOTS", "FP_STATE_BASE", "SLOT", "vector_rows",
-           "check_fp_range", "Footprint", "step_adder"]
+__all__ = [
+    "Regions",
+    "fail",
+    "need_int",
+    "need_multiple",
+    "check_disjoint",
+    "take_regs",
+    "check_loop",
+    "check_addr",
+    "rp",
+    "U32",
+    "FP_CONST_SLOTS",
+    "FP_STATE_BASE",
+    "SLOT",
+    "vector_rows",
+    "check_fp_range",
+    "Footprint",
+    "step_adder",
+]
 
 U32 = 1 << 32
 FP_STATE_BASE = 16
 #: kernels.md §1.6
-SLOT = {"NEG_INF": 0, "EPS": 1, "INV_HIDDEN": 2, "ONE": 3, "GELU_ALPHA": 4, "QK_SCALE": 5,
-        "INV_BMM_SCALE": 6, "ZERO": 7}
+SLOT = {
+    "NEG_INF": 0,
+    "EPS": 1,
+    "INV_HIDDEN": 2,
+    "ONE": 3,
+    "GELU_ALPHA": 4,
+    "QK_SCALE": 5,
+    "INV_BMM_SCALE": 6,
+    "ZERO": 7,
+}
 FP_CONST_SLOTS = 16
 
 Regions = dict  # name -> (first_row, n_rows, role)
+#: one VRAM region: (first_row, n_rows, role)
+Region = tuple[int, int, str]
 
 
-def fail(kernel: str, param: str, value, rule: str) -> None:
+def fail(kernel: str, param: str, value: object, rule: str) -> NoReturn:
     raise ValueError(f"{kernel}: {param}={value} {rule}")
 
 
-def need_int(kernel: str, param: str, value, lo: int = 0, hi: int | None = None) -> int:
+def need_int(kernel: str, param: str, value: object, lo: int = 0, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         fail(kernel, param, repr(value), "must be an integer")
     if value < lo:
@@ -55,10 +87,9 @@ def vector_rows(cfg: HardwareConfig, n: int) -> int:
     return round_up(ceil_div(n, cfg.VLEN), cfg.P_V)
 
 
-def step_adder(asm, spare: Sequence[int], step: int):
+def step_adder(asm: Asm, spare: Sequence[int], step: int) -> Callable[[int], None]:
     """``add(r)`` emitting ``r += step``: one ``S_ADDI_INT`` while ``step < 2^18``, else ``S_ADD_INT`` from
     ``spare[0]``, which is loaded with ``step`` here (so it must stay untouched while ``add`` is used)."""
-    from .asm import IMM18_LIMIT, gp as _g, load_imm
     if step < IMM18_LIMIT:
         return lambda r: asm.S_ADDI_INT(_g(r), _g(r), step)
     if not spare:
@@ -72,8 +103,9 @@ def check_addr(kernel: str, param: str, value: int) -> None:
         fail(kernel, param, value, "must be a 32-bit address (< 2^32)")
 
 
-def check_disjoint(kernel: str, regions: Mapping[str, tuple[int, int, str]],
-                   allowed: Iterable[tuple[str, str]] = ()) -> None:
+def check_disjoint(
+    kernel: str, regions: Mapping[str, tuple[int, int, str]], allowed: Iterable[tuple[str, str]] = ()
+) -> None:
     """All VRAM regions pairwise disjoint, except the documented aliases in ``allowed``."""
     ok = {frozenset(p) for p in allowed}
     items = [(k, r0, n) for k, (r0, n, _role) in regions.items() if n > 0]
@@ -82,12 +114,14 @@ def check_disjoint(kernel: str, regions: Mapping[str, tuple[int, int, str]],
             a, a0, an = items[i]
             b, b0, bn = items[j]
             if a0 < b0 + bn and b0 < a0 + an and frozenset((a, b)) not in ok:
-                raise ValueError(f"{kernel}: VRAM region {a} rows [{a0}, {a0 + an}) overlaps region {b} "
-                                 f"rows [{b0}, {b0 + bn})")
+                raise ValueError(
+                    f"{kernel}: VRAM region {a} rows [{a0}, {a0 + an}) overlaps region {b} rows [{b0}, {b0 + bn})"
+                )
 
 
-def check_fp_range(kernel: str, base: int, size: int, cfg: HardwareConfig,
-                   others: Mapping[str, tuple[int, int]] = {}) -> None:
+def check_fp_range(
+    kernel: str, base: int, size: int, cfg: HardwareConfig, others: Mapping[str, tuple[int, int]] = {}
+) -> None:
     """FP SRAM state/output range ``[base, base+size)``: >= 16, inside FP SRAM, disjoint from ``others``."""
     if base < FP_STATE_BASE:
         fail(kernel, "fp_state_base", base, f"must be >= {FP_STATE_BASE} (slots 0-15 are constants)")
@@ -98,8 +132,9 @@ def check_fp_range(kernel: str, base: int, size: int, cfg: HardwareConfig,
             fail(kernel, "fp_state_base", base, f"range [{base}, {base + size}) overlaps {name} [{b}, {b + n})")
 
 
-def take_regs(kernel: str, gp: Sequence[int], fp: Sequence[int], gp_needed: int, fp_needed: int
-              ) -> tuple[list[int], list[int]]:
+def take_regs(
+    kernel: str, gp: Sequence[int], fp: Sequence[int], gp_needed: int, fp_needed: int
+) -> tuple[list[int], list[int]]:
     """The first ``gp_needed``/``fp_needed`` registers of the caller's lists, validated."""
     gp, fp = list(gp), list(fp)
     for r in gp:
@@ -120,18 +155,31 @@ def take_regs(kernel: str, gp: Sequence[int], fp: Sequence[int], gp_needed: int,
 def check_loop(kernel: str, loop: str, per_iteration: int, cfg: HardwareConfig) -> None:
     """A hardware loop iteration's dynamic instruction count must stay below MAX_LOOP_INSTRUCTIONS."""
     if per_iteration >= cfg.MAX_LOOP_INSTRUCTIONS:
-        raise ValueError(f"{kernel}: loop {loop} executes {per_iteration} instructions per iteration, "
-                         f"reaching MAX_LOOP_INSTRUCTIONS={cfg.MAX_LOOP_INSTRUCTIONS}")
+        raise ValueError(
+            f"{kernel}: loop {loop} executes {per_iteration} instructions per iteration, "
+            f"reaching MAX_LOOP_INSTRUCTIONS={cfg.MAX_LOOP_INSTRUCTIONS}"
+        )
 
 
 @dataclass
 class Footprint:
     """The full footprint of a plan (kernels.md §1.1)."""
-    vram_regions: dict = field(default_factory=dict)      # name -> (first_row, n_rows, role)
-    fp_range: tuple[int, int] | None = None                # (base, size) of FP SRAM state/outputs
+
+    vram_regions: dict[str, Region] = field(default_factory=dict)
+    fp_range: tuple[int, int] | None = None  # (base, size) of FP SRAM state/outputs
     int_range: tuple[int, int] | None = None
-    mram_tiles: tuple[int, int] | None = None              # (first tile, count)
-    hbm_slack: dict = field(default_factory=dict)          # tensor -> alloc_elems it needs
+    mram_tiles: tuple[int, int] | None = None  # (first tile, count)
+    hbm_slack: dict[str, int] = field(default_factory=dict)  # tensor -> alloc_elems it needs
+
+
+@dataclass
+class _LoopFrame:
+    """One open hardware loop of a :class:`LoopBudget`."""
+
+    start: int  # asm.n_instructions after its C_LOOP_START
+    extra: int  # dynamic instructions of nested loops beyond their first iteration
+    reg: int
+    name: str
 
 
 class LoopBudget:
@@ -144,11 +192,11 @@ class LoopBudget:
     everything emitted through it at the outermost level (an instruction-count estimate of the kernel).
     """
 
-    def __init__(self, asm, cfg: HardwareConfig, kernel: str):
+    def __init__(self, asm: Asm, cfg: HardwareConfig, kernel: str):
         self.asm = asm
         self.cfg = cfg
         self.kernel = kernel
-        self._stack: list[list] = []          # [start_n, extra, reg, name]
+        self._stack: list[_LoopFrame] = []
         self._start = asm.n_instructions
         self._extra = 0
         self.max_iteration = 0
@@ -157,32 +205,30 @@ class LoopBudget:
     def dynamic(self) -> int:
         return self.asm.n_instructions - self._start + self._extra
 
-    def loop(self, reg: int, count: int, name: str):
-        import contextlib
-        from .asm import gp as _g
-
+    def loop(self, reg: int, count: int, name: str) -> AbstractContextManager[None]:
         @contextlib.contextmanager
-        def _cm():
+        def _cm() -> Iterator[None]:
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ValueError(f"{self.kernel}: loop {name} count={count} must be >= 1")
             if count == 1:
                 yield
                 return
-            if any(f[2] == reg for f in self._stack):
+            if any(f.reg == reg for f in self._stack):
                 raise ValueError(f"{self.kernel}: loop {name} reuses counter gp{reg} of an enclosing loop")
             self.asm.C_LOOP_START(_g(reg), count)
-            frame = [self.asm.n_instructions, 0, reg, name]
+            frame = _LoopFrame(self.asm.n_instructions, 0, reg, name)
             self._stack.append(frame)
             try:
                 yield
             finally:
                 self._stack.pop()
             self.asm.C_LOOP_END(_g(reg))
-            body = self.asm.n_instructions - frame[0] + frame[1]
+            body = self.asm.n_instructions - frame.start + frame.extra
             self.max_iteration = max(self.max_iteration, body)
             check_loop(self.kernel, name, body, self.cfg)
             if self._stack:
-                self._stack[-1][1] += (count - 1) * body
+                self._stack[-1].extra += (count - 1) * body
             else:
                 self._extra += (count - 1) * body
+
         return _cm()

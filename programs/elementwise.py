@@ -3,16 +3,18 @@
 One hardware loop with three pointers advancing by V. Any layout works as long as a, b and out share it;
 ``out`` may equal ``a`` or ``b`` (in place).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, gp as G, load_imm, LOOP_COUNT_MAX
-from .common import check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
+from .asm import LOOP_COUNT_MAX, Asm, load_imm
+from .asm import gp as G
+from .common import Region, check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
 
 __all__ = ["AddRowsPlan", "plan_add_rows", "emit_add_rows", "ScaleRowsPlan", "plan_scale_rows", "emit_scale_rows"]
 
@@ -26,7 +28,7 @@ class AddRowsPlan:
     b_base: int
     out_base: int
     V: int
-    vram_regions: dict
+    vram_regions: dict[str, Region]
     gp_needed: int = 4
     fp_needed: int = 0
     loop_body: int = 5
@@ -77,6 +79,7 @@ def emit_add_rows(asm: Asm, plan: AddRowsPlan, *, gp: Sequence[int], fp: Sequenc
 
 # --------------------------------------------------------------------------- scale_rows
 
+
 @dataclass(frozen=True)
 class ScaleRowsPlan:
     nrows: int
@@ -84,7 +87,7 @@ class ScaleRowsPlan:
     dst_base: int
     slot: int
     V: int
-    vram_regions: dict
+    vram_regions: dict[str, Region]
     gp_needed: int = 3
     fp_needed: int = 1
     loop_body: int = 4
@@ -112,6 +115,7 @@ def plan_scale_rows(config: HardwareConfig, *, nrows: int, src_base: int, dst_ba
 def emit_scale_rows(asm: Asm, plan: ScaleRowsPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     (gS, gD, gC), (fS,) = take_regs("scale_rows", gp, fp, plan.gp_needed, plan.fp_needed)
     from .asm import fp as F
+
     V = plan.V
     asm.begin("scale_rows", nrows=plan.nrows, src=plan.src_base, dst=plan.dst_base, slot=plan.slot)
     asm.S_LD_FP(F(fS), G(0), plan.slot)

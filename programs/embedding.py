@@ -7,17 +7,32 @@ output with the row-copy idiom (``V_MUL_VF dst, L, fOne, 0``: exact, keeps −0)
 L is written.  Tokens are a hardware loop (index register advanced by 1, out pointer by V); column blocks a
 nested hardware loop (HBM offset advanced by ``V*eb``, out pointer by ``pitch*V``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, areg, fp as F, gp as G, load_imm, LOOP_COUNT_MAX, IMM18_LIMIT
-from .common import (SLOT, U32, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp,
-                     step_adder, take_regs)
+from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, areg, load_imm
+from .asm import fp as F
+from .asm import gp as G
+from .common import (
+    SLOT,
+    U32,
+    LoopBudget,
+    Region,
+    check_addr,
+    check_disjoint,
+    fail,
+    need_int,
+    need_multiple,
+    rp,
+    step_adder,
+    take_regs,
+)
 from .hbm import HbmTensor
 
 __all__ = ["EmbeddingPlan", "plan_embedding", "emit_embedding"]
@@ -37,17 +52,27 @@ class EmbeddingPlan:
     land_base: int
     V: int
     Pv: int
-    vram_regions: dict
-    int_range: tuple
-    hbm_slack: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    vram_regions: dict[str, Region]
+    int_range: tuple[int, int]
+    hbm_slack: dict[str, int]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     gp_needed: int = 8
     fp_needed: int = 1
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, table: HbmTensor, ids_base: int,
-                   out_base: int, land_base: int, pitch: int | None = None) -> EmbeddingPlan:
+def plan_embedding(
+    config: HardwareConfig,
+    *,
+    T: int,
+    vocab: int,
+    hidden: int,
+    table: HbmTensor,
+    ids_base: int,
+    out_base: int,
+    land_base: int,
+    pitch: int | None = None,
+) -> EmbeddingPlan:
     V, Pv = config.VLEN, config.P_V
     need_int(KERNEL, "T", T, 1, LOOP_COUNT_MAX)
     need_int(KERNEL, "vocab", vocab, 1)
@@ -55,8 +80,12 @@ def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, t
     need_multiple(KERNEL, "hidden", hidden, V, "VLEN")
     eb = table.eb
     if vocab * hidden * eb >= U32:
-        fail(KERNEL, "vocab*hidden*eb", vocab * hidden * eb,
-             f"must be < 2^32 (32-bit HBM offsets): vocab={vocab} must be <= {(U32 - 1) // (hidden * eb)}")
+        fail(
+            KERNEL,
+            "vocab*hidden*eb",
+            vocab * hidden * eb,
+            f"must be < 2^32 (32-bit HBM offsets): vocab={vocab} must be <= {(U32 - 1) // (hidden * eb)}",
+        )
     if (hidden * eb) % table.blk or (V * eb) % table.blk:
         fail(KERNEL, "hidden", hidden, f"row bytes must be a multiple of the MX block bytes {table.blk}")
     if table.row_pitch_elems != hidden:
@@ -69,11 +98,20 @@ def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, t
     need_int(KERNEL, "pitch", pitch, T)
     need_int(KERNEL, "ids_base", ids_base, 0)
     if ids_base + T > config.INT_SRAM_SIZE:
-        fail(KERNEL, "ids_base", ids_base, f"+ T={T} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}: T must be "
-             f"<= {max(0, config.INT_SRAM_SIZE - ids_base)}")
+        fail(
+            KERNEL,
+            "ids_base",
+            ids_base,
+            f"+ T={T} exceeds INT_SRAM_SIZE={config.INT_SRAM_SIZE}: T must be "
+            f"<= {max(0, config.INT_SRAM_SIZE - ids_base)}",
+        )
     if ids_base + T > IMM18_LIMIT:
-        fail(KERNEL, "ids_base", ids_base, f"+ T must fit the 18-bit S_LD_INT immediate: T must be "
-             f"<= {max(0, IMM18_LIMIT - ids_base)}")
+        fail(
+            KERNEL,
+            "ids_base",
+            ids_base,
+            f"+ T must fit the 18-bit S_LD_INT immediate: T must be <= {max(0, IMM18_LIMIT - ids_base)}",
+        )
     for name, v in (("out_base", out_base), ("land_base", land_base)):
         need_int(KERNEL, name, v, 0)
         need_multiple(KERNEL, name, v, V, "VLEN")
@@ -84,14 +122,29 @@ def plan_embedding(config: HardwareConfig, *, T: int, vocab: int, hidden: int, t
     check_disjoint(KERNEL, regions)
     # a block step pitch*V past the S_ADDI_INT immediate is kept in a 9th register
     gp_needed = 9 if pitch * V >= IMM18_LIMIT else 8
-    return EmbeddingPlan(T, vocab, hidden, table, ids_base, out_base, pitch, land_base, V, Pv, regions,
-                         (ids_base, T), {"table": need_alloc}, config, gp_needed=gp_needed)
+    return EmbeddingPlan(
+        T,
+        vocab,
+        hidden,
+        table,
+        ids_base,
+        out_base,
+        pitch,
+        land_base,
+        V,
+        Pv,
+        regions,
+        (ids_base, T),
+        {"table": need_alloc},
+        config,
+        gp_needed=gp_needed,
+    )
 
 
 def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, (fOne,) = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
     gRow, gIdx, gId, gOff, gOut, gOc, gLand, gL = regs[:8]
-    gLc = gId   # the id is consumed (S_MUL_INT) before the block loop starts
+    gLc = gId  # the id is consumed (S_MUL_INT) before the block loop starts
     V, t, cfg = plan.V, plan.table, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
     step = plan.pitch * V
@@ -106,7 +159,7 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
     load_imm(asm, gLand, plan.land_base)
     load_imm(asm, gOut, plan.out_base)
     asm.S_ADDI_INT(G(gIdx), G(0), 0)
-    next_block = step_adder(asm, regs[8:], step)            # a 9th register holds a step past 2^18
+    next_block = step_adder(asm, regs[8:], step)  # a 9th register holds a step past 2^18
     asm.comment(f"{KERNEL}: tokens loop")
     with lb.loop(gL, plan.T, "tokens"):
         asm.S_LD_INT(G(gId), G(gIdx), plan.ids_base)

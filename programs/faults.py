@@ -5,34 +5,74 @@ with ``with faults.inject("kv_tile_offset_ignored"): ...``. The enabled set live
 :class:`contextvars.ContextVar` (per thread / task, restored on exit), so nothing global is mutated and
 with no hook enabled every generator emits exactly the text a hook-free build would.
 """
+
 from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator
 
 __all__ = ["HOOKS", "active", "inject", "enabled"]
 
 #: every mutation of kernels.md §6.2 (flash attention) and §6.3 (other kernels)
-HOOKS: frozenset[str] = frozenset({
-    # 6.2 flash attention
-    "kv_tile_offset_ignored", "state_reset_per_tile", "normalize_per_tile", "normalize_mask_stale",
-    "pv_v_step_blen", "mv_v_step_row", "tile_step_not_batch_aware", "batch_base_missing",
-    "contiguous_kv_prefetch", "raw_large_immediate", "truncated_immediate", "causal_ignored",
-    "causal_offset_zero", "tail_mask_missing", "tail_tile_dropped", "causal_break_early",
-    "bmm_scale_uncorrected", "qk_scale_missing", "decode_s_stride_tile", "per_head_p_offset",
-    "qkt_sum_key_blocks", "tmv_operands_swapped", "q_group_offset_doubled", "o_group_offset_missing",
-    "q_lanes_not_zeroed", "mres_not_applied_l", "mres_not_applied_o", "q_tile_index_ignored",
-    "stale_scale", "stale_stride", "o_not_zeroed", "fp_state_overlap", "hardcoded_tile_64",
-    # 6.3 other kernels
-    "linear_col_step_element", "ksplit_partial_dropped", "weight_tile_row_ignored", "preload_stride_vlen",
-    "silu_on_up", "ffn_workspace_overlap", "rms_scratch_aliases_x", "ln_one_pass_variance",
-    "norm_slots_swapped", "rope_sign_flipped", "embedding_direct_prefetch", "add_dst_not_advancing",
-    "store_block_address", "store_scale_wrong", "softmax_tail_mask_missing", "gelu_alpha_one",
-    "topk_bases_swapped",
-})
+HOOKS: frozenset[str] = frozenset(
+    {
+        # 6.2 flash attention
+        "kv_tile_offset_ignored",
+        "state_reset_per_tile",
+        "normalize_per_tile",
+        "normalize_mask_stale",
+        "pv_v_step_blen",
+        "mv_v_step_row",
+        "tile_step_not_batch_aware",
+        "batch_base_missing",
+        "contiguous_kv_prefetch",
+        "raw_large_immediate",
+        "truncated_immediate",
+        "causal_ignored",
+        "causal_offset_zero",
+        "tail_mask_missing",
+        "tail_tile_dropped",
+        "causal_break_early",
+        "bmm_scale_uncorrected",
+        "qk_scale_missing",
+        "decode_s_stride_tile",
+        "per_head_p_offset",
+        "qkt_sum_key_blocks",
+        "tmv_operands_swapped",
+        "q_group_offset_doubled",
+        "o_group_offset_missing",
+        "q_lanes_not_zeroed",
+        "mres_not_applied_l",
+        "mres_not_applied_o",
+        "q_tile_index_ignored",
+        "stale_scale",
+        "stale_stride",
+        "o_not_zeroed",
+        "fp_state_overlap",
+        "hardcoded_tile_64",
+        # 6.3 other kernels
+        "linear_col_step_element",
+        "ksplit_partial_dropped",
+        "weight_tile_row_ignored",
+        "preload_stride_vlen",
+        "silu_on_up",
+        "ffn_workspace_overlap",
+        "rms_scratch_aliases_x",
+        "ln_one_pass_variance",
+        "norm_slots_swapped",
+        "rope_sign_flipped",
+        "embedding_direct_prefetch",
+        "add_dst_not_advancing",
+        "store_block_address",
+        "store_scale_wrong",
+        "softmax_tail_mask_missing",
+        "gelu_alpha_one",
+        "topk_bases_swapped",
+    }
+)
 
-_ENABLED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("plena_fault_hooks",
-                                                                         default=frozenset())
+_ENABLED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("plena_fault_hooks", default=frozenset())
 
 
 def active(name: str) -> bool:
@@ -47,7 +87,7 @@ def enabled() -> frozenset[str]:
 
 
 @contextlib.contextmanager
-def inject(*names: str):
+def inject(*names: str) -> Iterator[None]:
     """Enable the named hooks for the duration of the ``with`` block (test use only)."""
     unknown = [n for n in names if n not in HOOKS]
     if unknown:

@@ -9,26 +9,44 @@ Steps: linear(X, Wg -> G); linear(X, Wu -> U); silu(G -> G) over all of G's rows
 ``ffn_intermediate`` stops here (result G, or a copy at ``h_base``); ``ffn_swiglu`` continues with
 linear(G, Wd -> Y).  Y may equal X (X is consumed before the last step).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .activation import ActivationPlan, plan_activation, emit_activation
-from .asm import Asm, fp as F, gp as G, load_imm
-from .common import (SLOT, LoopBudget, check_disjoint, need_int, need_multiple, rp, take_regs)
+from .activation import ActivationPlan, emit_activation, plan_activation
+from .asm import Asm, load_imm
+from .asm import fp as F
+from .asm import gp as G
+from .common import SLOT, LoopBudget, Region, check_disjoint, need_int, need_multiple, rp, take_regs
 from .hbm import HbmTensor
-from .linear import GP_NEEDED as LIN_GP, LinearPlan, emit_linear_core, plan_linear
+from .linear import GP_NEEDED as LIN_GP
+from .linear import LinearPlan, emit_linear_core, plan_linear
 
-__all__ = ["FfnPlan", "plan_ffn_swiglu", "plan_ffn_intermediate", "emit_ffn_swiglu", "emit_ffn_intermediate",
-           "ffn_workspace_rows"]
+__all__ = [
+    "FfnPlan",
+    "plan_ffn_swiglu",
+    "plan_ffn_intermediate",
+    "emit_ffn_swiglu",
+    "emit_ffn_intermediate",
+    "ffn_workspace_rows",
+]
 
 
-def ffn_workspace_rows(config: HardwareConfig, *, rows: int, hidden: int, inter: int, pitch: int,
-                       max_k_tiles: int | None = None, intermediate_only: bool = False) -> int:
+def ffn_workspace_rows(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    hidden: int,
+    inter: int,
+    pitch: int,
+    max_k_tiles: int | None = None,
+    intermediate_only: bool = False,
+) -> int:
     """Rows of the workspace the plan needs (G, U, t and the split scratch when a split happens)."""
     V, M = config.VLEN, config.MLEN
     T = config.mram_tiles
@@ -57,17 +75,34 @@ class FfnPlan:
     act: ActivationPlan
     down: LinearPlan | None
     V: int
-    vram_regions: dict
-    mram_tiles: tuple
-    hbm_slack: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    vram_regions: dict[str, Region]
+    mram_tiles: tuple[int, int]
+    hbm_slack: dict[str, int]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     gp_needed: int = LIN_GP
     fp_needed: int = 2
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def _plan(kernel: str, config: HardwareConfig, *, rows, hidden, inter, x_base, pitch, y_base, ws_base, wg, wu,
-          wd, max_k_tiles, loops, mram_tile0, h_base) -> FfnPlan:
+def _plan(
+    kernel: str,
+    config: HardwareConfig,
+    *,
+    rows: int,
+    hidden: int,
+    inter: int,
+    x_base: int,
+    pitch: int,
+    y_base: int | None,
+    ws_base: int,
+    wg: HbmTensor,
+    wu: HbmTensor,
+    wd: HbmTensor | None,
+    max_k_tiles: int | None,
+    loops: bool,
+    mram_tile0: int,
+    h_base: int | None,
+) -> FfnPlan:
     V, M = config.VLEN, config.MLEN
     need_int(kernel, "rows", rows, 1)
     need_int(kernel, "hidden", hidden, 1)
@@ -79,27 +114,50 @@ def _plan(kernel: str, config: HardwareConfig, *, rows, hidden, inter, x_base, p
     need_multiple(kernel, "ws_base", ws_base, V, "VLEN")
     ws = 0 if faults.active("ffn_workspace_overlap") else ws_base
     inter_only = kernel == "ffn_intermediate"
-    n_ws = ffn_workspace_rows(config, rows=rows, hidden=hidden, inter=inter, pitch=pitch,
-                              max_k_tiles=max_k_tiles, intermediate_only=inter_only)
+    n_ws = ffn_workspace_rows(
+        config,
+        rows=rows,
+        hidden=hidden,
+        inter=inter,
+        pitch=pitch,
+        max_k_tiles=max_k_tiles,
+        intermediate_only=inter_only,
+    )
     n_blk = (inter // V) * pitch
     g_base = ws
     u_base = ws + n_blk * V
     t_base = u_base + n_blk * V
     split = t_base + V if n_ws > 2 * n_blk + 1 else None
-    common = dict(rows=rows, mram_tile0=mram_tile0, max_k_tiles=max_k_tiles, split_base=split, loops=loops,
-                  kernel=kernel)
-    gate = plan_linear(config, K=hidden, N=inter, x_base=x_base, x_pitch=pitch, y_base=g_base, y_pitch=pitch,
-                       w=wg, **common)
-    up = plan_linear(config, K=hidden, N=inter, x_base=x_base, x_pitch=pitch, y_base=u_base, y_pitch=pitch,
-                     w=wu, **common)
+
+    def linear(K: int, N: int, src: int, dst: int, w: HbmTensor) -> LinearPlan:
+        """One projection: the row count, pitch, MRAM tiles, K split and loop mode every step shares."""
+        return plan_linear(
+            config,
+            rows=rows,
+            K=K,
+            N=N,
+            x_base=src,
+            x_pitch=pitch,
+            y_base=dst,
+            y_pitch=pitch,
+            w=w,
+            mram_tile0=mram_tile0,
+            max_k_tiles=max_k_tiles,
+            split_base=split,
+            loops=loops,
+            kernel=kernel,
+        )
+
+    gate = linear(hidden, inter, x_base, g_base, wg)
+    up = linear(hidden, inter, x_base, u_base, wu)
     act = plan_activation(config, kind="silu", src_base=g_base, dst_base=g_base, nrows=n_blk, t_base=t_base)
     down = None
     x_rows = (x_base // V, (hidden // V) * pitch)
-    regions = {}
+    regions: dict[str, Region] = {}
     if not inter_only:
-        need_int(kernel, "y_base", y_base, 0)
-        down = plan_linear(config, K=inter, N=hidden, x_base=g_base, x_pitch=pitch, y_base=y_base,
-                           y_pitch=pitch, w=wd, **common)
+        y_base = need_int(kernel, "y_base", y_base, 0)
+        assert wd is not None  # plan_ffn_swiglu always passes the down projection
+        down = linear(inter, hidden, g_base, y_base, wd)
         if y_base == x_base:
             regions["x"] = (x_rows[0], x_rows[1], "inout")
         else:
@@ -124,32 +182,119 @@ def _plan(kernel: str, config: HardwareConfig, *, rows, hidden, inter, x_base, p
     if down:
         slack["wd"] = inter * hidden
     gp_needed = max(p.gp_needed for p in (gate, up) + ((down,) if down else ()))
-    return FfnPlan(kernel, rows, hidden, inter, x_base, pitch, y_base, ws_base, h_base, g_base, u_base, t_base,
-                   split, gate, up, act, down, V, regions, mram, slack, config, gp_needed=gp_needed)
+    return FfnPlan(
+        kernel,
+        rows,
+        hidden,
+        inter,
+        x_base,
+        pitch,
+        y_base,
+        ws_base,
+        h_base,
+        g_base,
+        u_base,
+        t_base,
+        split,
+        gate,
+        up,
+        act,
+        down,
+        V,
+        regions,
+        mram,
+        slack,
+        config,
+        gp_needed=gp_needed,
+    )
 
 
-def plan_ffn_swiglu(config: HardwareConfig, *, rows: int, hidden: int, inter: int, x_base: int, pitch: int,
-                    y_base: int, ws_base: int, wg: HbmTensor, wu: HbmTensor, wd: HbmTensor,
-                    max_k_tiles: int | None = None, loops: bool = False, mram_tile0: int = 0) -> FfnPlan:
-    return _plan("ffn_swiglu", config, rows=rows, hidden=hidden, inter=inter, x_base=x_base, pitch=pitch,
-                 y_base=y_base, ws_base=ws_base, wg=wg, wu=wu, wd=wd, max_k_tiles=max_k_tiles, loops=loops,
-                 mram_tile0=mram_tile0, h_base=None)
+def plan_ffn_swiglu(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    hidden: int,
+    inter: int,
+    x_base: int,
+    pitch: int,
+    y_base: int,
+    ws_base: int,
+    wg: HbmTensor,
+    wu: HbmTensor,
+    wd: HbmTensor,
+    max_k_tiles: int | None = None,
+    loops: bool = False,
+    mram_tile0: int = 0,
+) -> FfnPlan:
+    return _plan(
+        "ffn_swiglu",
+        config,
+        rows=rows,
+        hidden=hidden,
+        inter=inter,
+        x_base=x_base,
+        pitch=pitch,
+        y_base=y_base,
+        ws_base=ws_base,
+        wg=wg,
+        wu=wu,
+        wd=wd,
+        max_k_tiles=max_k_tiles,
+        loops=loops,
+        mram_tile0=mram_tile0,
+        h_base=None,
+    )
 
 
-def plan_ffn_intermediate(config: HardwareConfig, *, rows: int, hidden: int, inter: int, x_base: int,
-                          pitch: int, ws_base: int, wg: HbmTensor, wu: HbmTensor, h_base: int | None = None,
-                          max_k_tiles: int | None = None, loops: bool = False, mram_tile0: int = 0) -> FfnPlan:
-    return _plan("ffn_intermediate", config, rows=rows, hidden=hidden, inter=inter, x_base=x_base, pitch=pitch,
-                 y_base=None, ws_base=ws_base, wg=wg, wu=wu, wd=None, max_k_tiles=max_k_tiles, loops=loops,
-                 mram_tile0=mram_tile0, h_base=h_base)
+def plan_ffn_intermediate(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    hidden: int,
+    inter: int,
+    x_base: int,
+    pitch: int,
+    ws_base: int,
+    wg: HbmTensor,
+    wu: HbmTensor,
+    h_base: int | None = None,
+    max_k_tiles: int | None = None,
+    loops: bool = False,
+    mram_tile0: int = 0,
+) -> FfnPlan:
+    return _plan(
+        "ffn_intermediate",
+        config,
+        rows=rows,
+        hidden=hidden,
+        inter=inter,
+        x_base=x_base,
+        pitch=pitch,
+        y_base=None,
+        ws_base=ws_base,
+        wg=wg,
+        wu=wu,
+        wd=None,
+        max_k_tiles=max_k_tiles,
+        loops=loops,
+        mram_tile0=mram_tile0,
+        h_base=h_base,
+    )
 
 
 def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, fregs = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     V = plan.V
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
-    asm.begin(plan.kernel, rows=plan.rows, hidden=plan.hidden, inter=plan.inter, x=plan.x_base,
-              y=plan.y_base if plan.y_base is not None else "-", ws=plan.ws_base)
+    asm.begin(
+        plan.kernel,
+        rows=plan.rows,
+        hidden=plan.hidden,
+        inter=plan.inter,
+        x=plan.x_base,
+        y=plan.y_base if plan.y_base is not None else "-",
+        ws=plan.ws_base,
+    )
     asm.comment(f"{plan.kernel}: step 1 gate G = X @ Wg")
     emit_linear_core(asm, plan.gate, regs, lb)
     asm.comment(f"{plan.kernel}: step 2 up U = X @ Wu")
@@ -157,10 +302,11 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int]) -> None
     n_blk = (plan.inter // V) * plan.pitch
     act = plan.act
     if faults.active("silu_on_up"):
-        act = plan_activation(plan.cfg, kind="silu", src_base=plan.u_base, dst_base=plan.u_base, nrows=n_blk,
-                              t_base=plan.t_base)
+        act = plan_activation(
+            plan.cfg, kind="silu", src_base=plan.u_base, dst_base=plan.u_base, nrows=n_blk, t_base=plan.t_base
+        )
     asm.comment(f"{plan.kernel}: step 3 silu on the gate projection")
-    emit_activation(asm, act, gp=regs[:act.gp_needed], fp=fregs)
+    emit_activation(asm, act, gp=regs[: act.gp_needed], fp=fregs)
     asm.comment(f"{plan.kernel}: step 4 G = G * U")
     gG, gU, gL = regs[0], regs[1], regs[2]
     load_imm(asm, gG, plan.g_base)

@@ -20,22 +20,36 @@ The plan dry-runs the emitter into a counting sink, so it knows the exact dynami
 (:attr:`FlashPlan.dynamic_instructions`; the kernel has no data-dependent control flow) and the largest
 hardware-loop iteration, which it checks against ``MAX_LOOP_INSTRUCTIONS``.
 """
+
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, NamedTuple, NoReturn, Protocol
+
+import numpy as np
 
 from plena_sim.config import HardwareConfig, MxType
 
 from . import faults
-from .asm import Asm, add_imm, fp, gp, areg, load_imm, LOOP_COUNT_MAX
-from .common import Footprint, check_disjoint, check_fp_range, take_regs
+from .asm import LOOP_COUNT_MAX, Asm, add_imm, areg, fp, gp, load_imm
+from .common import Footprint, Region, check_disjoint, check_fp_range, take_regs
 from .hbm import HbmTensor, ceil_div, round_up, row_pad
 
-__all__ = ["SUPPORTS_HEAD_DIM_CHUNKS", "FlashPlan", "Block", "TileStep", "plan_flash_attention",
-           "emit_flash_attention", "plan_attention_scores", "emit_attention_scores", "hbm_requirements",
-           "GP_NEEDED", "FP_NEEDED"]
+__all__ = [
+    "SUPPORTS_HEAD_DIM_CHUNKS",
+    "FlashPlan",
+    "Block",
+    "TileStep",
+    "plan_flash_attention",
+    "emit_flash_attention",
+    "plan_attention_scores",
+    "emit_attention_scores",
+    "hbm_requirements",
+    "GP_NEEDED",
+    "FP_NEEDED",
+]
 
 #: §3.9 stretch goal: head dims d > MLEN (d % MLEN == 0) through head-dim chunks, per-head path only
 SUPPORTS_HEAD_DIM_CHUNKS = True
@@ -43,14 +57,15 @@ SUPPORTS_HEAD_DIM_CHUNKS = True
 GP_NEEDED = 8
 FP_NEEDED = 6
 _U32 = 1 << 32
-_LOOP_COUNT_MAX = LOOP_COUNT_MAX   # the imm22 field (isa table)
+_LOOP_COUNT_MAX = LOOP_COUNT_MAX  # the imm22 field (isa table)
 
 
-def _fail(kernel: str, param: str, value, rule: str):
+def _fail(kernel: str, param: str, value: object, rule: str) -> NoReturn:
     raise ValueError(f"{kernel}: {param}={value} {rule}")
 
 
 # =========================================================================== the plan
+
 
 @dataclass(frozen=True)
 class TileStep:
@@ -58,6 +73,7 @@ class TileStep:
 
     ``mask_n[r]`` (only when ``masked``) is the number of allowed leading columns of row ``r``:
     MASK row r = ``V_SHFT_V(NEG, mask_n[r])``."""
+
     t: int
     c0: int
     bc: int
@@ -68,6 +84,7 @@ class TileStep:
 @dataclass(frozen=True)
 class Block:
     """One (batch b, kv group g, q tile i, head batch) pass; ``heads`` are global q-head indices."""
+
     b: int
     g: int
     i: int
@@ -79,7 +96,7 @@ class Block:
 
 @dataclass(frozen=True)
 class FlashPlan:
-    kernel: str                      # "flash_attention" or "attention_scores"
+    kernel: str  # "flash_attention" or "attention_scores"
     config: HardwareConfig = field(repr=False)
     # problem
     batch: int
@@ -91,32 +108,32 @@ class FlashPlan:
     causal: bool
     kv_layout: str
     kv_capacity: int
-    kv_row_elems: int                # Wp
-    path: str                        # "batched" | "per_head" (resolved)
-    decode: bool                     # q_len == 1: decode forms (§3.8)
+    kv_row_elems: int  # Wp
+    path: str  # "batched" | "per_head" (resolved)
+    decode: bool  # q_len == 1: decode forms (§3.8)
     ratio: int
-    nc: int                          # head-dim chunks
-    nh: int                          # heads per head batch
-    qrows: int                       # query rows per q tile (MLEN unless the FP state needs row groups)
+    nc: int  # head-dim chunks
+    nh: int  # heads per head batch
+    qrows: int  # query rows per q tile (MLEN unless the FP state needs row groups)
     Tq: int
     Tk: int
-    off: int                         # kv_len - q_len
-    R: int                           # K/V row pitch in elements (bshd: Wp; sbhd: batch*Wp)
+    off: int  # kv_len - q_len
+    R: int  # K/V row pitch in elements (bshd: Wp; sbhd: batch*Wp)
     # HBM
     q: HbmTensor | None
     k: HbmTensor | None
     v: HbmTensor | None
     eb_q: int
     eb_kv: int
-    q_alloc_elems: int               # elements the Q tensor must allocate (slack included)
-    kv_alloc_elems: int              # elements each of K and V must allocate
+    q_alloc_elems: int  # elements the Q tensor must allocate (slack included)
+    kv_alloc_elems: int  # elements each of K and V must allocate
     # on-chip
-    o_base: int                      # element address of O (flash) / s_out (scores)
+    o_base: int  # element address of O (flash) / s_out (scores)
     rows_o_p: int
     o_blocks: int
     scratch_base: int
-    rows: Mapping[str, int]          # scratch item -> first element address
-    vram_regions: Mapping[str, tuple[int, int, str]]
+    rows: Mapping[str, int]  # scratch item -> first element address
+    vram_regions: Mapping[str, Region]
     fp_state_base: int
     fp_state_size: int
     mram_tile0: int
@@ -154,9 +171,12 @@ class FlashPlan:
     @property
     def footprint(self) -> Footprint:
         """The full footprint (kernels.md §1.1): VRAM regions, FP SRAM range, MRAM tiles, HBM allocations."""
-        return Footprint(vram_regions=dict(self.vram_regions),
-                         fp_range=self.fp_range if self.fp_state_size else None,
-                         mram_tiles=self.mram_tiles, hbm_slack=self.hbm_slack)
+        return Footprint(
+            vram_regions=dict(self.vram_regions),
+            fp_range=self.fp_range if self.fp_state_size else None,
+            mram_tiles=self.mram_tiles,
+            hbm_slack=self.hbm_slack,
+        )
 
     @property
     def hbm_slack(self) -> dict[str, int]:
@@ -241,31 +261,33 @@ class FlashPlan:
                         out.append((off, stride, self.v.scale_offset, self.v.areg))
         return out
 
-    def output_read(self):
+    def output_read(self) -> tuple[tuple[int, int, int, int], Callable[[np.ndarray], np.ndarray]]:
         """(base element, rows, cols, pitch) of the CBM output and a post function giving
         ``O[batch, q_len, hq, d]`` from the ``[batch*q_len, o_cols]`` matrix."""
         B_, S_, hq, d = self.batch, self.q_len, self.hq, self.d
 
-        def post(x):
-            return x[:, :hq * d].reshape(B_, S_, hq, d)
+        def post(x: np.ndarray) -> np.ndarray:
+            return x[:, : hq * d].reshape(B_, S_, hq, d)
+
         return (self.o_base, self.o_rows, self.o_cols, self.rows_o_p), post
 
     def describe(self) -> str:
         rows = f" qrows={self.qrows}" if self.qrows != self.M else ""
-        return (f"batch={self.batch} hq={self.hq} hkv={self.hkv} d={self.d} q_len={self.q_len} "
-                f"kv_len={self.kv_len} causal={int(self.causal)} layout={self.kv_layout} "
-                f"Wp={self.kv_row_elems} S_cap={self.kv_capacity} path={self.path} nh={self.nh} nc={self.nc}"
-                + rows)
+        return (
+            f"batch={self.batch} hq={self.hq} hkv={self.hkv} d={self.d} q_len={self.q_len} "
+            f"kv_len={self.kv_len} causal={int(self.causal)} layout={self.kv_layout} "
+            f"Wp={self.kv_row_elems} S_cap={self.kv_capacity} path={self.path} nh={self.nh} nc={self.nc}" + rows
+        )
 
 
-def _kv_type_info(cfg: HardwareConfig):
+def _kv_type_info(cfg: HardwareConfig) -> tuple[int, int, bool]:
     t = cfg.hbm_type("HBM_M_KV_TYPE")
     eb = t.elem_bytes
     blk = t.block * eb if isinstance(t, MxType) else 1
     return eb, blk, isinstance(t, MxType)
 
 
-def _act_type_info(cfg: HardwareConfig):
+def _act_type_info(cfg: HardwareConfig) -> tuple[int, int, bool]:
     t = cfg.hbm_type("HBM_V_ACT_TYPE")
     eb = t.elem_bytes
     blk = t.block * eb if isinstance(t, MxType) else 1
@@ -281,8 +303,9 @@ def _row_groups(room: int, nh: int, M: int, quantum: int) -> int:
     return rows
 
 
-def _choose_path(K: str, cfg: HardwareConfig, path: str, legal: bool, ratio: int, nc: int, room: int,
-                 q_len: int, F: int) -> tuple[str, int, int]:
+def _choose_path(
+    K: str, cfg: HardwareConfig, path: str, legal: bool, ratio: int, nc: int, room: int, q_len: int, F: int
+) -> tuple[str, int, int]:
     """``(path, nh, qrows)``: the path (§3.3) and how the state is grouped so that it fits FP SRAM.
 
     Per-head path: head batches of ``nh = min(ratio, room // (3*M))`` heads (§3.5); when not even one
@@ -307,8 +330,8 @@ def _choose_path(K: str, cfg: HardwareConfig, path: str, legal: bool, ratio: int
 
     def macs(kind: str, nh: int, qrows: int) -> int:
         tiles = ceil_div(q_len, max(qrows, 1))
-        if kind == "batched":      # one M_BTMM (BA*M*M*H = M^3 MACs) per q tile
-            return tiles * M ** 3
+        if kind == "batched":  # one M_BTMM (BA*M*M*H = M^3 MACs) per q tile
+            return tiles * M**3
         return ratio * tiles * ceil_div(min(qrows, q_len), B) * B * M * M * nc
 
     if path == "per_head" or (path == "auto" and not legal):
@@ -317,21 +340,24 @@ def _choose_path(K: str, cfg: HardwareConfig, path: str, legal: bool, ratio: int
         choice = ("batched",) + batched()
     else:
         b, ph = ("batched",) + batched(), ("per_head",) + per_head()
-        if b[2] >= rows_needed or b[2] == M:
-            choice = b
-        elif ph[2] < 1 or (b[2] >= 1 and macs(*b) <= macs(*ph)):
+        if b[2] >= rows_needed or b[2] == M or ph[2] < 1 or (b[2] >= 1 and macs(*b) <= macs(*ph)):
             choice = b
         else:
             choice = ph
     the_path, nh, qrows = choice
     if qrows < 1:
-        _fail(K, "fp_state_base", F, f"leaves {room} FP SRAM words: the online-softmax state needs 3 words per "
-              f"q row and head (FP_SRAM_SIZE={cfg.FP_SRAM_SIZE}); the largest fp_state_base that fits is "
-              f"{cfg.FP_SRAM_SIZE - 3}")
+        _fail(
+            K,
+            "fp_state_base",
+            F,
+            f"leaves {room} FP SRAM words: the online-softmax state needs 3 words per "
+            f"q row and head (FP_SRAM_SIZE={cfg.FP_SRAM_SIZE}); the largest fp_state_base that fits is "
+            f"{cfg.FP_SRAM_SIZE - 3}",
+        )
     return the_path, nh, qrows
 
 
-def _int(kernel: str, name: str, v, lo: int = 1) -> int:
+def _int(kernel: str, name: str, v: object, lo: int = 1) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         _fail(kernel, name, repr(v), "must be an integer")
     if v < lo:
@@ -339,19 +365,76 @@ def _int(kernel: str, name: str, v, lo: int = 1) -> int:
     return v
 
 
-def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int, d: int, q_len: int,
-          kv_len: int, causal: bool = False, q: HbmTensor | None = None, k: HbmTensor | None = None,
-          v: HbmTensor | None = None, kv_layout: str = "bshd", kv_capacity: int | None = None,
-          kv_row_elems: int | None = None, o_base: int = 0, o_rows_p: int | None = None,
-          scratch_base: int = 0, fp_state_base: int = 16, mram_tile0: int = 0, path: str = "auto",
-          qk_slot: int = 5, neg_slot: int = 0, fp_reserved: Mapping[str, tuple[int, int]] | None = None,
-          dry_run: bool = True) -> FlashPlan:
-    cfg = config
-    K = kernel
-    M, V, B, H, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
-    Pv, Pm = cfg.P_V, cfg.P_M
-    for name, val in (("batch", batch), ("hq", hq), ("hkv", hkv), ("d", d), ("q_len", q_len),
-                      ("kv_len", kv_len)):
+# --------------------------------------------------------------------------- planning steps
+# ``_plan`` runs these in order; each raises on the first rule it finds broken, so the order of the steps
+# (and of the checks inside them) fixes which error a bad parameter set reports.
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """A validated attention problem (§3.2): shapes, K/V cache geometry, and what follows from them."""
+
+    kernel: str
+    cfg: HardwareConfig
+    batch: int
+    hq: int
+    hkv: int
+    d: int
+    q_len: int
+    kv_len: int
+    causal: bool
+    kv_layout: str
+    S_cap: int  # kv_capacity
+    Wp: int  # kv_row_elems
+    ratio: int  # hq // hkv
+    nc: int  # head-dim chunks
+    legal: bool  # the batched path is legal here (§3.3)
+
+    @property
+    def flash(self) -> bool:
+        return self.kernel == "flash_attention"
+
+    @property
+    def decode(self) -> bool:
+        return self.q_len == 1
+
+    @property
+    def R(self) -> int:
+        """K/V row pitch in elements (bshd: Wp; sbhd: batch*Wp)."""
+        return self.Wp if self.kv_layout == "bshd" else self.batch * self.Wp
+
+    @property
+    def off(self) -> int:
+        return self.kv_len - self.q_len
+
+    @property
+    def Tk(self) -> int:
+        return ceil_div(self.kv_len, self.cfg.MLEN)
+
+
+class _FpState(NamedTuple):
+    """The path (§3.3) and the online-softmax state layout in FP SRAM (§3.5)."""
+
+    path: str  # "batched" | "per_head"
+    nh: int  # heads per head batch
+    qrows: int  # query rows per q tile
+    base: int  # fp_state_base (0 for attention_scores)
+    size: int  # words of state (0 for attention_scores)
+
+
+class _Vram(NamedTuple):
+    """The VRAM layout (§3.5): output pitch and blocks, scratch item addresses, declared regions."""
+
+    rows_o_p: int
+    o_blocks: int
+    rows: dict[str, int]
+    regions: dict[str, Region]
+
+
+def _check_shapes(
+    K: str, batch: int, hq: int, hkv: int, d: int, q_len: int, kv_len: int, causal: bool, kv_layout: str, path: str
+) -> None:
+    for name, val in (("batch", batch), ("hq", hq), ("hkv", hkv), ("d", d), ("q_len", q_len), ("kv_len", kv_len)):
         _int(K, name, val)
     if not isinstance(causal, bool):
         _fail(K, "causal", repr(causal), "must be a bool")
@@ -361,28 +444,38 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
         _fail(K, "path", repr(path), "must be 'auto', 'batched' or 'per_head'")
     if hq % hkv:
         _fail(K, "hq", hq, f"must be a multiple of hkv={hkv}")
-    ratio = hq // hkv
-    # ---- machine shape (§3.10)
+
+
+def _check_machine(K: str, cfg: HardwareConfig) -> None:
+    """The machine shape flash attention needs (§3.10)."""
+    M, V, Pv, Pm = cfg.MLEN, cfg.VLEN, cfg.P_V, cfg.P_M
     if V != M:
         _fail(K, "VLEN", V, f"must equal MLEN={M}")
     if Pm != M:
         _fail(K, "HBM_M_Prefetch_Amount", Pm, f"(effective P_M) must equal MLEN={M}")
     if M % Pv:
         _fail(K, "HBM_V_Prefetch_Amount", Pv, f"must divide MLEN={M}")
-    # ---- head dim (§3.9)
+
+
+def _head_dim_chunks(K: str, cfg: HardwareConfig, d: int) -> int:
+    """The number of head-dim chunks ``nc`` (§3.9): 1 for ``d <= M``, else ``d // M``."""
+    M, V, H = cfg.MLEN, cfg.VLEN, cfg.HLEN
     if d % H:
         _fail(K, "head_dim", d, f"must be a multiple of HLEN={H}")
     if d <= M:
         if V % d:
             _fail(K, "head_dim", d, f"must divide VLEN={V} or be a multiple of it")
-        nc = 1
-    else:
-        if d % M:
-            _fail(K, "head_dim", d, f"must divide VLEN={V} or be a multiple of it")
-        if not SUPPORTS_HEAD_DIM_CHUNKS:
-            raise ValueError(f"head_dim={d} > MLEN={M} requires head-dim chunking (not implemented)")
-        nc = d // M
-    # ---- path (§3.3)
+        return 1
+    if d % M:
+        _fail(K, "head_dim", d, f"must divide VLEN={V} or be a multiple of it")
+    if not SUPPORTS_HEAD_DIM_CHUNKS:
+        raise ValueError(f"head_dim={d} > MLEN={M} requires head-dim chunking (not implemented)")
+    return d // M
+
+
+def _batched_legal(K: str, cfg: HardwareConfig, d: int, ratio: int, path: str) -> bool:
+    """Whether the batched path is legal (§3.3); asking for it where it is not is an error."""
+    M, H, BA = cfg.MLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
     legal = d == H and ratio <= BA and BA * H == M
     if path == "batched" and not legal:
         why = []
@@ -393,8 +486,13 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
         if BA * H != M:
             why.append(f"BROADCAST_AMOUNT*HLEN={BA * H} != MLEN={M}")
         _fail(K, "path", "'batched'", "is illegal here: " + ", ".join(why))
-    decode = q_len == 1
-    # ---- problem constraints
+    return legal
+
+
+def _kv_cache_shape(
+    K: str, q_len: int, kv_len: int, causal: bool, hkv: int, d: int, kv_capacity: int | None, kv_row_elems: int | None
+) -> tuple[int, int]:
+    """``(S_cap, Wp)``: positions per batch and elements per row of the K/V cache (defaults: kv_len, hkv*d)."""
     if causal and q_len > kv_len:
         _fail(K, "q_len", q_len, f"must be <= kv_len={kv_len} when causal")
     S_cap = kv_len if kv_capacity is None else kv_capacity
@@ -405,17 +503,38 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
     _int(K, "kv_row_elems", Wp)
     if Wp < hkv * d:
         _fail(K, "kv_row_elems", Wp, f"(Wp) must be >= hkv*d={hkv * d}")
-    eb_kv, blk_kv, mx_kv = _kv_type_info(cfg)
-    eb_q, blk_q, mx_q = _act_type_info(cfg)
-    for t_, name in ((q, "q"), (k, "k"), (v, "v")):
-        if t_ is not None and not isinstance(t_, HbmTensor):
-            _fail(K, name, repr(t_), "must be an HbmTensor")
-    if q is not None:
-        eb_q, blk_q = q.eb, q.blk
-        mx_q = q.block > 0
-    if k is not None:
-        eb_kv, blk_kv = k.eb, k.blk
-        mx_kv = k.block > 0
+    return S_cap, Wp
+
+
+def _problem(
+    kernel: str,
+    cfg: HardwareConfig,
+    *,
+    batch: int,
+    hq: int,
+    hkv: int,
+    d: int,
+    q_len: int,
+    kv_len: int,
+    causal: bool,
+    kv_layout: str,
+    kv_capacity: int | None,
+    kv_row_elems: int | None,
+    path: str,
+) -> _Problem:
+    """Validate the shapes against the rules of §3.2, §3.3, §3.9 and §3.10 that need no tensor or layout."""
+    _check_shapes(kernel, batch, hq, hkv, d, q_len, kv_len, causal, kv_layout, path)
+    ratio = hq // hkv
+    _check_machine(kernel, cfg)
+    nc = _head_dim_chunks(kernel, cfg, d)
+    legal = _batched_legal(kernel, cfg, d, ratio, path)
+    S_cap, Wp = _kv_cache_shape(kernel, q_len, kv_len, causal, hkv, d, kv_capacity, kv_row_elems)
+    return _Problem(kernel, cfg, batch, hq, hkv, d, q_len, kv_len, causal, kv_layout, S_cap, Wp, ratio, nc, legal)
+
+
+def _check_mx_alignment(pb: _Problem, eb_q: int, blk_q: int, mx_q: bool, eb_kv: int, blk_kv: int, mx_kv: bool) -> None:
+    """MX-typed rows and heads must start on whole MX blocks (§3.4)."""
+    K, d, Wp = pb.kernel, pb.d, pb.Wp
     if mx_kv:
         if (Wp * eb_kv) % blk_kv:
             _fail(K, "kv_row_elems", Wp, f"(Wp*eb_kv={Wp * eb_kv}) must be a multiple of the MX block bytes {blk_kv}")
@@ -424,94 +543,136 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
     if mx_q:
         if (d * eb_q) % blk_q:
             _fail(K, "head_dim", d, f"(d*eb_act={d * eb_q}) must be a multiple of the MX block bytes {blk_q}")
-        if (hq * d * eb_q) % blk_q:
-            _fail(K, "hq", hq, f"(hq*d*eb_act={hq * d * eb_q}) must be a multiple of the MX block bytes {blk_q}")
+        if (pb.hq * d * eb_q) % blk_q:
+            _fail(K, "hq", pb.hq, f"(hq*d*eb_act={pb.hq * d * eb_q}) must be a multiple of the MX block bytes {blk_q}")
+
+
+def _elem_bytes(pb: _Problem, q: HbmTensor | None, k: HbmTensor | None, v: HbmTensor | None) -> tuple[int, int]:
+    """``(eb_q, eb_kv)``: bytes per element of Q and of K/V -- the tensors' own when given, else those of the
+    config's HBM types -- once the MX alignment rules hold."""
+    eb_kv, blk_kv, mx_kv = _kv_type_info(pb.cfg)
+    eb_q, blk_q, mx_q = _act_type_info(pb.cfg)
+    for t_, name in ((q, "q"), (k, "k"), (v, "v")):
+        if t_ is not None and not isinstance(t_, HbmTensor):
+            _fail(pb.kernel, name, repr(t_), "must be an HbmTensor")
+    if q is not None:
+        eb_q, blk_q = q.eb, q.blk
+        mx_q = q.block > 0
+    if k is not None:
+        eb_kv, blk_kv = k.eb, k.blk
+        mx_kv = k.block > 0
+    _check_mx_alignment(pb, eb_q, blk_q, mx_q, eb_kv, blk_kv, mx_kv)
+    return eb_q, eb_kv
+
+
+def _check_tensors(pb: _Problem, q: HbmTensor | None, k: HbmTensor | None, v: HbmTensor | None) -> None:
+    """K and V come together with one layout and one SCALE; the row pitches are Wp (K/V) and hq*d (Q)."""
+    K, Wp = pb.kernel, pb.Wp
     if k is not None or v is not None:
         if k is None or v is None:
             _fail(K, "v" if v is None else "k", None, "k and v must be given together")
         if k.scale_offset != v.scale_offset:
             _fail(K, "v.scale_offset", v.scale_offset, f"must equal k.scale_offset={k.scale_offset} (shared SCALE)")
-        if (k.eb, k.prec, k.row_pitch_elems, k.alloc_elems, k.block) != \
-                (v.eb, v.prec, v.row_pitch_elems, v.alloc_elems, v.block):
+        k_layout = (k.eb, k.prec, k.row_pitch_elems, k.alloc_elems, k.block)
+        v_layout = (v.eb, v.prec, v.row_pitch_elems, v.alloc_elems, v.block)
+        if k_layout != v_layout:
             _fail(K, "v", v, f"must have the same layout as k={k}")
         if k.row_pitch_elems != Wp:
             _fail(K, "k.row_pitch_elems", k.row_pitch_elems, f"must equal kv_row_elems (Wp)={Wp}")
-    if q is not None and q.row_pitch_elems != hq * d:
-        _fail(K, "q.row_pitch_elems", q.row_pitch_elems, f"must equal hq*d={hq * d}")
+    if q is not None and q.row_pitch_elems != pb.hq * pb.d:
+        _fail(K, "q.row_pitch_elems", q.row_pitch_elems, f"must equal hq*d={pb.hq * pb.d}")
+
+
+def _check_slots(K: str, qk_slot: int, neg_slot: int) -> None:
     for name, slot in (("qk_slot", qk_slot), ("neg_slot", neg_slot)):
         _int(K, name, slot, 0)
         if slot >= 16:
             _fail(K, name, slot, "must be a constant slot < 16")
 
-    R = Wp if kv_layout == "bshd" else batch * Wp
-    off = kv_len - q_len
-    Tk = ceil_div(kv_len, M)
 
-    # ---- FP state, head batches and q-row groups (§3.5), then the path (§3.3)
-    FPN = cfg.FP_SRAM_SIZE
-    if kernel == "flash_attention":
-        F = fp_state_base
-        _int(K, "fp_state_base", F, 0)
-        if faults.active("fp_state_overlap"):
-            F = 3                                   # mutation: state over the constants, no range check
-        elif F < 16:
-            _fail(K, "fp_state_base", F, "must be >= 16 (slots 0-15 are constants)")
-        room = FPN - F
-        the_path, nh, qrows = _choose_path(K, cfg, path, legal, ratio, nc, room, q_len, F)
-        fp_size = 3 * qrows * nh
-        if not faults.active("fp_state_overlap"):
-            check_fp_range(K, F, fp_size, cfg, dict(fp_reserved or {}))
-    else:
-        F, fp_size = 0, 0
-        the_path = "batched" if (path == "batched" or (path == "auto" and legal)) else "per_head"
-        nh, qrows = ratio, M
-    Tq = ceil_div(q_len, qrows)
-    # ---- MRAM
-    _int(K, "mram_tile0", mram_tile0, 0)
-    n_tiles = 2 * nc if kernel == "flash_attention" else nc
-    if mram_tile0 + n_tiles > cfg.mram_tiles:
-        _fail(K, "mram_tile0", mram_tile0, f"+ {n_tiles} tiles exceeds the {cfg.mram_tiles} MRAM tiles")
+def _fp_state(
+    pb: _Problem, path: str, fp_state_base: int, fp_reserved: Mapping[str, tuple[int, int]] | None
+) -> _FpState:
+    """The path and FP state (§3.5, §3.3). attention_scores keeps no state: all ``ratio`` heads, M-row tiles."""
+    K, cfg = pb.kernel, pb.cfg
+    if not pb.flash:
+        the_path = "batched" if (path == "batched" or (path == "auto" and pb.legal)) else "per_head"
+        return _FpState(the_path, pb.ratio, cfg.MLEN, 0, 0)
+    F = fp_state_base
+    _int(K, "fp_state_base", F, 0)
+    if faults.active("fp_state_overlap"):
+        F = 3  # mutation: state over the constants, no range check
+    elif F < 16:
+        _fail(K, "fp_state_base", F, "must be >= 16 (slots 0-15 are constants)")
+    room = cfg.FP_SRAM_SIZE - F
+    the_path, nh, qrows = _choose_path(K, cfg, path, pb.legal, pb.ratio, pb.nc, room, pb.q_len, F)
+    fp_size = 3 * qrows * nh
+    if not faults.active("fp_state_overlap"):
+        check_fp_range(K, F, fp_size, cfg, dict(fp_reserved or {}))
+    return _FpState(the_path, nh, qrows, F, fp_size)
 
-    # ---- VRAM layout
+
+def _check_mram(pb: _Problem, mram_tile0: int) -> None:
+    """K chunks (and V chunks for flash attention) from ``mram_tile0`` must fit MRAM."""
+    _int(pb.kernel, "mram_tile0", mram_tile0, 0)
+    n_tiles = 2 * pb.nc if pb.flash else pb.nc
+    if mram_tile0 + n_tiles > pb.cfg.mram_tiles:
+        _fail(pb.kernel, "mram_tile0", mram_tile0, f"+ {n_tiles} tiles exceeds the {pb.cfg.mram_tiles} MRAM tiles")
+
+
+def _check_vram_bases(pb: _Problem, o_base: int, scratch_base: int) -> None:
+    K, V = pb.kernel, pb.cfg.VLEN
     _int(K, "o_base", o_base, 0)
     _int(K, "scratch_base", scratch_base, 0)
     if o_base % V:
-        _fail(K, "o_base" if kernel == "flash_attention" else "s_out", o_base, f"must be a multiple of VLEN={V}")
+        _fail(K, "o_base" if pb.flash else "s_out", o_base, f"must be a multiple of VLEN={V}")
     if scratch_base % V:
         _fail(K, "scratch_base", scratch_base, f"must be a multiple of VLEN={V}")
+
+
+def _output_rows(pb: _Problem, o_rows_p: int | None, Tq: int) -> tuple[int, int, int]:
+    """``(rows_o_p, o_blocks, o_rows)``: O is CBM with ``o_blocks`` column blocks of ``rows_o_p`` rows;
+    attention_scores writes ``batch*hq*Tq*Tk`` M×M tiles (no pitch, no blocks)."""
+    cfg = pb.cfg
+    if not pb.flash:
+        return 0, 0, pb.batch * pb.hq * Tq * pb.Tk * cfg.MLEN
     RP = row_pad(cfg)
-    if kernel == "flash_attention":
-        rows_o_p = round_up(batch * q_len, RP) if o_rows_p is None else o_rows_p
-        _int(K, "o_rows_p", rows_o_p)
-        if rows_o_p < batch * q_len or rows_o_p % RP:
-            _fail(K, "o_rows_p", rows_o_p, f"must be >= batch*q_len={batch * q_len} and a multiple of {RP}")
-        o_blocks = ceil_div(hq * d, V)
-        o_rows = o_blocks * rows_o_p
-        o_role = "output"
-    else:
-        rows_o_p, o_blocks = 0, 0
-        o_rows = batch * hq * Tq * Tk * M
-        o_role = "output"
-    per_head_keep = the_path == "per_head" and d < V
-    items = [("neg", 1 if kernel == "flash_attention" else 0),
-             ("keep", 1 if per_head_keep else 0),
-             ("mask", M if kernel == "flash_attention" else 0),
-             ("q", M if the_path == "batched" else nh * nc * M),
-             ("s", (BA if decode else BA * M) if the_path == "batched" else M),
-             ("pv", nc * M if kernel == "flash_attention" else 0)]
-    rows_addr: dict[str, int] = {}
-    regions: dict[str, tuple[int, int, str]] = {}
-    o_name = "o" if kernel == "flash_attention" else "s_out"
-    regions[o_name] = (o_base // V, o_rows, o_role)
-    r = scratch_base // V
-    for name, n in items:
-        rows_addr[name] = r * V
-        if n:
-            regions[name] = (r, n, "scratch")
-        r += n
-    if r > cfg.VECTOR_SRAM_SIZE:
-        _fail(K, "scratch_base", scratch_base, f"scratch rows end at {r} > VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE}")
-    if o_base // V + o_rows > cfg.VECTOR_SRAM_SIZE:
+    rows_o_p = round_up(pb.batch * pb.q_len, RP) if o_rows_p is None else o_rows_p
+    _int(pb.kernel, "o_rows_p", rows_o_p)
+    if rows_o_p < pb.batch * pb.q_len or rows_o_p % RP:
+        _fail(pb.kernel, "o_rows_p", rows_o_p, f"must be >= batch*q_len={pb.batch * pb.q_len} and a multiple of {RP}")
+    o_blocks = ceil_div(pb.hq * pb.d, cfg.VLEN)
+    return rows_o_p, o_blocks, o_blocks * rows_o_p
+
+
+def _scratch_items(pb: _Problem, st: _FpState) -> list[tuple[str, int]]:
+    """Rows of each scratch item, in layout order (§3.5): NEG, KEEP, MASK, the Q slots, S, PV."""
+    M, V, BA = pb.cfg.MLEN, pb.cfg.VLEN, pb.cfg.BROADCAST_AMOUNT
+    batched = st.path == "batched"
+    return [
+        ("neg", 1 if pb.flash else 0),
+        ("keep", 1 if (st.path == "per_head" and pb.d < V) else 0),
+        ("mask", M if pb.flash else 0),
+        ("q", M if batched else st.nh * pb.nc * M),
+        ("s", (BA if pb.decode else BA * M) if batched else M),
+        ("pv", pb.nc * M if pb.flash else 0),
+    ]
+
+
+def _check_vram_fit(
+    pb: _Problem,
+    o_base: int,
+    o_rows: int,
+    scratch_base: int,
+    scratch_end: int,
+    rows_addr: Mapping[str, int],
+    regions: Mapping[str, Region],
+) -> None:
+    """Output and scratch inside VRAM, pairwise disjoint, every address below 2^32."""
+    K, V, size = pb.kernel, pb.cfg.VLEN, pb.cfg.VECTOR_SRAM_SIZE
+    if scratch_end > size:
+        _fail(K, "scratch_base", scratch_base, f"scratch rows end at {scratch_end} > VECTOR_SRAM_SIZE={size}")
+    if o_base // V + o_rows > size:
         _fail(K, "o_base", o_base, f"output rows end at {o_base // V + o_rows} > VECTOR_SRAM_SIZE")
     try:
         check_disjoint(K, regions)
@@ -523,87 +684,237 @@ def _plan(kernel: str, config: HardwareConfig, *, batch: int, hq: int, hkv: int,
     if o_base + o_rows * V >= _U32:
         _fail(K, "o_base", o_base, "output region must lie below element 2^32")
 
-    # ---- schedule (§3.6)
-    causal_eff = causal and not faults.active("causal_ignored")
-    off_eff = 0 if faults.active("causal_offset_zero") else off
-    Tk_eff = kv_len // M if faults.active("tail_tile_dropped") else Tk
-    tail_on = not faults.active("tail_mask_missing")
+
+def _vram_layout(pb: _Problem, st: _FpState, o_base: int, o_rows_p: int | None, scratch_base: int, Tq: int) -> _Vram:
+    """The output region at ``o_base`` and the scratch items packed from ``scratch_base`` (§3.5)."""
+    V = pb.cfg.VLEN
+    _check_vram_bases(pb, o_base, scratch_base)
+    rows_o_p, o_blocks, o_rows = _output_rows(pb, o_rows_p, Tq)
+    rows_addr: dict[str, int] = {}
+    regions: dict[str, Region] = {}
+    regions["o" if pb.flash else "s_out"] = (o_base // V, o_rows, "output")
+    r = scratch_base // V
+    for name, n in _scratch_items(pb, st):
+        rows_addr[name] = r * V
+        if n:
+            regions[name] = (r, n, "scratch")
+        r += n
+    _check_vram_fit(pb, o_base, o_rows, scratch_base, r, rows_addr, regions)
+    return _Vram(rows_o_p, o_blocks, rows_addr, regions)
+
+
+def _past_causal_edge(c0: int, q0: int, br: int, off: int) -> bool:
+    """Whether kv tile ``c0..`` and every later one are fully masked for q rows ``q0 .. q0+br-1``."""
+    if faults.active("causal_break_early"):
+        return c0 >= q0 + off
+    return c0 > q0 + br - 1 + off
+
+
+def _flash_tile(t: int, c0: int, bc: int, M: int, q0: int, br: int, off: int, causal: bool) -> TileStep:
+    """Kv tile ``t`` of flash attention with its additive mask rows: the tail (``bc < M``) and the causal
+    edge allow ``mask_n[r]`` leading columns of row r."""
+    bcm = M if faults.active("tail_mask_missing") else bc
+    masked = bcm < M or (causal and q0 + off - c0 + 1 < M)
+    ns: tuple[int, ...] = ()
+    if masked:
+        if causal:
+            ns = tuple(max(0, min(q0 + rr + off - c0 + 1, bcm)) for rr in range(br))
+        else:
+            ns = (bcm,) * br
+    return TileStep(t, c0, bc, masked, ns)
+
+
+def _block_tiles(pb: _Problem, q0: int, br: int) -> tuple[TileStep, ...]:
+    """The kv tiles a block of q rows ``q0 .. q0+br-1`` visits, increasing, fully masked tiles cut off."""
+    M = pb.cfg.MLEN
+    causal = pb.causal and not faults.active("causal_ignored")
+    off = 0 if faults.active("causal_offset_zero") else pb.off
+    n_tiles = pb.kv_len // M if faults.active("tail_tile_dropped") else pb.Tk
+    tiles = []
+    for t in range(n_tiles):
+        c0 = t * M
+        bc = min(M, pb.kv_len - c0)
+        if not pb.flash:
+            tiles.append(TileStep(t, c0, bc, False, ()))
+            continue
+        if causal and _past_causal_edge(c0, q0, br, off):
+            break
+        tiles.append(_flash_tile(t, c0, bc, M, q0, br, off, causal))
+    return tuple(tiles)
+
+
+def _schedule(pb: _Problem, st: _FpState, Tq: int) -> tuple[Block, ...]:
+    """Every block in loop order (§3.6): batch b, kv group g, q tile i, head batch of ``nh`` heads."""
     blocks: list[Block] = []
-    for b in range(batch):
-        for g in range(hkv):
+    for b in range(pb.batch):
+        for g in range(pb.hkv):
             for i in range(Tq):
-                q0 = i * qrows
-                br = min(qrows, q_len - q0)
+                q0 = i * st.qrows
+                br = min(st.qrows, pb.q_len - q0)
                 q0m = 0 if faults.active("q_tile_index_ignored") else q0
-                heads_all = [g * ratio + j for j in range(ratio)]
-                hbs = [tuple(heads_all[s:s + nh]) for s in range(0, ratio, nh)]
-                for heads in hbs:
-                    tiles = []
-                    for t in range(Tk_eff):
-                        c0 = t * M
-                        bc = min(M, kv_len - c0)
-                        if kernel == "flash_attention":
-                            if causal_eff:
-                                if faults.active("causal_break_early"):
-                                    if c0 >= q0m + off_eff:
-                                        break
-                                elif c0 > q0m + br - 1 + off_eff:
-                                    break
-                            bcm = bc if tail_on else M
-                            masked = bcm < M or (causal_eff and q0m + off_eff - c0 + 1 < M)
-                            ns: tuple[int, ...] = ()
-                            if masked:
-                                if causal_eff:
-                                    ns = tuple(max(0, min(q0m + rr + off_eff - c0 + 1, bcm)) for rr in range(br))
-                                else:
-                                    ns = (bcm,) * br
-                            tiles.append(TileStep(t, c0, bc, masked, ns))
-                        else:
-                            tiles.append(TileStep(t, c0, bc, False, ()))
-                    blocks.append(Block(b, g, i, q0, br, heads, tuple(tiles)))
+                heads_all = [g * pb.ratio + j for j in range(pb.ratio)]
+                for s in range(0, pb.ratio, st.nh):
+                    blocks.append(Block(b, g, i, q0, br, tuple(heads_all[s : s + st.nh]), _block_tiles(pb, q0m, br)))
+    return tuple(blocks)
 
-    # ---- HBM slack (§1.7, §3.4)
-    # K/V: the last element any tile prefetch may read
-    base_last = (batch - 1) * S_cap * Wp if kv_layout == "bshd" else (batch - 1) * Wp
-    kv_last = base_last + (Tk - 1) * M * R + (hkv - 1) * d + (nc - 1) * M + (M - 1) * R + M - 1
-    kv_alloc = max(kv_last + 1, batch * S_cap * Wp)
-    kv_alloc = round_up(kv_alloc, Wp)
-    # Q: the last staging prefetch (Pv rows, V-wide read)
+
+def _kv_alloc(pb: _Problem) -> int:
+    """Elements K and V must each allocate: the cache, or up to the last element any tile prefetch may
+    read (§1.7, §3.4), in whole rows of Wp."""
+    M, R, Wp = pb.cfg.MLEN, pb.R, pb.Wp
+    base_last = (pb.batch - 1) * pb.S_cap * Wp if pb.kv_layout == "bshd" else (pb.batch - 1) * Wp
+    kv_last = base_last + (pb.Tk - 1) * M * R + (pb.hkv - 1) * pb.d + (pb.nc - 1) * M + (M - 1) * R + M - 1
+    kv_alloc = max(kv_last + 1, pb.batch * pb.S_cap * Wp)
+    return round_up(kv_alloc, Wp)
+
+
+def _q_alloc(pb: _Problem, path: str, blocks: Sequence[Block]) -> int:
+    """Elements Q must allocate: its rows, or up to the last element of the last staging prefetch
+    (Pv rows, V wide), in whole rows of hq*d."""
+    V, Pv = pb.cfg.VLEN, pb.cfg.P_V
     q_last = 0
-    q_pitch = hq * d
+    q_pitch = pb.hq * pb.d
     for blk in blocks:
-        h0s = [blk.heads[0]] if the_path == "batched" else list(blk.heads)
+        h0s = [blk.heads[0]] if path == "batched" else list(blk.heads)
         for h0 in h0s:
-            for c in range(nc):
+            for c in range(pb.nc):
                 npf = ceil_div(blk.br, Pv)
-                o = (blk.b * q_len + blk.q0 + (npf - 1) * Pv) * q_pitch + h0 * d + c * V
+                o = (blk.b * pb.q_len + blk.q0 + (npf - 1) * Pv) * q_pitch + h0 * pb.d + c * V
                 q_last = max(q_last, o + (Pv - 1) * q_pitch + V - 1)
-    q_alloc = round_up(max(q_last + 1, batch * q_len * q_pitch), q_pitch)
-    if kv_alloc * eb_kv >= _U32:
-        _fail(K, "kv_len", kv_len, f"K/V byte offsets reach {kv_alloc * eb_kv} >= 2^32")
-    if q_alloc * eb_q >= _U32:
-        _fail(K, "q_len", q_len, f"Q byte offsets reach {q_alloc * eb_q} >= 2^32")
-    if q is not None and q.alloc_elems < q_alloc:
-        _fail(K, "q.alloc_elems", q.alloc_elems, f"must be >= {q_alloc} (rows, plus the slack of the last Pv-row, V-wide prefetch)")
-    if k is not None and k.alloc_elems < kv_alloc:
-        _fail(K, "k.alloc_elems", k.alloc_elems, f"must be >= {kv_alloc} (cache plus the slack of the last tile prefetch)")
+    return round_up(max(q_last + 1, pb.batch * pb.q_len * q_pitch), q_pitch)
 
-    plan = FlashPlan(
-        kernel=kernel, config=cfg, batch=batch, hq=hq, hkv=hkv, d=d, q_len=q_len, kv_len=kv_len,
-        causal=causal, kv_layout=kv_layout, kv_capacity=S_cap, kv_row_elems=Wp, path=the_path,
-        decode=decode, ratio=ratio, nc=nc, nh=nh, qrows=qrows, Tq=Tq, Tk=Tk, off=off, R=R, q=q, k=k, v=v,
-        eb_q=eb_q, eb_kv=eb_kv, q_alloc_elems=q_alloc, kv_alloc_elems=kv_alloc, o_base=o_base,
-        rows_o_p=rows_o_p, o_blocks=o_blocks, scratch_base=scratch_base, rows=rows_addr,
-        vram_regions=regions, fp_state_base=F, fp_state_size=fp_size, mram_tile0=mram_tile0,
-        qk_slot=qk_slot, neg_slot=neg_slot, blocks=tuple(blocks))
-    if not dry_run:
-        return plan
-    # ---- dry run: exact dynamic instruction count and loop budgets
-    tr = _Tracker(_NullSink(), cfg.MAX_LOOP_INSTRUCTIONS, K)
+
+def _check_hbm(
+    pb: _Problem, q: HbmTensor | None, k: HbmTensor | None, eb_q: int, eb_kv: int, q_alloc: int, kv_alloc: int
+) -> None:
+    """32-bit byte offsets, and tensors that allocate at least what the plan reads."""
+    K = pb.kernel
+    if kv_alloc * eb_kv >= _U32:
+        _fail(K, "kv_len", pb.kv_len, f"K/V byte offsets reach {kv_alloc * eb_kv} >= 2^32")
+    if q_alloc * eb_q >= _U32:
+        _fail(K, "q_len", pb.q_len, f"Q byte offsets reach {q_alloc * eb_q} >= 2^32")
+    if q is not None and q.alloc_elems < q_alloc:
+        _fail(
+            K,
+            "q.alloc_elems",
+            q.alloc_elems,
+            f"must be >= {q_alloc} (rows, plus the slack of the last Pv-row, V-wide prefetch)",
+        )
+    if k is not None and k.alloc_elems < kv_alloc:
+        _fail(
+            K, "k.alloc_elems", k.alloc_elems, f"must be >= {kv_alloc} (cache plus the slack of the last tile prefetch)"
+        )
+
+
+def _dry_run(plan: FlashPlan) -> None:
+    """Emit ``plan`` into a counting sink: its exact dynamic and static instruction counts and largest
+    hardware-loop iteration (checked against MAX_LOOP_INSTRUCTIONS) are stored on the plan."""
+    tr = _Tracker(_NullSink(), plan.config.MAX_LOOP_INSTRUCTIONS, plan.kernel)
     _emit(tr, plan, list(range(1, GP_NEEDED + 1)), list(range(1, FP_NEEDED + 1)))
     object.__setattr__(plan, "dynamic_instructions", tr.dynamic)
     object.__setattr__(plan, "static_instructions", tr.static)
     object.__setattr__(plan, "max_loop_iteration", tr.max_iter)
+
+
+def _plan(
+    kernel: str,
+    config: HardwareConfig,
+    *,
+    batch: int,
+    hq: int,
+    hkv: int,
+    d: int,
+    q_len: int,
+    kv_len: int,
+    causal: bool = False,
+    q: HbmTensor | None = None,
+    k: HbmTensor | None = None,
+    v: HbmTensor | None = None,
+    kv_layout: str = "bshd",
+    kv_capacity: int | None = None,
+    kv_row_elems: int | None = None,
+    o_base: int = 0,
+    o_rows_p: int | None = None,
+    scratch_base: int = 0,
+    fp_state_base: int = 16,
+    mram_tile0: int = 0,
+    path: str = "auto",
+    qk_slot: int = 5,
+    neg_slot: int = 0,
+    fp_reserved: Mapping[str, tuple[int, int]] | None = None,
+    dry_run: bool = True,
+) -> FlashPlan:
+    pb = _problem(
+        kernel,
+        config,
+        batch=batch,
+        hq=hq,
+        hkv=hkv,
+        d=d,
+        q_len=q_len,
+        kv_len=kv_len,
+        causal=causal,
+        kv_layout=kv_layout,
+        kv_capacity=kv_capacity,
+        kv_row_elems=kv_row_elems,
+        path=path,
+    )
+    eb_q, eb_kv = _elem_bytes(pb, q, k, v)
+    _check_tensors(pb, q, k, v)
+    _check_slots(kernel, qk_slot, neg_slot)
+    st = _fp_state(pb, path, fp_state_base, fp_reserved)
+    Tq = ceil_div(q_len, st.qrows)
+    _check_mram(pb, mram_tile0)
+    vram = _vram_layout(pb, st, o_base, o_rows_p, scratch_base, Tq)
+    blocks = _schedule(pb, st, Tq)
+    kv_alloc = _kv_alloc(pb)
+    q_alloc = _q_alloc(pb, st.path, blocks)
+    _check_hbm(pb, q, k, eb_q, eb_kv, q_alloc, kv_alloc)
+    plan = FlashPlan(
+        kernel=kernel,
+        config=config,
+        batch=batch,
+        hq=hq,
+        hkv=hkv,
+        d=d,
+        q_len=q_len,
+        kv_len=kv_len,
+        causal=causal,
+        kv_layout=kv_layout,
+        kv_capacity=pb.S_cap,
+        kv_row_elems=pb.Wp,
+        path=st.path,
+        decode=pb.decode,
+        ratio=pb.ratio,
+        nc=pb.nc,
+        nh=st.nh,
+        qrows=st.qrows,
+        Tq=Tq,
+        Tk=pb.Tk,
+        off=pb.off,
+        R=pb.R,
+        q=q,
+        k=k,
+        v=v,
+        eb_q=eb_q,
+        eb_kv=eb_kv,
+        q_alloc_elems=q_alloc,
+        kv_alloc_elems=kv_alloc,
+        o_base=o_base,
+        rows_o_p=vram.rows_o_p,
+        o_blocks=vram.o_blocks,
+        scratch_base=scratch_base,
+        rows=vram.rows,
+        vram_regions=vram.regions,
+        fp_state_base=st.base,
+        fp_state_size=st.size,
+        mram_tile0=mram_tile0,
+        qk_slot=qk_slot,
+        neg_slot=neg_slot,
+        blocks=blocks,
+    )
+    if dry_run:
+        _dry_run(plan)
     return plan
 
 
@@ -648,10 +959,19 @@ def hbm_requirements(config: HardwareConfig, **params: Any) -> dict[str, int]:
 
 # =========================================================================== emission machinery
 
+
+class _Sink(Protocol):
+    """Where a :class:`_Tracker` sends its instructions: an :class:`~programs.asm.Asm` or a :class:`_NullSink`."""
+
+    def emit(self, mnemonic: str, *ops: int | str) -> None: ...
+
+    def comment(self, text: str) -> None: ...
+
+
 class _NullSink:
     """Counting-only sink for the plan's dry run (no text, no validation)."""
 
-    def emit(self, mnemonic: str, *ops) -> None:
+    def emit(self, mnemonic: str, *ops: int | str) -> None:
         pass
 
     def comment(self, text: str) -> None:
@@ -662,7 +982,7 @@ class _Tracker:
     """Wraps an Asm-like sink: counts static/dynamic instructions, emits hardware loops and checks
     each loop iteration's dynamic count against MAX_LOOP_INSTRUCTIONS (isa.md §6.6 runaway guard)."""
 
-    def __init__(self, sink, loopmax: int, kernel: str):
+    def __init__(self, sink: _Sink, loopmax: int, kernel: str):
         self.sink = sink
         self.loopmax = loopmax
         self.kernel = kernel
@@ -670,12 +990,12 @@ class _Tracker:
         self.static = 0
         self.max_iter = 0
 
-    def emit(self, mnemonic: str, *ops) -> None:
+    def emit(self, mnemonic: str, *ops: int | str) -> None:
         self.sink.emit(mnemonic, *ops)
         self.frames[-1] += 1
         self.static += 1
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., None]:
         if name.isupper():
             return lambda *ops: self.emit(name, *ops)
         raise AttributeError(name)
@@ -688,7 +1008,7 @@ class _Tracker:
         return self.frames[0]
 
     @contextlib.contextmanager
-    def loop(self, reg: int, n: int, what: str):
+    def loop(self, reg: int, n: int, what: str) -> Iterator[None]:
         """A hardware loop of ``n`` iterations on counter ``gp<reg>``; ``n == 1`` is emitted inline."""
         if n < 1:
             raise ValueError(f"{self.kernel}: loop {what} has count {n}")
@@ -703,8 +1023,10 @@ class _Tracker:
         self.emit("C_LOOP_END", gp(reg))
         per = self.frames.pop()
         if per >= self.loopmax:
-            raise ValueError(f"{self.kernel}: loop {what} executes {per} instructions per iteration, "
-                             f"reaching MAX_LOOP_INSTRUCTIONS={self.loopmax}")
+            raise ValueError(
+                f"{self.kernel}: loop {what} executes {per} instructions per iteration, "
+                f"reaching MAX_LOOP_INSTRUCTIONS={self.loopmax}"
+            )
         self.max_iter = max(self.max_iter, per)
         self.frames[-1] += n * per
 
@@ -716,7 +1038,7 @@ def _emit(tr: _Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int])
         _ScoresEmitter(tr, plan, gpr, fpr).run()
 
 
-def _dummy_tensors(plan: FlashPlan):
+def _dummy_tensors(plan: FlashPlan) -> tuple[HbmTensor, HbmTensor, HbmTensor]:
     eb_kv, blk_kv, _ = _kv_type_info(plan.config)
     eb_q, blk_q, _ = _act_type_info(plan.config)
     q = plan.q or HbmTensor(0, plan.q_alloc_elems * eb_q, eb_q, 0, plan.hq * plan.d, plan.q_alloc_elems)
@@ -779,7 +1101,7 @@ class _Base:
         for j, h in staged:
             g_off = 0
             if faults.active("q_group_offset_doubled"):
-                g_off = blk.g * p.ratio               # column 2*g*ratio*d instead of g*ratio*d (+j)
+                g_off = blk.g * p.ratio  # column 2*g*ratio*d instead of g*ratio*d (+j)
             for c in range(p.nc):
                 self.li(self.t0, self.qslot(j, c))
                 self.li(self.t1, p.q_src(blk.b, q0, h + g_off, c) * p.eb_q)
@@ -894,7 +1216,6 @@ class _Base:
 
 
 class _FlashEmitter(_Base):
-
     def run(self) -> None:
         p, a = self.p, self.a
         a.comment(f"flash_attention begin {p.describe()}")
@@ -913,7 +1234,7 @@ class _FlashEmitter(_Base):
         a.V_SHFT_V(gp(self.p1), gp(self.p1), gp(self.t0))
         a.V_ADD_VF(gp(self.p1), gp(self.p1), fp(self.f_neg), 0)
         if p.path == "per_head" and p.d < V:
-            a.S_LD_FP(fp(self.f_t), gp(0), 3)               # fOne borrows f_t
+            a.S_LD_FP(fp(self.f_t), gp(0), 3)  # fOne borrows f_t
             self.li(self.p2, p.rows["keep"])
             a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t0))
             a.V_ADD_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0)
@@ -932,14 +1253,16 @@ class _FlashEmitter(_Base):
                 done += n
         a.S_LD_FP(fp(self.f_qk), gp(0), p.qk_slot)
         if p.batched and not faults.active("bmm_scale_uncorrected"):
-            a.S_LD_FP(fp(self.f_t), gp(0), 6)               # INV_BMM_SCALE borrows f_t
+            a.S_LD_FP(fp(self.f_t), gp(0), 6)  # INV_BMM_SCALE borrows f_t
             a.S_MUL_FP(fp(self.f_qk), fp(self.f_qk), fp(self.f_t))
 
     # ---- one (b, g, i, head batch) block
     def block(self, blk: Block) -> None:
         p, a = self.p, self.a
-        a.comment(f"block b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))} "
-                  f"q0={blk.q0} br={blk.br} tiles={len(blk.tiles)}")
+        a.comment(
+            f"block b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))} "
+            f"q0={blk.q0} br={blk.br} tiles={len(blk.tiles)}"
+        )
         self.stage_q(blk)
         per_tile_reset = faults.active("state_reset_per_tile")
         if not per_tile_reset:
@@ -994,7 +1317,7 @@ class _FlashEmitter(_Base):
 
     # ---- online softmax (§3.7) over rows < br of head slot j
     def softmax(self, j: int, br: int, masked: bool) -> None:
-        a, p, M, V = self.a, self.p, self.M, self.V
+        a, p, V = self.a, self.p, self.V
         step = 64 if faults.active("hardcoded_tile_64") else V
         Q = p.qrows
         mOff, mresOff, lOff = 3 * Q * j, 3 * Q * j + Q, 3 * Q * j + 2 * Q
@@ -1118,7 +1441,7 @@ class _FlashEmitter(_Base):
 
     # ---- O *= 1/l once after the last kv tile (§3.7)
     def normalize(self, blk: Block, j: int, h: int) -> None:
-        a, p, M, V = self.a, self.p, self.M, self.V
+        a, p, V = self.a, self.p, self.V
         mk = 1 if p.lane_masked else 0
         if mk and not faults.active("normalize_mask_stale"):
             self.set_head_mask(h)
@@ -1177,10 +1500,10 @@ class _ScoresEmitter(_Base):
 
 # =========================================================================== public emitters
 
+
 def _check_bound(kernel: str, plan: FlashPlan) -> None:
     if plan.q is None or plan.k is None or plan.v is None:
-        raise ValueError(f"{kernel}: the plan has no q/k tensors (planned for sizing only); "
-                         "plan again with q=, k=, v=")
+        raise ValueError(f"{kernel}: the plan has no q/k tensors (planned for sizing only); plan again with q=, k=, v=")
 
 
 def emit_flash_attention(asm: Asm, plan: FlashPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:

@@ -1,18 +1,28 @@
 """HBM helpers shared by every generator (kernels.md §2.1): address registers, activation preload/store,
 vector-parameter loads, and the :class:`HbmTensor` description of a tensor in HBM.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
 from .asm import Asm, areg, gp, load_imm
 
-__all__ = ["HbmTensor", "set_addr_regs", "preload_act", "store_act", "load_vector", "mx_block_bytes",
-           "round_up", "ceil_div", "row_pad"]
+__all__ = [
+    "HbmTensor",
+    "set_addr_regs",
+    "preload_act",
+    "store_act",
+    "load_vector",
+    "mx_block_bytes",
+    "round_up",
+    "ceil_div",
+    "row_pad",
+]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -26,6 +36,7 @@ def round_up(a: int, b: int) -> int:
 def row_pad(cfg: HardwareConfig) -> int:
     """RP = lcm(B, Pv, Ps): the row padding quantum of CBM activations (kernels.md §0)."""
     from math import lcm
+
     return lcm(cfg.BLEN, cfg.P_V, cfg.P_W)
 
 
@@ -39,6 +50,7 @@ class HbmTensor:
     ``alloc_elems``: elements allocated (>= rows*cols; the excess is zero slack); ``block``: MX block
     elements (0 for plain types).
     """
+
     areg: int
     scale_offset: int
     eb: int
@@ -47,7 +59,7 @@ class HbmTensor:
     alloc_elems: int
     block: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 0 <= self.areg <= 7:
             raise ValueError(f"HbmTensor: areg={self.areg} must be in 0..7")
         if self.prec not in (0, 1):
@@ -80,7 +92,7 @@ def set_addr_regs(asm: Asm, bases: Mapping[int, int], regs: Sequence[int]) -> No
         asm.C_SET_ADDR_REG(areg(a), gp(g2) if hi else gp(0), gp(g1))
 
 
-def _check_act(name: str, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, rows_p: int, group: int):
+def _check_act(name: str, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, rows_p: int, group: int) -> None:
     V = cfg.VLEN
     if cols % V:
         raise ValueError(f"{name}: cols={cols} must be a multiple of VLEN={V}")
@@ -89,14 +101,23 @@ def _check_act(name: str, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: in
     if rows > rows_p:
         raise ValueError(f"{name}: rows={rows} exceeds rows_p={rows_p}")
     if (cols * t.eb) % t.blk:
-        raise ValueError(f"{name}: row bytes cols*eb={cols * t.eb} must be a multiple of the MX block "
-                         f"bytes {t.blk}")
+        raise ValueError(f"{name}: row bytes cols*eb={cols * t.eb} must be a multiple of the MX block bytes {t.blk}")
     if t.alloc_elems < rows_p * cols:
         raise ValueError(f"{name}: tensor alloc_elems={t.alloc_elems} < rows_p*cols={rows_p * cols}")
 
 
-def _transfer_act(asm: Asm, cfg: HardwareConfig, op: str, t: HbmTensor, rows: int, cols: int, vram_base: int,
-                  rows_p: int, regs: Sequence[int], group: int) -> None:
+def _transfer_act(
+    asm: Asm,
+    cfg: HardwareConfig,
+    op: str,
+    t: HbmTensor,
+    rows: int,
+    cols: int,
+    vram_base: int,
+    rows_p: int,
+    regs: Sequence[int],
+    group: int,
+) -> None:
     V = cfg.VLEN
     if len(regs) < 2:
         raise ValueError(f"{op}: needs 2 gp registers")
@@ -113,15 +134,17 @@ def _transfer_act(asm: Asm, cfg: HardwareConfig, op: str, t: HbmTensor, rows: in
             asm.emit(op, gp(gv), gp(go), areg(t.areg), 1, t.prec)
 
 
-def preload_act(asm: Asm, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, vram_base: int, rows_p: int,
-                regs: Sequence[int]) -> None:
+def preload_act(
+    asm: Asm, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, vram_base: int, rows_p: int, regs: Sequence[int]
+) -> None:
     """HBM ``[rows, cols]`` -> VRAM column-block-major at ``vram_base`` with row pitch ``rows_p``."""
     _check_act("preload_act", cfg, t, rows, cols, rows_p, cfg.P_V)
     _transfer_act(asm, cfg, "H_PREFETCH_V", t, rows, cols, vram_base, rows_p, regs, cfg.P_V)
 
 
-def store_act(asm: Asm, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, vram_base: int, rows_p: int,
-              regs: Sequence[int]) -> None:
+def store_act(
+    asm: Asm, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, vram_base: int, rows_p: int, regs: Sequence[int]
+) -> None:
     """VRAM CBM ``[rows, cols]`` -> HBM tensor ``t`` (mirror of :func:`preload_act`, Ps-row groups)."""
     _check_act("store_act", cfg, t, rows, cols, rows_p, cfg.P_W)
     V = cfg.VLEN

@@ -8,21 +8,41 @@ Later chunks go through the ``split`` scratch and are added to Y (one more bf16 
 added after the last chunk.  ``loops=True`` runs the ``j``/``g`` loops and the row loops as hardware loops,
 ``loops=False`` unrolls them; both give bit-identical results.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import IMM18_LIMIT, Asm, add_imm, areg, gp as G, load_imm
-from .common import (LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, rp, step_adder,
-                     take_regs, vector_rows)
+from .asm import IMM18_LIMIT, Asm, add_imm, areg, load_imm
+from .asm import gp as G
+from .common import (
+    LoopBudget,
+    Region,
+    check_addr,
+    check_disjoint,
+    fail,
+    need_int,
+    need_multiple,
+    rp,
+    step_adder,
+    take_regs,
+    vector_rows,
+)
 from .hbm import HbmTensor, load_vector, row_pad
 
-__all__ = ["LinearPlan", "plan_linear", "emit_linear", "BmmPlan", "plan_batched_matmul",
-           "emit_batched_matmul", "emit_linear_core"]
+__all__ = [
+    "LinearPlan",
+    "plan_linear",
+    "emit_linear",
+    "BmmPlan",
+    "plan_batched_matmul",
+    "emit_batched_matmul",
+    "emit_linear_core",
+]
 
 KERNEL = "linear"
 GP_NEEDED = 9
@@ -38,7 +58,7 @@ class LinearPlan:
     y_base: int
     y_pitch: int
     w: HbmTensor
-    w_offset: int                    # elements: the first W row of this matmul (batched_matmul)
+    w_offset: int  # elements: the first W row of this matmul (batched_matmul)
     bias: HbmTensor | None
     bias_base: int | None
     mram_tile0: int
@@ -49,15 +69,15 @@ class LinearPlan:
     V: int
     B: int
     y_rows: int
-    chunks: tuple
-    vram_regions: dict
-    mram_tiles: tuple
-    hbm_slack: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    chunks: tuple[tuple[int, ...], ...]
+    vram_regions: dict[str, Region]
+    mram_tiles: tuple[int, int]
+    hbm_slack: dict[str, int]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     kernel: str = KERNEL
     gp_needed: int = GP_NEEDED
     fp_needed: int = 0
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
     @property
     def n_chunks(self) -> int:
@@ -68,7 +88,7 @@ class LinearPlan:
         return len(self.chunks) > 1
 
 
-def _check_common(kernel: str, cfg: HardwareConfig):
+def _check_common(kernel: str, cfg: HardwareConfig) -> None:
     M, V = cfg.MLEN, cfg.VLEN
     if V != M:
         fail(kernel, "VLEN", V, f"must equal MLEN={M}")
@@ -76,11 +96,28 @@ def _check_common(kernel: str, cfg: HardwareConfig):
         fail(kernel, "HBM_M_Prefetch_Amount", cfg.P_M, f"(effective Pm) must equal MLEN={M}")
 
 
-def plan_linear(config: HardwareConfig, *, rows: int, K: int, N: int, x_base: int, x_pitch: int, y_base: int,
-                y_pitch: int, w: HbmTensor, bias: HbmTensor | None = None, bias_base: int | None = None,
-                mram_tile0: int = 0, max_k_tiles: int | None = None, split_base: int | None = None,
-                loops: bool = False, w_offset: int = 0, kernel: str = KERNEL,
-                x_role: str = "input", y_role: str = "output") -> LinearPlan:
+def plan_linear(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    K: int,
+    N: int,
+    x_base: int,
+    x_pitch: int,
+    y_base: int,
+    y_pitch: int,
+    w: HbmTensor,
+    bias: HbmTensor | None = None,
+    bias_base: int | None = None,
+    mram_tile0: int = 0,
+    max_k_tiles: int | None = None,
+    split_base: int | None = None,
+    loops: bool = False,
+    w_offset: int = 0,
+    kernel: str = KERNEL,
+    x_role: str = "input",
+    y_role: str = "output",
+) -> LinearPlan:
     cfg = config
     _check_common(kernel, cfg)
     M, V, B = cfg.MLEN, cfg.VLEN, cfg.BLEN
@@ -106,8 +143,12 @@ def plan_linear(config: HardwareConfig, *, rows: int, K: int, N: int, x_base: in
         max_k_tiles = T - mram_tile0
     need_int(kernel, "max_k_tiles", max_k_tiles, 1)
     if mram_tile0 + max_k_tiles > T:
-        fail(kernel, "max_k_tiles", max_k_tiles, f"with mram_tile0={mram_tile0} overflows the {T} MRAM tiles "
-             f"(at most {T - mram_tile0})")
+        fail(
+            kernel,
+            "max_k_tiles",
+            max_k_tiles,
+            f"with mram_tile0={mram_tile0} overflows the {T} MRAM tiles (at most {T - mram_tile0})",
+        )
     if not isinstance(loops, bool):
         fail(kernel, "loops", loops, "must be a bool")
     kt_total = K // M
@@ -151,9 +192,34 @@ def plan_linear(config: HardwareConfig, *, rows: int, K: int, N: int, x_base: in
     mram = (mram_tile0, min(max_k_tiles, kt_total))
     # hardware loops step their pointers by B*V (= B*M); past the S_ADDI_INT immediate it needs a 10th register
     gp_needed = GP_NEEDED + int(loops and B * V >= IMM18_LIMIT)
-    return LinearPlan(rows, K, N, x_base, x_pitch, y_base, y_pitch, w, w_offset, bias, bias_base, mram_tile0,
-                      max_k_tiles, split_base if len(chunks) > 1 else None, loops, M, V, B, y_rows, chunks,
-                      regions, mram, slack, cfg, kernel, gp_needed=gp_needed)
+    return LinearPlan(
+        rows,
+        K,
+        N,
+        x_base,
+        x_pitch,
+        y_base,
+        y_pitch,
+        w,
+        w_offset,
+        bias,
+        bias_base,
+        mram_tile0,
+        max_k_tiles,
+        split_base if len(chunks) > 1 else None,
+        loops,
+        M,
+        V,
+        B,
+        y_rows,
+        chunks,
+        regions,
+        mram,
+        slack,
+        cfg,
+        kernel,
+        gp_needed=gp_needed,
+    )
 
 
 def _set_scale_stride(asm: Asm, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
@@ -176,6 +242,7 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
         row_step = step_adder(asm, regs[GP_NEEDED:], B * V)
         col_add = row_step if col_step == B * V else step_adder(asm, (), col_step)
     if plan.bias is not None:
+        assert plan.bias_base is not None  # plan_linear requires it with a bias
         asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
         load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2])
     asm.comment(f"{plan.kernel}: W SCALE/STRIDE")
@@ -189,7 +256,11 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
                 load_imm(asm, gT1, tile0 + kk * M * M)
                 load_imm(asm, gT2, (plan.w_offset + row_term + nt * M) * eb)
                 asm.H_PREFETCH_M(G(gT1), G(gT2), areg(w.areg), 1, 0)
-            dst = y_nt if ci == 0 else plan.split_base
+            if ci == 0:
+                dst = y_nt
+            else:
+                assert plan.split_base is not None  # plan_linear requires it for a K split
+                dst = plan.split_base
             x0 = plan.x_base + chunk[0] * plan.x_pitch * V
             xk = plan.x_pitch * V
             asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} matmul -> {'Y' if ci == 0 else 'split'}")
@@ -223,14 +294,16 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
                         asm.M_MM_WO(G(gT1), G(0), 0)
             if ci > 0 and not faults.active("ksplit_partial_dropped"):
                 asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} Y += split")
-                _add_rows(asm, lb, plan, y_nt, plan.split_base, V, plan.y_rows, gLg, gT1, gT2)
+                _add_rows(asm, lb, plan, y_nt, dst, V, plan.y_rows, gLg, gT1, gT2)
         if plan.bias is not None:
+            assert plan.bias_base is not None
             asm.comment(f"{plan.kernel}: nt={nt} Y += bias row {nt}")
             _add_rows(asm, lb, plan, y_nt, plan.bias_base + nt * V, 0, plan.rows, gLg, gT1, gT2)
 
 
-def _add_rows(asm: Asm, lb: LoopBudget, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int,
-              gL: int, gY: int, gS: int) -> None:
+def _add_rows(
+    asm: Asm, lb: LoopBudget, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int, gL: int, gY: int, gS: int
+) -> None:
     """``Y[r] += S[r*step]`` for r < n (hw loop if ``plan.loops`` else unrolled)."""
     V = plan.V
     if plan.loops:
@@ -251,13 +324,23 @@ def _add_rows(asm: Asm, lb: LoopBudget, plan: LinearPlan, y0: int, s0: int, s_st
 def emit_linear(asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
     regs, _ = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
-    asm.begin(plan.kernel, rows=plan.rows, K=plan.K, N=plan.N, x=plan.x_base, y=plan.y_base,
-              bias=int(plan.bias is not None), chunks=plan.n_chunks, loops=int(plan.loops))
+    asm.begin(
+        plan.kernel,
+        rows=plan.rows,
+        K=plan.K,
+        N=plan.N,
+        x=plan.x_base,
+        y=plan.y_base,
+        bias=int(plan.bias is not None),
+        chunks=plan.n_chunks,
+        loops=int(plan.loops),
+    )
     emit_linear_core(asm, plan, regs, lb)
     asm.end(plan.kernel)
 
 
 # --------------------------------------------------------------------------- batched_matmul
+
 
 @dataclass(frozen=True)
 class BmmPlan:
@@ -267,19 +350,31 @@ class BmmPlan:
     N: int
     a_base: int
     y_base: int
-    parts: tuple
-    vram_regions: dict
-    mram_tiles: tuple
-    hbm_slack: dict
+    parts: tuple[LinearPlan, ...]
+    vram_regions: dict[str, Region]
+    mram_tiles: tuple[int, int]
+    hbm_slack: dict[str, int]
     loops: bool
     gp_needed: int = GP_NEEDED
     fp_needed: int = 0
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def plan_batched_matmul(config: HardwareConfig, *, nb: int, Mr: int, K: int, N: int, a_base: int, y_base: int,
-                        w: HbmTensor, mram_tile0: int = 0, max_k_tiles: int | None = None,
-                        split_base: int | None = None, loops: bool = False) -> BmmPlan:
+def plan_batched_matmul(
+    config: HardwareConfig,
+    *,
+    nb: int,
+    Mr: int,
+    K: int,
+    N: int,
+    a_base: int,
+    y_base: int,
+    w: HbmTensor,
+    mram_tile0: int = 0,
+    max_k_tiles: int | None = None,
+    split_base: int | None = None,
+    loops: bool = False,
+) -> BmmPlan:
     k = "batched_matmul"
     need_int(k, "nb", nb, 1)
     need_int(k, "Mr", Mr, 1)
@@ -288,16 +383,43 @@ def plan_batched_matmul(config: HardwareConfig, *, nb: int, Mr: int, K: int, N: 
     pitch = nb * mp
     parts = []
     for bt in range(nb):
-        parts.append(plan_linear(config, rows=Mr, K=K, N=N, x_base=a_base + bt * mp * V, x_pitch=pitch,
-                                 y_base=y_base + bt * mp * V, y_pitch=pitch, w=w, mram_tile0=mram_tile0,
-                                 max_k_tiles=max_k_tiles, split_base=split_base, loops=loops,
-                                 w_offset=bt * K * N, kernel=k))
+        parts.append(
+            plan_linear(
+                config,
+                rows=Mr,
+                K=K,
+                N=N,
+                x_base=a_base + bt * mp * V,
+                x_pitch=pitch,
+                y_base=y_base + bt * mp * V,
+                y_pitch=pitch,
+                w=w,
+                mram_tile0=mram_tile0,
+                max_k_tiles=max_k_tiles,
+                split_base=split_base,
+                loops=loops,
+                w_offset=bt * K * N,
+                kernel=k,
+            )
+        )
     regions = {"a": (a_base // V, (K // V) * pitch, "input"), "y": (y_base // V, (N // V) * pitch, "output")}
     if parts[0].split_base is not None:
         regions["split"] = parts[0].vram_regions["split"]
     check_disjoint(k, regions)
-    return BmmPlan(nb, Mr, K, N, a_base, y_base, tuple(parts), regions, parts[0].mram_tiles,
-                   {"w": nb * K * N}, loops, gp_needed=parts[0].gp_needed)
+    return BmmPlan(
+        nb,
+        Mr,
+        K,
+        N,
+        a_base,
+        y_base,
+        tuple(parts),
+        regions,
+        parts[0].mram_tiles,
+        {"w": nb * K * N},
+        loops,
+        gp_needed=parts[0].gp_needed,
+    )
 
 
 def emit_batched_matmul(asm: Asm, plan: BmmPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:

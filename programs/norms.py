@@ -6,17 +6,31 @@ centred (the ``E[x²] − E[x]²`` form is forbidden).  EPS (slot 1) and INV_HID
 A private scratch row ``t`` (never aliasing X) holds the squares.  Y may equal X.  Rows are one hardware
 loop; every pass over the ``hidden/V`` column blocks is a nested hardware loop.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX, IMM18_LIMIT
-from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, step_adder,
-                     take_regs, vector_rows)
+from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, load_imm
+from .asm import fp as F
+from .asm import gp as G
+from .common import (
+    SLOT,
+    LoopBudget,
+    Region,
+    check_addr,
+    check_disjoint,
+    fail,
+    need_int,
+    need_multiple,
+    step_adder,
+    take_regs,
+    vector_rows,
+)
 from .hbm import HbmTensor, load_vector
 
 __all__ = ["NormPlan", "plan_rms_norm", "plan_layer_norm", "emit_rms_norm", "emit_layer_norm"]
@@ -37,16 +51,28 @@ class NormPlan:
     beta_base: int | None
     V: int
     nb: int
-    vram_regions: dict
-    hbm_slack: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    vram_regions: dict[str, Region]
+    hbm_slack: dict[str, int]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     gp_needed: int = 9
     fp_needed: int = 6
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def _plan(kernel: str, cfg: HardwareConfig, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base,
-          beta, beta_base) -> NormPlan:
+def _plan(
+    kernel: str,
+    cfg: HardwareConfig,
+    rows: int,
+    hidden: int,
+    x_base: int,
+    pitch: int,
+    y_base: int,
+    t_base: int,
+    gamma: HbmTensor | None,
+    gamma_base: int | None,
+    beta: HbmTensor | None,
+    beta_base: int | None,
+) -> NormPlan:
     V = cfg.VLEN
     need_int(kernel, "rows", rows, 1, LOOP_COUNT_MAX)
     need_int(kernel, "hidden", hidden, 1)
@@ -80,20 +106,57 @@ def _plan(kernel: str, cfg: HardwareConfig, rows, hidden, x_base, pitch, y_base,
     check_disjoint(kernel, regions)
     # a block stride pitch*V past the S_ADDI_INT immediate lives in a register: gBc without beta, else a 10th
     gp_needed = 10 if (pitch * V >= IMM18_LIMIT and beta is not None) else 9
-    return NormPlan(kernel, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base, beta, beta_base, V, nb,
-                    regions, slack, cfg, gp_needed=gp_needed)
+    return NormPlan(
+        kernel,
+        rows,
+        hidden,
+        x_base,
+        pitch,
+        y_base,
+        t_base,
+        gamma,
+        gamma_base,
+        beta,
+        beta_base,
+        V,
+        nb,
+        regions,
+        slack,
+        cfg,
+        gp_needed=gp_needed,
+    )
 
 
-def plan_rms_norm(config: HardwareConfig, *, rows: int, hidden: int, x_base: int, pitch: int, y_base: int,
-                  t_base: int, gamma: HbmTensor | None = None, gamma_base: int | None = None) -> NormPlan:
+def plan_rms_norm(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    hidden: int,
+    x_base: int,
+    pitch: int,
+    y_base: int,
+    t_base: int,
+    gamma: HbmTensor | None = None,
+    gamma_base: int | None = None,
+) -> NormPlan:
     return _plan("rms_norm", config, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base, None, None)
 
 
-def plan_layer_norm(config: HardwareConfig, *, rows: int, hidden: int, x_base: int, pitch: int, y_base: int,
-                    t_base: int, gamma: HbmTensor | None = None, gamma_base: int | None = None,
-                    beta: HbmTensor | None = None, beta_base: int | None = None) -> NormPlan:
-    return _plan("layer_norm", config, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base, beta,
-                 beta_base)
+def plan_layer_norm(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    hidden: int,
+    x_base: int,
+    pitch: int,
+    y_base: int,
+    t_base: int,
+    gamma: HbmTensor | None = None,
+    gamma_base: int | None = None,
+    beta: HbmTensor | None = None,
+    beta_base: int | None = None,
+) -> NormPlan:
+    return _plan("layer_norm", config, rows, hidden, x_base, pitch, y_base, t_base, gamma, gamma_base, beta, beta_base)
 
 
 def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -104,13 +167,23 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     step = plan.pitch * V
     ln = plan.kernel == "layer_norm"
     lb = LoopBudget(asm, cfg, plan.kernel)
-    asm.begin(plan.kernel, rows=plan.rows, hidden=plan.hidden, x=plan.x_base, y=plan.y_base, t=plan.t_base,
-              gamma=int(plan.gamma is not None), beta=int(plan.beta is not None))
+    asm.begin(
+        plan.kernel,
+        rows=plan.rows,
+        hidden=plan.hidden,
+        x=plan.x_base,
+        y=plan.y_base,
+        t=plan.t_base,
+        gamma=int(plan.gamma is not None),
+        beta=int(plan.beta is not None),
+    )
     if plan.gamma is not None:
         asm.comment(f"{plan.kernel}: load gamma")
+        assert plan.gamma_base is not None  # _plan requires it with gamma
         load_vector(asm, cfg, plan.gamma, plan.hidden, plan.gamma_base, [gX, gY])
     if plan.beta is not None:
         asm.comment(f"{plan.kernel}: load beta")
+        assert plan.beta_base is not None  # _plan requires it with beta
         load_vector(asm, cfg, plan.beta, plan.hidden, plan.beta_base, [gX, gY])
     asm.comment(f"{plan.kernel}: constants EPS, INV_HIDDEN")
     swapped = faults.active("norm_slots_swapped")
@@ -119,7 +192,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     # block stride (pitch*V) past the immediate: gBc holds it when there is no beta pointer, else a 10th register
     adv = step_adder(asm, [gBc] if plan.beta is None else regs[9:], step)
 
-    def blocks(name, body):
+    def blocks(name: str, body: Callable[[], None]) -> None:
         with lb.loop(gLc, nb, name):
             body()
 
@@ -138,10 +211,11 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             asm.S_ADDI_INT(G(gXc), G(gX), 0)
             tgt = gXc if faults.active("rms_scratch_aliases_x") else gT
 
-            def sq():
+            def sq() -> None:
                 asm.V_MUL_VV(G(tgt), G(gXc), G(gXc), 0)
                 asm.V_RED_SUM(F(fa), G(tgt), 0)
                 adv(gXc)
+
             blocks("sum of squares", sq)
             asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
         elif one_pass:
@@ -150,11 +224,12 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             asm.S_ADD_FP(F(fq), F(0), F(0))
             asm.S_ADDI_INT(G(gXc), G(gX), 0)
 
-            def both():
+            def both() -> None:
                 asm.V_RED_SUM(F(fa), G(gXc), 0)
                 asm.V_MUL_VV(G(gT), G(gXc), G(gXc), 0)
                 asm.V_RED_SUM(F(fq), G(gT), 0)
                 adv(gXc)
+
             blocks("moments", both)
             asm.S_MUL_FP(F(fmu), F(fa), F(fInvH))
             asm.S_MUL_FP(F(fq), F(fq), F(fInvH))
@@ -178,38 +253,40 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             asm.S_ADD_FP(F(flo), F(0), F(0))
             asm.S_ADDI_INT(G(gXc), G(gX), 0)
 
-            def msum():
+            def msum() -> None:
                 asm.S_ADD_FP(F(fhi), F(0), F(0))
-                asm.V_RED_SUM(F(fhi), G(gXc), 0)             # hi = bf16(S_c)
+                asm.V_RED_SUM(F(fhi), G(gXc), 0)  # hi = bf16(S_c)
                 asm.S_SUB_FP(F(fk), F(0), F(fhi))
-                asm.V_RED_SUM(F(fk), G(gXc), 0)              # lo = bf16(S_c - hi)
+                asm.V_RED_SUM(F(fk), G(gXc), 0)  # lo = bf16(S_c - hi)
                 asm.S_ADD_FP(F(flo), F(flo), F(fk))
-                asm.S_ADD_FP(F(fk), F(fs), F(fhi))           # s' = s + hi   (TwoSum)
-                asm.S_SUB_FP(F(fq), F(fk), F(fs))            # bb = s' - s
-                asm.S_SUB_FP(F(fhi), F(fhi), F(fq))          # hi - bb
-                asm.S_SUB_FP(F(fq), F(fk), F(fq))            # s' - bb
-                asm.S_SUB_FP(F(fq), F(fs), F(fq))            # s - (s' - bb)
-                asm.S_ADD_FP(F(fq), F(fq), F(fhi))           # err
+                asm.S_ADD_FP(F(fk), F(fs), F(fhi))  # s' = s + hi   (TwoSum)
+                asm.S_SUB_FP(F(fq), F(fk), F(fs))  # bb = s' - s
+                asm.S_SUB_FP(F(fhi), F(fhi), F(fq))  # hi - bb
+                asm.S_SUB_FP(F(fq), F(fk), F(fq))  # s' - bb
+                asm.S_SUB_FP(F(fq), F(fs), F(fq))  # s - (s' - bb)
+                asm.S_ADD_FP(F(fq), F(fq), F(fhi))  # err
                 asm.S_ADD_FP(F(flo), F(flo), F(fq))
-                asm.S_ADD_FP(F(fs), F(fk), F(0))             # s = s'
+                asm.S_ADD_FP(F(fs), F(fk), F(0))  # s = s'
                 adv(gXc)
+
             blocks("mean", msum)
             asm.S_ADD_FP(F(fmu), F(fs), F(flo))
-            asm.S_MUL_FP(F(fmu), F(fmu), F(fInvH))           # mu1 = bf16(mu)
+            asm.S_MUL_FP(F(fmu), F(fmu), F(fInvH))  # mu1 = bf16(mu)
             asm.S_MUL_FP(F(fq), F(fs), F(fInvH))
             asm.S_SUB_FP(F(fq), F(fq), F(fmu))
             asm.S_MUL_FP(F(fk), F(flo), F(fInvH))
-            asm.S_ADD_FP(F(fq), F(fq), F(fk))                # delta = (s*invH - mu1) + lo*invH
+            asm.S_ADD_FP(F(fq), F(fq), F(fk))  # delta = (s*invH - mu1) + lo*invH
             _ln_centre(asm, gX, gY, gXc, gYc, fmu, fq, blocks, adv)
             asm.comment("layer_norm: pass 3, variance of the centred values")
             asm.S_ADD_FP(F(fa), F(0), F(0))
             yc = gYc if gY != gX else gXc
             asm.S_ADDI_INT(G(yc), G(gY), 0)
 
-            def var():
+            def var() -> None:
                 asm.V_MUL_VV(G(gT), G(yc), G(yc), 0)
                 asm.V_RED_SUM(F(fa), G(gT), 0)
                 adv(yc)
+
             blocks("variance", var)
             asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
         if ln:
@@ -224,11 +301,13 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             asm.S_ADDI_INT(G(gYc), G(gY), 0)
         yc = gYc if gY != src else gXc
         if plan.gamma is not None:
+            assert plan.gamma_base is not None
             load_imm(asm, gGc, plan.gamma_base)
         if plan.beta is not None:
+            assert plan.beta_base is not None
             load_imm(asm, gBc, plan.beta_base)
 
-        def scale():
+        def scale() -> None:
             asm.V_MUL_VF(G(yc), G(gXc), F(fa), 0)
             if plan.gamma is not None:
                 asm.V_MUL_VV(G(yc), G(yc), G(gGc), 0)
@@ -239,6 +318,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             adv(gXc)
             if yc != gXc:
                 adv(yc)
+
         blocks("scale", scale)
         asm.S_ADDI_INT(G(gX), G(gX), V)
         if gY != gX:
@@ -246,7 +326,17 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     asm.end(plan.kernel)
 
 
-def _ln_centre(asm: Asm, gX, gY, gXc, gYc, fmu, fq, blocks, adv) -> None:
+def _ln_centre(
+    asm: Asm,
+    gX: int,
+    gY: int,
+    gXc: int,
+    gYc: int,
+    fmu: int,
+    fq: int,
+    blocks: Callable[[str, Callable[[], None]], None],
+    adv: Callable[[int], None],
+) -> None:
     """Y = (X - mu1) - delta, per column block (pass 2)."""
     asm.comment("layer_norm: pass 2, centre into Y")
     asm.S_ADDI_INT(G(gXc), G(gX), 0)
@@ -254,12 +344,13 @@ def _ln_centre(asm: Asm, gX, gY, gXc, gYc, fmu, fq, blocks, adv) -> None:
         asm.S_ADDI_INT(G(gYc), G(gY), 0)
     yc = gYc if gY != gX else gXc
 
-    def centre():
+    def centre() -> None:
         asm.V_SUB_VF(G(yc), G(gXc), F(fmu), 0, 0)
         asm.V_SUB_VF(G(yc), G(yc), F(fq), 0, 0)
         adv(gXc)
         if yc != gXc:
             adv(yc)
+
     blocks("centre", centre)
 
 

@@ -12,25 +12,38 @@ scratch XR (same size as X):
 
 Then per row of every block: ``V_MUL_VV Y, X, COS ; V_MUL_VV t, XR, SIN ; V_ADD_VV Y, Y, t``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import IMM18_LIMIT, Asm, areg, fp as F, gp as G, load_imm
-from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, step_adder,
-                     take_regs)
+from .asm import IMM18_LIMIT, Asm, areg, load_imm
+from .asm import fp as F
+from .asm import gp as G
+from .common import (
+    SLOT,
+    LoopBudget,
+    Region,
+    check_addr,
+    check_disjoint,
+    fail,
+    need_int,
+    need_multiple,
+    step_adder,
+    take_regs,
+)
 from .hbm import HbmTensor, preload_act, row_pad
 
 __all__ = ["RopePlan", "plan_rope", "emit_rope", "rope_rotation_tile", "SUPPORTS_BLOCK_PATH"]
 
 KERNEL = "rope"
-SUPPORTS_BLOCK_PATH = True      # d > M via block permutation (the stretch case d = 128)
+SUPPORTS_BLOCK_PATH = True  # d > M via block permutation (the stretch case d = 128)
 
 
 def rope_rotation_tile(d: int, M: int) -> np.ndarray:
@@ -69,18 +82,33 @@ class RopePlan:
     B: int
     nblk: int
     block_path: bool
-    vram_regions: dict
-    mram_tiles: tuple | None
-    hbm_slack: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    vram_regions: dict[str, Region]
+    mram_tiles: tuple[int, int] | None
+    hbm_slack: dict[str, int]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     gp_needed: int = 8
     fp_needed: int = 1
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def plan_rope(config: HardwareConfig, *, rows: int, nh: int, d: int, x_base: int, pitch: int, y_base: int,
-              cos: HbmTensor, sin: HbmTensor, cos_base: int, sin_base: int, xr_base: int, t_base: int,
-              rot: HbmTensor | None = None, mram_tile0: int = 0) -> RopePlan:
+def plan_rope(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    nh: int,
+    d: int,
+    x_base: int,
+    pitch: int,
+    y_base: int,
+    cos: HbmTensor,
+    sin: HbmTensor,
+    cos_base: int,
+    sin_base: int,
+    xr_base: int,
+    t_base: int,
+    rot: HbmTensor | None = None,
+    mram_tile0: int = 0,
+) -> RopePlan:
     V, M, B = config.VLEN, config.MLEN, config.BLEN
     need_int(KERNEL, "rows", rows, 1)
     need_int(KERNEL, "nh", nh, 1)
@@ -113,8 +141,14 @@ def plan_rope(config: HardwareConfig, *, rows: int, nh: int, d: int, x_base: int
         fail(KERNEL, "pitch", pitch, f"must be >= rows={rows}")
     nblk = nh * d // V
     n = nblk * pitch
-    for name, v in (("x_base", x_base), ("y_base", y_base), ("cos_base", cos_base), ("sin_base", sin_base),
-                    ("xr_base", xr_base), ("t_base", t_base)):
+    for name, v in (
+        ("x_base", x_base),
+        ("y_base", y_base),
+        ("cos_base", cos_base),
+        ("sin_base", sin_base),
+        ("xr_base", xr_base),
+        ("t_base", t_base),
+    ):
         need_int(KERNEL, name, v, 0)
         need_multiple(KERNEL, name, v, V, "VLEN")
         check_addr(KERNEL, name, v + n * V)
@@ -123,9 +157,13 @@ def plan_rope(config: HardwareConfig, *, rows: int, nh: int, d: int, x_base: int
             fail(KERNEL, f"{name}.row_pitch_elems", t.row_pitch_elems, f"must equal nh*d={nh * d}")
         if t.alloc_elems < pitch * nh * d:
             fail(KERNEL, f"{name}.alloc_elems", t.alloc_elems, f"must be >= pitch*nh*d={pitch * nh * d}")
-    regions = {"x": (x_base // V, n, "inout" if x_base == y_base else "input"),
-               "cos": (cos_base // V, n, "scratch"), "sin": (sin_base // V, n, "scratch"),
-               "xr": (xr_base // V, n, "scratch"), "t": (t_base // V, 1, "scratch")}
+    regions = {
+        "x": (x_base // V, n, "inout" if x_base == y_base else "input"),
+        "cos": (cos_base // V, n, "scratch"),
+        "sin": (sin_base // V, n, "scratch"),
+        "xr": (xr_base // V, n, "scratch"),
+        "t": (t_base // V, 1, "scratch"),
+    }
     if y_base != x_base:
         regions["y"] = (y_base // V, n, "output")
     check_disjoint(KERNEL, regions)
@@ -134,9 +172,32 @@ def plan_rope(config: HardwareConfig, *, rows: int, nh: int, d: int, x_base: int
         slack["rot"] = M * M
     # the rotation matmul's pointer step B*V (= B*M) past the S_ADDI_INT immediate is kept in a 9th register
     gp_needed = 9 if (not block_path and B * V >= IMM18_LIMIT) else 8
-    return RopePlan(rows, nh, d, x_base, pitch, y_base, cos, sin, cos_base, sin_base, xr_base, t_base,
-                    None if block_path else rot, mram_tile0, V, M, B, nblk, block_path, regions,
-                    None if block_path else (mram_tile0, 1), slack, config, gp_needed=gp_needed)
+    return RopePlan(
+        rows,
+        nh,
+        d,
+        x_base,
+        pitch,
+        y_base,
+        cos,
+        sin,
+        cos_base,
+        sin_base,
+        xr_base,
+        t_base,
+        None if block_path else rot,
+        mram_tile0,
+        V,
+        M,
+        B,
+        nblk,
+        block_path,
+        regions,
+        None if block_path else (mram_tile0, 1),
+        slack,
+        config,
+        gp_needed=gp_needed,
+    )
 
 
 def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -146,19 +207,22 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
     lb = LoopBudget(asm, cfg, KERNEL)
     nh, d, pitch = plan.nh, plan.d, plan.pitch
     cols = nh * d
-    asm.begin(KERNEL, rows=plan.rows, nh=nh, d=d, x=plan.x_base, y=plan.y_base,
-              path="block" if plan.block_path else "matrix")
+    asm.begin(
+        KERNEL, rows=plan.rows, nh=nh, d=d, x=plan.x_base, y=plan.y_base, path="block" if plan.block_path else "matrix"
+    )
     asm.comment(f"{KERNEL}: load cos and sin tables")
     preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB])
     preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB])
     if not plan.block_path:
         asm.comment(f"{KERNEL}: rotation tile -> MRAM tile {plan.mram_tile0}; XR = X @ R")
+        rot = plan.rot
+        assert rot is not None  # plan_rope requires it on the matrix path
         rt = plan.mram_tile0 * M * M
-        load_imm(asm, gA, plan.rot.scale_offset)
+        load_imm(asm, gA, rot.scale_offset)
         asm.C_SET_SCALE_REG(G(gA))
         load_imm(asm, gA, rt)
-        asm.H_PREFETCH_M(G(gA), G(0), areg(plan.rot.areg), 0, plan.rot.prec)
-        step = step_adder(asm, regs[8:], B * V)          # B*V == B*M (the matrix path needs V == M)
+        asm.H_PREFETCH_M(G(gA), G(0), areg(rot.areg), 0, rot.prec)
+        step = step_adder(asm, regs[8:], B * V)  # B*V == B*M (the matrix path needs V == M)
         for blk in range(plan.nblk):
             load_imm(asm, gW, rt)
             load_imm(asm, gT, plan.xr_base + blk * pitch * V)

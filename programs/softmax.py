@@ -10,16 +10,19 @@ nested hardware loops over the full column blocks)::
     for c: Y = (Y if written else X) - fm ; Y = exp(Y)
     fsum = 0; for c: V_RED_SUM fsum, Y ; fi = 1/fsum ; for c: Y = Y * fi
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from plena_sim.config import HardwareConfig
 
 from . import faults
-from .asm import Asm, fp as F, gp as G, load_imm, LOOP_COUNT_MAX
-from .common import (SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs)
+from .asm import LOOP_COUNT_MAX, Asm, load_imm
+from .asm import fp as F
+from .asm import gp as G
+from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
 from .hbm import ceil_div
 
 __all__ = ["SoftmaxPlan", "plan_softmax", "emit_softmax", "softmax_scratch_rows"]
@@ -43,15 +46,24 @@ class SoftmaxPlan:
     V: int
     nb: int
     tail: int
-    vram_regions: dict
-    cfg: HardwareConfig = field(repr=False, compare=False, default=None)
+    vram_regions: dict[str, Region]
+    cfg: HardwareConfig = field(repr=False, compare=False)
     gp_needed: int = 9
     fp_needed: int = 3
-    fp_range: tuple | None = None
+    fp_range: tuple[int, int] | None = None
 
 
-def plan_softmax(config: HardwareConfig, *, rows: int, L: int, x_base: int, pitch: int, y_base: int,
-                 scratch_base: int | None = None, scale_slot: int | None = None) -> SoftmaxPlan:
+def plan_softmax(
+    config: HardwareConfig,
+    *,
+    rows: int,
+    L: int,
+    x_base: int,
+    pitch: int,
+    y_base: int,
+    scratch_base: int | None = None,
+    scale_slot: int | None = None,
+) -> SoftmaxPlan:
     V = config.VLEN
     need_int(KERNEL, "rows", rows, 1, LOOP_COUNT_MAX)
     need_int(KERNEL, "L", L, 1)
@@ -76,8 +88,9 @@ def plan_softmax(config: HardwareConfig, *, rows: int, L: int, x_base: int, pitc
         need_multiple(KERNEL, "scratch_base", scratch_base, V, "VLEN")
         regions["scratch"] = (scratch_base // V, 2, "scratch")
     check_disjoint(KERNEL, regions)
-    return SoftmaxPlan(rows, L, x_base, pitch, y_base, scratch_base if tail else None, scale_slot, V, nb, tail,
-                       regions, config)
+    return SoftmaxPlan(
+        rows, L, x_base, pitch, y_base, scratch_base if tail else None, scale_slot, V, nb, tail, regions, config
+    )
 
 
 def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -90,10 +103,12 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
     scaled = plan.scale_slot is not None
     inplace = plan.x_base == plan.y_base
     nfull = nb - 1 if plan.tail else nb
-    asm.begin(KERNEL, rows=plan.rows, L=plan.L, x=plan.x_base, y=plan.y_base,
-              scale_slot=plan.scale_slot if scaled else "-")
+    asm.begin(
+        KERNEL, rows=plan.rows, L=plan.L, x=plan.x_base, y=plan.y_base, scale_slot=plan.scale_slot if scaled else "-"
+    )
     if plan.tail:
         asm.comment(f"{KERNEL}: NEG row and MASK({plan.tail}) row")
+        assert plan.scratch_base is not None  # plan_softmax sets it whenever there is a tail
         neg, mask = plan.scratch_base, plan.scratch_base + V
         load_imm(asm, gMask, neg)
         load_imm(asm, gT, V)
@@ -114,11 +129,11 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
     else:
         gY = gX
 
-    def adv(*rs):
+    def adv(*rs: int) -> None:
         for r in rs:
             asm.S_ADD_INT(G(r), G(r), G(gStep))
 
-    def ptrs():
+    def ptrs() -> None:
         asm.S_ADDI_INT(G(gXc), G(gX), 0)
         if not inplace:
             asm.S_ADDI_INT(G(gYc), G(gY), 0)

@@ -4,6 +4,7 @@
 add its module name to :data:`TESTBENCHES` (engineers owning other kernels add theirs here).  The
 harness API is documented in :mod:`testbenches.harness`.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -6,36 +6,54 @@ views; HBM holds Q as ``[batch*q_len, hq*d]`` and K/V as caches of ``Wp``-elemen
 ``Wp > hkv*d`` -- holds finite random data (the kernel must mask it); plan slack is zero.  Goldens are
 float64 on the dequantized (MX round-tripped) values with ``qk_scale`` = the bf16 value of FP slot 5.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from plena_sim.config import HardwareConfig
 from programs import flash_attention as fa
-from programs.hbm import ceil_div, round_up, row_pad
+from programs.hbm import HbmTensor, ceil_div, round_up, row_pad
 
-from .harness import GEN_FP, GEN_GP, CaseBuilder, FpWords, VramCbm, VramRows
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, FpWords, VramCbm, VramRows
 from .shapes import resolve_params
 
 COORDS_O = ("batch", "row", "head", "col")
 
+F64 = npt.NDArray[np.float64]
 
-def shape_params(p: dict) -> dict:
+
+def shape_params(p: Mapping[str, Any]) -> dict[str, Any]:
     """The plan's problem parameters from a testbench parameter dict."""
     wp = p.get("Wp")
     hkv, d = p["hkv"], p["d"]
-    return dict(batch=p["batch"], hq=p["hq"], hkv=hkv, d=d, q_len=p["q_len"], kv_len=p["kv_len"],
-                causal=bool(p["causal"]), kv_layout=p.get("kv_layout", "bshd"),
-                kv_capacity=p.get("kv_capacity") or p["kv_len"],
-                kv_row_elems=hkv * d if wp in (None, "hkv*d") else int(wp), path=p.get("path", "auto"))
+    return dict(
+        batch=p["batch"],
+        hq=p["hq"],
+        hkv=hkv,
+        d=d,
+        q_len=p["q_len"],
+        kv_len=p["kv_len"],
+        causal=bool(p["causal"]),
+        kv_layout=p.get("kv_layout", "bshd"),
+        kv_capacity=p.get("kv_capacity") or p["kv_len"],
+        kv_row_elems=hkv * d if wp in (None, "hkv*d") else int(wp),
+        path=p.get("path", "auto"),
+    )
 
 
 def _cache_row(layout: str, batch: int, S_cap: int, b: int, s: int) -> int:
     return b * S_cap + s if layout == "bshd" else s * batch + b
 
 
-def make_inputs(cb: CaseBuilder, sp: dict, req: dict, scale: float):
+def make_inputs(
+    cb: CaseBuilder, sp: Mapping[str, Any], req: Mapping[str, int], scale: float
+) -> tuple[HbmTensor, HbmTensor, HbmTensor, F64, F64, F64]:
     """Place Q, K, V in the image; returns (q_t, k_t, v_t, Q, K, V) with Q/K/V the dequantized logical
     float64 tensors."""
     B_, hq, hkv, d = sp["batch"], sp["hq"], sp["hkv"], sp["d"]
@@ -49,14 +67,14 @@ def make_inputs(cb: CaseBuilder, sp: dict, req: dict, scale: float):
     out = []
     for name in ("k", "v"):
         full = np.zeros((n_rows, Wp))
-        full[:cache_rows] = cb.randn((cache_rows, Wp), scale)     # data, capacity junk and pad columns
+        full[:cache_rows] = cb.randn((cache_rows, Wp), scale)  # data, capacity junk and pad columns
         t, deq = cb.tensor(name, full, "kv", alloc_elems=n_rows * Wp)
         X = np.empty((B_, L, hkv, d))
         for b in range(B_):
             for s in range(L):
                 row = _cache_row(layout, B_, S_cap, b, s)
-                X[b, s] = deq[row, :hkv * d].reshape(hkv, d)
-        cb.inputs[name] = X          # the logical [batch, kv_len, hkv, d] values the device saw
+                X[b, s] = deq[row, : hkv * d].reshape(hkv, d)
+        cb.inputs[name] = X  # the logical [batch, kv_len, hkv, d] values the device saw
         out.append((t, X))
     (k_t, K), (v_t, Vv) = out
     return q_t, k_t, v_t, Q, K, Vv
@@ -71,7 +89,9 @@ def allowed_mask(q_len: int, kv_len: int, causal: bool) -> np.ndarray:
     return allowed
 
 
-def attention_golden(Q, K, V, qk: float, causal: bool):
+def attention_golden(
+    Q: F64, K: F64, V: F64, qk: float, causal: bool
+) -> tuple[F64, F64, F64, F64, npt.NDArray[np.bool_]]:
     """float64 golden O [b,s,h,d], envelope A = p@|V|, smax_r [b,s,h], scores [b,h,s,c], allowed [s,c].
 
     Computed one (batch, head) at a time: the peak host memory is the scores array plus one head's
@@ -101,7 +121,7 @@ def attention_golden(Q, K, V, qk: float, causal: bool):
     return O, A, smax, scores, allowed
 
 
-def build_flash(name: str, p: dict, config):
+def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
     """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
     cfg = config
     p = resolve_params(p, cfg)
@@ -116,8 +136,12 @@ def build_flash(name: str, p: dict, config):
     rows_o_p = round_up(sp["batch"] * sp["q_len"], row_pad(cfg))
     o_base = base_row * V
     scratch_base = (base_row + o_blocks * rows_o_p + 1) * V
-    layout = dict(o_base=o_base, scratch_base=scratch_base, fp_state_base=int(p.get("fp_state_base", 16)),
-                  mram_tile0=int(p.get("mram_tile0", 0)))
+    layout = dict(
+        o_base=o_base,
+        scratch_base=scratch_base,
+        fp_state_base=int(p.get("fp_state_base", 16)),
+        mram_tile0=int(p.get("mram_tile0", 0)),
+    )
     req = fa.hbm_requirements(cfg, **sp, **layout)
     q_t, k_t, v_t, Q, K, Vv = make_inputs(cb, sp, req, float(p.get("scale", 1.0)))
     plan = fa.plan_flash_attention(cfg, **sp, **layout, q=q_t, k=k_t, v=v_t)
@@ -128,32 +152,41 @@ def build_flash(name: str, p: dict, config):
     O, A, smax, scores, allowed = attention_golden(Q, K, Vv, qk, sp["causal"])
     Tk = ceil_div(sp["kv_len"], M)
     (ob, orows, ocols, opitch), post = plan.output_read()
-    cb.check("output", VramCbm(ob, orows, ocols, opitch, post=post), O, COORDS_O, "flash", A=A,
-             group_by=("batch", "head"), smax_r=smax[..., None], Tk=Tk)
+    cb.check(
+        "output",
+        VramCbm(ob, orows, ocols, opitch, post=post),
+        O,
+        COORDS_O,
+        "flash",
+        A=A,
+        group_by=("batch", "head"),
+        smax_r=smax[..., None],
+        Tk=Tk,
+    )
     # FP state of the last processed (b, g, i, head batch) block (§5.2 flash_m / flash_l)
     blk = plan.last_block
     nh_b, br = len(blk.heads), blk.br
-    sc = scores[blk.b][list(blk.heads)][:, blk.q0:blk.q0 + br, :]           # [j, r, c]
-    al = allowed[blk.q0:blk.q0 + br][None]
+    sc = scores[blk.b][list(blk.heads)][:, blk.q0 : blk.q0 + br, :]  # [j, r, c]
+    al = allowed[blk.q0 : blk.q0 + br][None]
     m_g = np.where(al, sc, -np.inf).max(axis=-1)
     l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
     F = plan.fp_state_base
     n_words = plan.fp_state_size
 
-    def take(kind):
+    def take(kind: str) -> Callable[[np.ndarray], np.ndarray]:
         idx = np.array([[plan.state_words(j, r)[kind] - F for r in range(br)] for j in range(nh_b)])
 
-        def post_state(x):
+        def post_state(x: np.ndarray) -> np.ndarray:
             return x[idx]
+
         return post_state
+
     cb.check("m", FpWords(F, n_words, post=take("m")), m_g, ("head", "row"), "flash_m")
     cb.check("l", FpWords(F, n_words, post=take("l")), l_g, ("head", "row"), "flash_l", Tk=Tk)
-    case = cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}")
-    case.plan = plan
-    return case
+    return cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}", plan=plan)
 
 
-def build_scores(name: str, p: dict, config):
+def build_scores(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
     """Build one attention_scores (QKᵀ) case (§2.11, §4.4 flashattn_qkt)."""
     cfg = config
     p = resolve_params(p, cfg)
@@ -181,7 +214,7 @@ def build_scores(name: str, p: dict, config):
 
     V = cfg.VLEN
 
-    def post(x):
+    def post(x: np.ndarray) -> np.ndarray:
         out = np.empty((B_, hq, S, L), dtype=x.dtype)
         for b in range(B_):
             for h in range(hq):
@@ -189,11 +222,17 @@ def build_scores(name: str, p: dict, config):
                     br = min(M, S - i * M)
                     for tt in range(Tk):
                         bc = min(M, L - tt * M)
-                        r0 = (plan.scores_tile_addr(b, h, i, tt) - s_out) // V      # the plan's tile map
-                        out[b, h, i * M:i * M + br, tt * M:tt * M + bc] = x[r0:r0 + br, :bc]
+                        r0 = (plan.scores_tile_addr(b, h, i, tt) - s_out) // V  # the plan's tile map
+                        out[b, h, i * M : i * M + br, tt * M : tt * M + bc] = x[r0 : r0 + br, :bc]
         return out
-    cb.check("scores", VramRows(s_out, n_out, post=post), golden, ("batch", "head", "row", "col"), "qkt",
-             A=A, group_by=("batch", "head"))
-    case = cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}")
-    case.plan = plan
-    return case
+
+    cb.check(
+        "scores",
+        VramRows(s_out, n_out, post=post),
+        golden,
+        ("batch", "head", "row", "col"),
+        "qkt",
+        A=A,
+        group_by=("batch", "head"),
+    )
+    return cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}", plan=plan)

@@ -24,27 +24,43 @@ up by name.  The table is never loosened to make a case pass (§5.2).
 Every SRAM dump is decoded as bf16, never fp16: :func:`bf16_decode` / :func:`bf16_encode` are the
 host bf16 codec of :mod:`plena_sim.bf16` (``decode`` / ``encode``) under the names the testbenches use.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, SupportsInt, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from plena_sim.bf16 import decode as bf16_decode
 from plena_sim.bf16 import encode as bf16_encode
 from plena_sim.bf16 import round_values
 
-__all__ = ["CheckResult", "Tolerance", "TOLERANCES", "tolerance", "compare", "bf16_decode", "bf16_encode",
-           "is_bf16_exact", "fmt_coords", "TAU_FACTOR"]
+__all__ = [
+    "CheckResult",
+    "Tolerance",
+    "ToleranceKwargs",
+    "EpsA",
+    "TOLERANCES",
+    "tolerance",
+    "compare",
+    "bf16_decode",
+    "bf16_encode",
+    "is_bf16_exact",
+    "fmt_coords",
+    "TAU_FACTOR",
+]
 
-TAU_FACTOR = 2.0 ** -24
+TAU_FACTOR = 2.0**-24
 
 
 # =========================================================================== bf16 (host side)
 
-def is_bf16_exact(values) -> bool:
+
+def is_bf16_exact(values: npt.ArrayLike) -> bool:
     """Every finite value is a bf16 value (``bf16(f32(v)) == v``)."""
     v = np.asarray(values, dtype=np.float64)
     back = round_values(v).astype(np.float64)
@@ -54,95 +70,115 @@ def is_bf16_exact(values) -> bool:
 
 # =========================================================================== tolerance table (§5.2)
 
+#: an eps_a factor: one value, or one per element of the output (broadcast against it)
+EpsA = float | npt.NDArray[np.float64]
+
+
+class ToleranceKwargs(TypedDict):
+    """The keyword arguments of :func:`compare` one tolerance row fixes."""
+
+    eps_a: EpsA
+    eps_g: float
+    rho: float | None
+    abs_term: float | None
+    exact: bool
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """One row of kernels.md §5.2, evaluated for a case's sizes.
 
     ``uses_A``: the row has a reference envelope A (else "–": tau = 0 and ``abs_term`` replaces eps_a*A).
     ``eps_a`` may be an array (flash attention's score-aware factor), broadcast against the output."""
+
     name: str
-    eps_a: Any = 0.0
+    eps_a: EpsA = 0.0
     eps_g: float = 0.0
     rho: float | None = None
     abs_term: float | None = None
     uses_A: bool = True
     exact: bool = False
 
-    def kwargs(self) -> dict:
-        return {"eps_a": self.eps_a, "eps_g": self.eps_g, "rho": self.rho, "abs_term": self.abs_term,
-                "exact": self.exact}
+    def kwargs(self) -> ToleranceKwargs:
+        return {
+            "eps_a": self.eps_a,
+            "eps_g": self.eps_g,
+            "rho": self.rho,
+            "abs_term": self.abs_term,
+            "exact": self.exact,
+        }
 
     def describe(self) -> str:
         if self.exact:
             return f"{self.name}: exact"
         ea = "array" if isinstance(self.eps_a, np.ndarray) else f"{self.eps_a:.4g}"
-        return (f"{self.name}: eps_a={ea} eps_g={self.eps_g:.4g} rho={self.rho}"
-                + (f" abs={self.abs_term:.4g}" if self.abs_term is not None else ""))
+        return f"{self.name}: eps_a={ea} eps_g={self.eps_g:.4g} rho={self.rho}" + (
+            f" abs={self.abs_term:.4g}" if self.abs_term is not None else ""
+        )
 
 
-def _linear(n_chunks: int = 1, bias: bool = False, **_) -> Tolerance:
-    return Tolerance("linear", 2 ** -12 + 2 ** -8 * (n_chunks - 1 + int(bool(bias))), 2 ** -6, 2 ** -7)
+def _linear(n_chunks: int = 1, bias: bool = False, **_: object) -> Tolerance:
+    return Tolerance("linear", 2**-12 + 2**-8 * (n_chunks - 1 + int(bool(bias))), 2**-6, 2**-7)
 
 
-def _ffn_int(**_) -> Tolerance:
-    return Tolerance("ffn_int", 2 ** -6, 2 ** -6, 2 ** -6)
+def _ffn_int(**_: object) -> Tolerance:
+    return Tolerance("ffn_int", 2**-6, 2**-6, 2**-6)
 
 
-def _ffn(**_) -> Tolerance:
-    return Tolerance("ffn", 2 ** -7, 2 ** -6, 2 ** -6)
+def _ffn(**_: object) -> Tolerance:
+    return Tolerance("ffn", 2**-7, 2**-6, 2**-6)
 
 
-def _act(**_) -> Tolerance:
-    return Tolerance("act", 2 ** -7, 2 ** -7, 2 ** -6)
+def _act(**_: object) -> Tolerance:
+    return Tolerance("act", 2**-7, 2**-7, 2**-6)
 
 
-def _rms(nb: int = 1, **_) -> Tolerance:
-    return Tolerance("rms", 0.0, 2 ** -5 * (1 + nb / 32), 2 ** -6, uses_A=False)
+def _rms(nb: int = 1, **_: object) -> Tolerance:
+    return Tolerance("rms", 0.0, 2**-5 * (1 + nb / 32), 2**-6, uses_A=False)
 
 
-def _ln(nb: int = 1, **_) -> Tolerance:
+def _ln(nb: int = 1, **_: object) -> Tolerance:
     f = 1 + nb / 32
-    return Tolerance("ln", 2 ** -6 * f, 2 ** -6 * f, 2 ** -6)
+    return Tolerance("ln", 2**-6 * f, 2**-6 * f, 2**-6)
 
 
-def _softmax(nb: int = 1, **_) -> Tolerance:
+def _softmax(nb: int = 1, **_: object) -> Tolerance:
     f = 1 + nb / 32
-    return Tolerance("softmax", 2 ** -6 * f, 2 ** -5 * f, 2 ** -5)
+    return Tolerance("softmax", 2**-6 * f, 2**-5 * f, 2**-5)
 
 
-def _rope(**_) -> Tolerance:
-    return Tolerance("rope", 2 ** -7, 2 ** -7, 2 ** -7)
+def _rope(**_: object) -> Tolerance:
+    return Tolerance("rope", 2**-7, 2**-7, 2**-7)
 
 
-def _qkt(**_) -> Tolerance:
-    return Tolerance("qkt", 2 ** -12, 2 ** -7, 2 ** -8)
+def _qkt(**_: object) -> Tolerance:
+    return Tolerance("qkt", 2**-12, 2**-7, 2**-8)
 
 
-def _flash(smax_r=0.0, Tk: int = 1, **_) -> Tolerance:
+def _flash(smax_r: npt.ArrayLike = 0.0, Tk: int = 1, **_: object) -> Tolerance:
     """O of flash attention: eps_a = 2^-6*max(1, smax_r/3) per element (smax_r broadcast to O's shape)."""
-    eps_a = 2 ** -6 * np.maximum(1.0, np.asarray(smax_r, dtype=np.float64) / 3.0)
-    if eps_a.ndim == 0:
-        eps_a = float(eps_a)
-    return Tolerance("flash", eps_a, 2 ** -6, 2 ** -6 + 1.5 * 2 ** -8 * math.sqrt(Tk))
+    eps = 2**-6 * np.maximum(1.0, np.asarray(smax_r, dtype=np.float64) / 3.0)
+    eps_a: EpsA = float(eps) if eps.ndim == 0 else eps
+    return Tolerance("flash", eps_a, 2**-6, 2**-6 + 1.5 * 2**-8 * math.sqrt(Tk))
 
 
-def _flash_m(**_) -> Tolerance:
-    return Tolerance("flash_m", 0.0, 2 ** -6, None, abs_term=2 ** -8, uses_A=False)
+def _flash_m(**_: object) -> Tolerance:
+    return Tolerance("flash_m", 0.0, 2**-6, None, abs_term=2**-8, uses_A=False)
 
 
-def _flash_l(Tk: int = 1, **_) -> Tolerance:
-    return Tolerance("flash_l", 0.0, 2 ** -5 + 2 ** -7 * math.sqrt(Tk), None, uses_A=False)
+def _flash_l(Tk: int = 1, **_: object) -> Tolerance:
+    return Tolerance("flash_l", 0.0, 2**-5 + 2**-7 * math.sqrt(Tk), None, uses_A=False)
 
 
-def _ssum(**_) -> Tolerance:
-    return Tolerance("ssum", 2 ** -16, 2 ** -7, None)
+def _ssum(**_: object) -> Tolerance:
+    return Tolerance("ssum", 2**-16, 2**-7, None)
 
 
-def _topk(**_) -> Tolerance:
-    return Tolerance("topk", 0.0, 2 ** -7, None, abs_term=2 ** -10, uses_A=False)
+def _topk(**_: object) -> Tolerance:
+    return Tolerance("topk", 0.0, 2**-7, None, abs_term=2**-10, uses_A=False)
 
 
-def _exact(**_) -> Tolerance:
+def _exact(**_: object) -> Tolerance:
     return Tolerance("exact", 0.0, 0.0, None, uses_A=False, exact=True)
 
 
@@ -163,13 +199,25 @@ def _exact(**_) -> Tolerance:
 #:   topk     – (abs 2^-10)              –                                     2^-7         –
 #:   exact    –                          0                                     0            –
 TOLERANCES: Mapping[str, Callable[..., Tolerance]] = {
-    "linear": _linear, "ffn_int": _ffn_int, "ffn": _ffn, "act": _act, "rms": _rms, "ln": _ln,
-    "softmax": _softmax, "rope": _rope, "qkt": _qkt, "flash": _flash, "flash_m": _flash_m,
-    "flash_l": _flash_l, "ssum": _ssum, "topk": _topk, "exact": _exact,
+    "linear": _linear,
+    "ffn_int": _ffn_int,
+    "ffn": _ffn,
+    "act": _act,
+    "rms": _rms,
+    "ln": _ln,
+    "softmax": _softmax,
+    "rope": _rope,
+    "qkt": _qkt,
+    "flash": _flash,
+    "flash_m": _flash_m,
+    "flash_l": _flash_l,
+    "ssum": _ssum,
+    "topk": _topk,
+    "exact": _exact,
 }
 
 
-def tolerance(name: str, **sizes) -> Tolerance:
+def tolerance(name: str, **sizes: object) -> Tolerance:
     """The §5.2 row ``name`` evaluated for ``sizes`` (n_chunks, bias, nb, Tk, smax_r as the row needs)."""
     if name not in TOLERANCES:
         raise KeyError(f"unknown tolerance row {name!r} (known: {', '.join(TOLERANCES)})")
@@ -178,20 +226,22 @@ def tolerance(name: str, **sizes) -> Tolerance:
 
 # =========================================================================== the comparison
 
-def fmt_coords(coords: Sequence[str], idx: Sequence[int]) -> str:
-    return "(" + ", ".join(f"{n}={int(i)}" for n, i in zip(coords, idx)) + ")"
+
+def fmt_coords(coords: Sequence[str], idx: Sequence[SupportsInt]) -> str:
+    return "(" + ", ".join(f"{n}={int(i)}" for n, i in zip(coords, idx, strict=True)) + ")"
 
 
 @dataclass
 class CheckResult:
     """The outcome of one check; ``to_dict`` is JSON-able, ``summary`` one line."""
+
     name: str
     passed: bool
     n: int = 0
     n_fail: int = 0
-    reason: str = ""                        # "" when passed; else what failed first
-    shape_sim: tuple = ()
-    shape_golden: tuple = ()
+    reason: str = ""  # "" when passed; else what failed first
+    shape_sim: tuple[int, ...] = ()
+    shape_golden: tuple[int, ...] = ()
     n_nonfinite: int = 0
     first_nonfinite: str | None = None
     max_abs: float = 0.0
@@ -201,14 +251,14 @@ class CheckResult:
     rms: float = 0.0
     rel_rms: float = 0.0
     rho: float | None = None
-    worst: dict | None = None               # {at, index, sim, golden, err, tol, ratio}
-    first: dict | None = None               # first failing element in C order (same keys)
-    worst_ratio: float = 0.0                # max err/tol over finite elements (0 for exact passes)
-    group_fail: dict | None = None          # "batch=0,head=3" -> failing count
+    worst: dict[str, Any] | None = None  # {at, index, sim, golden, err, tol, ratio}
+    first: dict[str, Any] | None = None  # first failing element in C order (same keys)
+    worst_ratio: float = 0.0  # max err/tol over finite elements (0 for exact passes)
+    group_fail: dict[str, int] | None = None  # "batch=0,head=3" -> failing count
     exact: bool = False
     tolerance: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["shape_sim"] = list(self.shape_sim)
         d["shape_golden"] = list(self.shape_golden)
@@ -218,18 +268,20 @@ class CheckResult:
         if self.passed:
             if self.exact:
                 return f"{self.name} exact ({self.n} elements)"
-            return (f"{self.name} ok ({self.n} elements); worst err/tol {self.worst_ratio:.3g}; "
-                    f"max_abs {self.max_abs:.4g}; rel_rms {self.rel_rms:.3g}")
+            return (
+                f"{self.name} ok ({self.n} elements); worst err/tol {self.worst_ratio:.3g}; "
+                f"max_abs {self.max_abs:.4g}; rel_rms {self.rel_rms:.3g}"
+            )
         parts = [f"{self.name} {self.reason}" if self.reason else self.name]
         if self.n_fail and self.reason != "shape mismatch":
-            parts = [f"{self.name} {self.n_fail}/{self.n} " +
-                     ("differ" if self.exact else "out of tolerance")]
+            parts = [f"{self.name} {self.n_fail}/{self.n} " + ("differ" if self.exact else "out of tolerance")]
             if self.n_nonfinite:
                 parts.append(f"{self.n_nonfinite} non-finite, first {self.first_nonfinite}")
             if self.worst:
                 w = self.worst
-                parts.append(f"worst {w['at']} sim={w['sim']:.6g} golden={w['golden']:.6g} "
-                             f"err={w['err']:.4g} tol={w['tol']:.4g}")
+                parts.append(
+                    f"worst {w['at']} sim={w['sim']:.6g} golden={w['golden']:.6g} err={w['err']:.4g} tol={w['tol']:.4g}"
+                )
             if self.first:
                 parts.append(f"first {self.first['at']}")
             if self.worst is None and self.reason:
@@ -239,7 +291,8 @@ class CheckResult:
         return "; ".join(parts)
 
 
-def _jsonable(x):
+def _jsonable(x: Any) -> Any:
+    """``x`` with numpy scalars and arrays, tuples and non-finite floats turned into JSON values."""
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -254,15 +307,32 @@ def _jsonable(x):
     return x
 
 
-def _elem(coords, shape, flat, s, g, err, tol) -> dict:
+def _elem(
+    coords: Sequence[str],
+    shape: tuple[int, ...],
+    flat: int,
+    s: npt.NDArray[np.float64],
+    g: npt.NDArray[np.float64],
+    err: npt.NDArray[np.float64],
+    tol: npt.NDArray[np.float64],
+) -> dict[str, Any]:
     idx = np.unravel_index(int(flat), shape)
-    return {"at": fmt_coords(coords, idx), "index": [int(i) for i in idx], "sim": float(s.flat[flat]),
-            "golden": float(g.flat[flat]), "err": float(err.flat[flat]), "tol": float(tol.flat[flat]),
-            "ratio": float(err.flat[flat] / tol.flat[flat]) if tol.flat[flat] > 0 else
-            (0.0 if err.flat[flat] == 0 else math.inf)}
+    return {
+        "at": fmt_coords(coords, idx),
+        "index": [int(i) for i in idx],
+        "sim": float(s.flat[flat]),
+        "golden": float(g.flat[flat]),
+        "err": float(err.flat[flat]),
+        "tol": float(tol.flat[flat]),
+        "ratio": float(err.flat[flat] / tol.flat[flat])
+        if tol.flat[flat] > 0
+        else (0.0 if err.flat[flat] == 0 else math.inf),
+    }
 
 
-def _groups(coords, group_by, shape, fail_mask) -> dict | None:
+def _groups(
+    coords: Sequence[str], group_by: Sequence[str] | None, shape: tuple[int, ...], fail_mask: npt.NDArray[np.bool_]
+) -> dict[str, int] | None:
     if not group_by:
         return None
     axes = [coords.index(a) for a in group_by]
@@ -272,19 +342,38 @@ def _groups(coords, group_by, shape, fail_mask) -> dict | None:
     for idx in np.ndindex(*counts.shape):
         c = int(counts[idx])
         if c:
-            out[",".join(f"{a}={i}" for a, i in zip(group_by, idx))] = c
+            out[",".join(f"{a}={i}" for a, i in zip(group_by, idx, strict=True))] = c
     return out
 
 
-def compare(sim, golden, *, coords: Sequence[str], A=None, eps_a=0.0, eps_g=0.0, rho: float | None = None,
-            abs_term: float | None = None, exact: bool = False, name: str = "output",
-            group_by: Sequence[str] | None = None, tolerance_name: str = "") -> CheckResult:
+def compare(
+    sim: npt.ArrayLike,
+    golden: npt.ArrayLike,
+    *,
+    coords: Sequence[str],
+    A: npt.ArrayLike | None = None,
+    eps_a: EpsA = 0.0,
+    eps_g: float = 0.0,
+    rho: float | None = None,
+    abs_term: float | None = None,
+    exact: bool = False,
+    name: str = "output",
+    group_by: Sequence[str] | None = None,
+    tolerance_name: str = "",
+) -> CheckResult:
     """Judge ``sim`` against ``golden`` per kernels.md §5.1 (see the module docstring)."""
     s_raw = np.asarray(sim)
     g_raw = np.asarray(golden)
     coords = tuple(coords)
-    res = CheckResult(name=name, passed=False, shape_sim=tuple(s_raw.shape), shape_golden=tuple(g_raw.shape),
-                      rho=None if exact else rho, exact=exact, tolerance=tolerance_name)
+    res = CheckResult(
+        name=name,
+        passed=False,
+        shape_sim=tuple(s_raw.shape),
+        shape_golden=tuple(g_raw.shape),
+        rho=None if exact else rho,
+        exact=exact,
+        tolerance=tolerance_name,
+    )
     if s_raw.shape != g_raw.shape:
         res.reason = "shape mismatch"
         res.n = int(g_raw.size)

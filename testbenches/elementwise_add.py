@@ -1,14 +1,19 @@
 """elementwise_add: two HBM activations preloaded to VRAM (CBM), ``add_rows``, compared exactly."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from plena_sim.config import HardwareConfig
 from programs.common import rp
 from programs.elementwise import emit_add_rows, plan_add_rows
 from programs.hbm import preload_act
 
 from .compare import bf16_decode, bf16_encode
-from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
 from .shapes import hw, resolve_params
 
 NAME = "elementwise_add"
@@ -22,11 +27,11 @@ REQUIRED_CASES = [
     ("rows4_cols192", {"rows": hw(1, "RP"), "cols": hw(3, "VLEN")}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "cols": hw(2, "VLEN")}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {"rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "cols": [hw(1, "VLEN"), hw(3, "VLEN")]}
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, cols = p["rows"], p["cols"]
     V = config.VLEN

@@ -3,17 +3,36 @@
 Decode forms: M_BTMV (batched, head slot j's score row at ``S + j*V``) or M_TMV with row blocks
 (per-head), and element-granular M_MV for P@V.  Checks as ``flashattn_prefill`` (O, m, l).
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from plena_sim.config import HardwareConfig
+
 from ._flashattn_common import build_flash
+from .harness import Case, CaseSpec
 from .shapes import hw
 
 NAME = "flashattn_decode"
 DESCRIPTION = "flash attention decode (q_len 1: M_BTMV/M_TMV scores, M_MV P@V, tail masks)"
-DEFAULTS = {"batch": 2, "hq": 4, "hkv": 1, "d": hw(1, "HLEN"), "q_len": 1, "kv_len": hw(4, "MLEN", 44),
-            "causal": True,
-            "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
-            "scale": 1.0, "seed": 0}
+DEFAULTS = {
+    "batch": 2,
+    "hq": 4,
+    "hkv": 1,
+    "d": hw(1, "HLEN"),
+    "q_len": 1,
+    "kv_len": hw(4, "MLEN", 44),
+    "causal": True,
+    "kv_layout": "bshd",
+    "Wp": None,
+    "kv_capacity": None,
+    "path": "auto",
+    "vram_base_row": 0,
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES = [
     ("D1", {}, "default"),
     ("D2", {"hq": 4, "hkv": 1, "d": hw(1, "MLEN")}, "default"),
@@ -23,11 +42,10 @@ REQUIRED_CASES = [
     ("D6", {"hq": 2, "hkv": 2, "d": hw(1, "HLEN"), "path": "per_head"}, "default"),
     ("D7", {"causal": False}, "default"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 #: the paper-scale machine (preset ``analytic``): run under ``-m slow`` and by ``plena-sim bench``
 PAPER_CASES = [
-    ("paper", {"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128, "causal": True},
-     "analytic"),
+    ("paper", {"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128, "causal": True}, "analytic"),
 ]
 RANGES = {
     "batch": [1, 2, 3, 4],
@@ -44,7 +62,7 @@ RANGES = {
 }
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
     if p.get("Wp") == "M":
         p["Wp"] = config.MLEN

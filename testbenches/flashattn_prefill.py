@@ -7,41 +7,74 @@ eps_a with smax_r), and the FP state m and l of the last processed (b, g, i, hea
 ``path`` (``auto``/``batched``/``per_head``), ``vram_base_row`` (first VRAM row of O; scratch follows),
 ``scale`` (input N(0,1) scale), ``seed``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from plena_sim.config import HardwareConfig
 from programs import flash_attention as _fa
 
 from ._flashattn_common import build_flash
+from .harness import Case
 from .shapes import hw
 
 NAME = "flashattn_prefill"
 DESCRIPTION = "flash attention prefill (online softmax over kv tiles, causal/tail masks, GQA, bshd/sbhd)"
-DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": hw(1, "HLEN"), "q_len": hw(2, "MLEN"), "kv_len": hw(4, "MLEN"),
-            "causal": True,
-            "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
-            "scale": 1.0, "seed": 0}
+DEFAULTS = {
+    "batch": 1,
+    "hq": 4,
+    "hkv": 1,
+    "d": hw(1, "HLEN"),
+    "q_len": hw(2, "MLEN"),
+    "kv_len": hw(4, "MLEN"),
+    "causal": True,
+    "kv_layout": "bshd",
+    "Wp": None,
+    "kv_capacity": None,
+    "path": "auto",
+    "vram_base_row": 0,
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES = [
     ("P1", {}, "default"),
     ("P2", {"q_len": hw(1, "MLEN"), "kv_len": hw(3, "MLEN", 8), "causal": False, "Wp": hw(1, "MLEN")}, "default"),
-    ("P3", {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 36), "kv_len": hw(4, "MLEN", 44),
-            "kv_layout": "sbhd"}, "default"),
+    (
+        "P3",
+        {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 36), "kv_len": hw(4, "MLEN", 44), "kv_layout": "sbhd"},
+        "default",
+    ),
     ("P4", {"hq": 4, "hkv": 1, "d": hw(1, "MLEN"), "q_len": hw(2, "MLEN"), "kv_len": hw(3, "MLEN")}, "default"),
     ("P5", {"hq": 6, "hkv": 2, "d": hw(1, "HLEN")}, "default"),
-    ("P6", {"hq": 4, "hkv": 2, "d": hw(2, "HLEN"), "q_len": hw(1, "MLEN"), "kv_len": hw(2, "MLEN", 2),
-            "path": "per_head"}, "default"),
+    (
+        "P6",
+        {"hq": 4, "hkv": 2, "d": hw(2, "HLEN"), "q_len": hw(1, "MLEN"), "kv_len": hw(2, "MLEN", 2), "path": "per_head"},
+        "default",
+    ),
     ("P7", {}, "emu025"),
     ("P8", {"q_len": hw(1, "MLEN"), "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN")}, "default"),
     ("P9", {"hq": 2, "hkv": 1, "q_len": 70, "kv_len": 100}, "small"),
-    ("P10", {"vram_base_row": 4160}, "default"),        # O at element 266240, scratch past it: > 2^18
+    ("P10", {"vram_base_row": 4160}, "default"),  # O at element 266240, scratch past it: > 2^18
 ]
 STRETCH_CASES = [
-    ("P11", {"hq": 2, "hkv": 2, "d": hw(2, "MLEN"), "q_len": hw(1, "MLEN", 6), "kv_len": hw(2, "MLEN", 2),
-             "Wp": hw(4, "MLEN")}, "default"),
+    (
+        "P11",
+        {
+            "hq": 2,
+            "hkv": 2,
+            "d": hw(2, "MLEN"),
+            "q_len": hw(1, "MLEN", 6),
+            "kv_len": hw(2, "MLEN", 2),
+            "Wp": hw(4, "MLEN"),
+        },
+        "default",
+    ),
 ]
 #: the paper-scale machine (preset ``analytic``): run under ``-m slow`` and by ``plena-sim bench``
 PAPER_CASES = [
-    ("paper", {"batch": 1, "q_len": 2048, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128, "causal": True},
-     "analytic"),
+    ("paper", {"batch": 1, "q_len": 2048, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128, "causal": True}, "analytic"),
 ]
 SUPPORTED = _fa.SUPPORTS_HEAD_DIM_CHUNKS
 SKIP_REASON = None if SUPPORTED else "head_dim=128 > MLEN=64 requires head-dim chunking (not implemented)"
@@ -49,19 +82,19 @@ SKIP_REASON = None if SUPPORTED else "head_dim=128 > MLEN=64 requires head-dim c
 RANGES = {
     "batch": [1, 2, 3, 4],
     "hq": [1, 2, 4, 6, 8, 12, 16],
-    "hkv": [1, 2, 4, 8, 16],                  # must divide hq
-    "d": [16, 32, 64],                        # cfg small: 16, 32 (64 only with head-dim chunks)
+    "hkv": [1, 2, 4, 8, 16],  # must divide hq
+    "d": [16, 32, 64],  # cfg small: 16, 32 (64 only with head-dim chunks)
     "q_len": [2, 17, 64, 65, 100, 129, 256, 300],
-    "kv_len": [2, 64, 100, 130, 200, 300, 320, 1024, 4160],   # >= q_len when causal
+    "kv_len": [2, 64, 100, 130, 200, 300, 320, 1024, 4160],  # >= q_len when causal
     "causal": [True, False],
     "kv_layout": ["bshd", "sbhd"],
-    "Wp": ["hkv*d", "M", 1024],               # restricted to Wp >= hkv*d
+    "Wp": ["hkv*d", "M", 1024],  # restricted to Wp >= hkv*d
     "path": ["auto", "batched", "per_head"],  # batched only where legal
     "cfg": ["default", "emu025", "small"],
 }
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
     if p.get("Wp") == "M":
         p["Wp"] = config.MLEN

@@ -5,36 +5,67 @@ are compared against ``Q·Kᵀ`` in float64 for every (b, h) (``qkt``: A = |Q|@|
 copies with FP[6] = 1/BMM_SCALE, the per-head path with FP[3] = 1.0.  Same Q staging and K addressing
 as flash attention; no scaling, no masking.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from plena_sim.config import HardwareConfig
+
 from ._flashattn_common import build_scores
+from .harness import Case, CaseSpec
 from .shapes import hw
 
 NAME = "flashattn_qkt"
 DESCRIPTION = "attention scores Q·Kᵀ per (b, h, q tile, kv tile) (batched M_BTMM/M_BTMV or per-head M_TMM/M_TMV)"
-DEFAULTS = {"batch": 1, "hq": 4, "hkv": 1, "d": hw(1, "HLEN"), "q_len": hw(1, "MLEN"), "kv_len": hw(3, "MLEN"),
-            "causal": False,
-            "kv_layout": "bshd", "Wp": None, "kv_capacity": None, "path": "auto", "vram_base_row": 0,
-            "scale": 1.0, "seed": 0}
+DEFAULTS = {
+    "batch": 1,
+    "hq": 4,
+    "hkv": 1,
+    "d": hw(1, "HLEN"),
+    "q_len": hw(1, "MLEN"),
+    "kv_len": hw(3, "MLEN"),
+    "causal": False,
+    "kv_layout": "bshd",
+    "Wp": None,
+    "kv_capacity": None,
+    "path": "auto",
+    "vram_base_row": 0,
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES = [
     ("prefill_batched", {}, "default"),
     ("prefill_per_head", {"path": "per_head"}, "default"),
     ("decode_batched", {"q_len": 1}, "default"),
     ("decode_per_head", {"q_len": 1, "path": "per_head"}, "default"),
-    ("gqa_sbhd_batched", {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 36), "kv_len": hw(2, "MLEN", 2),
-                          "kv_layout": "sbhd"}, "default"),
-    ("gqa_sbhd_per_head", {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 6), "kv_layout": "sbhd",
-                           "path": "per_head"}, "default"),
-    ("gqa_decode_sbhd", {"batch": 2, "hq": 8, "hkv": 2, "q_len": 1, "kv_len": hw(2, "MLEN", 2),
-                         "kv_layout": "sbhd"}, "default"),
+    (
+        "gqa_sbhd_batched",
+        {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 36), "kv_len": hw(2, "MLEN", 2), "kv_layout": "sbhd"},
+        "default",
+    ),
+    (
+        "gqa_sbhd_per_head",
+        {"batch": 2, "hq": 8, "hkv": 2, "q_len": hw(1, "MLEN", 6), "kv_layout": "sbhd", "path": "per_head"},
+        "default",
+    ),
+    (
+        "gqa_decode_sbhd",
+        {"batch": 2, "hq": 8, "hkv": 2, "q_len": 1, "kv_len": hw(2, "MLEN", 2), "kv_layout": "sbhd"},
+        "default",
+    ),
     ("wp1024_kv320", {"kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN")}, "default"),
-    ("wp1024_kv320_decode_per_head", {"q_len": 1, "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN"),
-                                      "path": "per_head"}, "default"),
+    (
+        "wp1024_kv320_decode_per_head",
+        {"q_len": 1, "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN"), "path": "per_head"},
+        "default",
+    ),
     ("d64_per_head", {"d": hw(1, "MLEN")}, "default"),
     ("emu025", {}, "emu025"),
     ("small", {"hq": 2, "q_len": 40, "kv_len": 70}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
     "batch": [1, 2, 3],
     "hq": [1, 2, 4, 8],
@@ -49,7 +80,7 @@ RANGES = {
 }
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
     if p.get("Wp") == "M":
         p["Wp"] = config.MLEN

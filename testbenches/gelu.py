@@ -1,13 +1,18 @@
 """gelu: ``y = x·σ(1.702·x)`` (sigmoid form, kernels.md §2.5) over a CBM activation (act tolerance)."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from plena_sim.config import HardwareConfig
 from programs.activation import emit_activation, plan_activation
 from programs.common import rp
 from programs.hbm import preload_act
 
-from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
 from .shapes import hw, resolve_params
 
 NAME = "gelu"
@@ -21,12 +26,15 @@ REQUIRED_CASES = [
     ("rows4_h64_inplace", {"rows": hw(1, "RP"), "hidden": hw(1, "VLEN"), "inplace": True}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
 ]
-STRETCH_CASES: list = []
-RANGES = {"rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")],
-          "inplace": [False, True]}
+STRETCH_CASES: list[CaseSpec] = []
+RANGES = {
+    "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)],
+    "hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")],
+    "inplace": [False, True],
+}
 
 
-def build_act(kind: str, name: str, params, config):
+def build_act(kind: str, name: str, params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, hidden = p["rows"], p["hidden"]
     V = config.VLEN
@@ -48,5 +56,5 @@ def build_act(kind: str, name: str, params, config):
     return cb.case(asm)
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     return build_act("gelu", NAME, params, config)

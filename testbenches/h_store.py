@@ -4,17 +4,22 @@ Checks: the output tensor's HBM bytes (elements and MX scales) equal the host MX
 (pad rows included: the store always writes whole Ps-row groups), the re-prefetched VRAM equals
 decode(encode(·)), and (generic) no HBM byte outside the output tensor changes.
 """
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from plena_sim.config import HardwareConfig
 from plena_sim.numerics import decode_tensor, encode_tensor
 from programs.common import rp
 from programs.elementwise import emit_scale_rows, plan_scale_rows
 from programs.hbm import preload_act, store_act
 
 from .compare import bf16_decode, bf16_encode
-from .harness import GEN_FP, GEN_GP, CaseBuilder, HbmBytes, VramCbm
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, HbmBytes, VramCbm
 from .shapes import hw, resolve_params
 
 NAME = "h_store"
@@ -28,11 +33,11 @@ REQUIRED_CASES = [
     ("rows4_cols64", {"rows": hw(1, "RP"), "cols": hw(1, "VLEN")}, "default"),
     ("small", {"rows": hw(1, "RP", plus=2), "cols": hw(2, "VLEN")}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {"rows": [1, hw(1, "RP"), hw(1, "RP", plus=2)], "cols": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")]}
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, cols = p["rows"], p["cols"]
     V = config.VLEN

@@ -77,15 +77,20 @@ Companion runs: a check may take its golden from a second case (``Case.companion
 ``loops=False`` program.  Negative cases set ``Case.expect = ("LP-ZERO", "assembler")``: they pass iff
 the run ends with one of the named faults (rule ids, or ``"assembler"``/``"plan"``).
 """
+
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
@@ -95,13 +100,45 @@ from programs.hbm import HbmTensor, set_addr_regs
 
 from .compare import CheckResult, Tolerance, compare, tolerance
 
-__all__ = ["FP_SLOTS", "FP_STATE_BASE", "fp_constants", "VramCbm", "VramRows", "FpWords", "IntWords",
-           "HbmBytes", "Check", "Case", "Report", "CaseBuilder", "run", "run_case", "prepare_machine",
-           "GEN_GP", "GEN_FP", "BF16_NAN"]
+if TYPE_CHECKING:
+    from isa.program import Program
+    from plena_sim.machine import Machine, RunResult
+
+__all__ = [
+    "FP_SLOTS",
+    "FP_STATE_BASE",
+    "fp_constants",
+    "VramCbm",
+    "VramRows",
+    "FpWords",
+    "IntWords",
+    "HbmBytes",
+    "Check",
+    "Case",
+    "CaseSpec",
+    "Readback",
+    "Report",
+    "CaseBuilder",
+    "run",
+    "run_case",
+    "prepare_machine",
+    "GEN_GP",
+    "GEN_FP",
+    "BF16_NAN",
+]
 
 #: kernels.md §1.6 constant slots
-FP_SLOTS = {"NEG_INF": 0, "EPS": 1, "INV_HIDDEN": 2, "ONE": 3, "GELU_ALPHA": 4, "QK_SCALE": 5,
-            "INV_BMM_SCALE": 6, "ZERO": 7, **{f"USER{i}": 8 + i for i in range(8)}}
+FP_SLOTS = {
+    "NEG_INF": 0,
+    "EPS": 1,
+    "INV_HIDDEN": 2,
+    "ONE": 3,
+    "GELU_ALPHA": 4,
+    "QK_SCALE": 5,
+    "INV_BMM_SCALE": 6,
+    "ZERO": 7,
+    **{f"USER{i}": 8 + i for i in range(8)},
+}
 FP_STATE_BASE = 16
 BF16_NAN = bf16.NAN_BITS
 #: the registers the testbenches hand to generators (kernels.md §1.4 limits: 12 gp, 6 fp)
@@ -109,12 +146,25 @@ GEN_GP = tuple(range(1, 13))
 GEN_FP = tuple(range(1, 7))
 _ROLES = ("input", "output", "scratch", "inout")
 
-_CLASSES = {"act": ("HBM_V_ACT_TYPE", 0), "weight": ("HBM_M_WEIGHT_TYPE", 0),
-            "kv": ("HBM_M_KV_TYPE", 1), "kv_v": ("HBM_V_KV_TYPE", 1)}
+#: one named case of a testbench module: (case_id, parameter overrides, config variant)
+CaseSpec = tuple[str, dict[str, Any], str]
+
+_CLASSES = {
+    "act": ("HBM_V_ACT_TYPE", 0),
+    "weight": ("HBM_M_WEIGHT_TYPE", 0),
+    "kv": ("HBM_M_KV_TYPE", 1),
+    "kv_v": ("HBM_V_KV_TYPE", 1),
+}
 
 
-def fp_constants(cfg: HardwareConfig, *, eps: float = 1e-6, inv_hidden: float = 0.0, qk_scale: float = 0.0,
-                 user: Sequence[float] = ()) -> np.ndarray:
+def fp_constants(
+    cfg: HardwareConfig,
+    *,
+    eps: float = 1e-6,
+    inv_hidden: float = 0.0,
+    qk_scale: float = 0.0,
+    user: Sequence[float] = (),
+) -> np.ndarray:
     """float32 values of FP SRAM slots 0..15 (kernels.md §1.6), before bf16 rounding."""
     v = np.zeros(16, dtype=np.float64)
     v[0] = -np.inf
@@ -132,29 +182,37 @@ def fp_constants(cfg: HardwareConfig, *, eps: float = 1e-6, inv_hidden: float = 
 
 # =========================================================================== readback specs
 
-def _vram_bf16(machine, row0: int, nrows: int) -> np.ndarray:
+
+def _vram_bf16(machine: Machine, row0: int, nrows: int) -> np.ndarray:
     bits = machine.vram.bits
     if row0 < 0 or row0 + nrows > bits.shape[0]:
         raise IndexError(f"VRAM rows [{row0}, {row0 + nrows}) out of range")
-    return bf16.decode(np.asarray(bits[row0:row0 + nrows]))
+    return bf16.decode(np.asarray(bits[row0 : row0 + nrows]))
+
+
+class Readback(Protocol):
+    """A readback spec: what a check reads from the machine after the run."""
+
+    def read(self, machine: Machine) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
 class VramCbm:
     """A CBM matrix ``[rows, cols]`` at element address ``base`` with row pitch ``pitch`` (kernels.md §1.7)."""
+
     base: int
     rows: int
     cols: int
     pitch: int
     post: Callable[[np.ndarray], np.ndarray] | None = None
 
-    def read(self, machine) -> np.ndarray:
+    def read(self, machine: Machine) -> np.ndarray:
         V = machine.cfg.VLEN
         if self.base % V or self.cols % V:
             raise ValueError(f"VramCbm: base {self.base} and cols {self.cols} must be multiples of V={V}")
         nb = self.cols // V
         raw = _vram_bf16(machine, self.base // V, nb * self.pitch).reshape(nb, self.pitch, V)
-        out = raw[:, :self.rows, :].transpose(1, 0, 2).reshape(self.rows, self.cols)
+        out = raw[:, : self.rows, :].transpose(1, 0, 2).reshape(self.rows, self.cols)
         return self.post(out) if self.post else out
 
 
@@ -164,7 +222,7 @@ class VramRows:
     nrows: int
     post: Callable[[np.ndarray], np.ndarray] | None = None
 
-    def read(self, machine) -> np.ndarray:
+    def read(self, machine: Machine) -> np.ndarray:
         V = machine.cfg.VLEN
         out = _vram_bf16(machine, self.base // V, self.nrows)
         return self.post(out) if self.post else out
@@ -176,8 +234,8 @@ class FpWords:
     n: int
     post: Callable[[np.ndarray], np.ndarray] | None = None
 
-    def read(self, machine) -> np.ndarray:
-        out = bf16.decode(np.asarray(machine.fp_sram.bits[self.addr:self.addr + self.n]))
+    def read(self, machine: Machine) -> np.ndarray:
+        out = bf16.decode(np.asarray(machine.fp_sram.bits[self.addr : self.addr + self.n]))
         return self.post(out) if self.post else out
 
 
@@ -187,8 +245,8 @@ class IntWords:
     n: int
     post: Callable[[np.ndarray], np.ndarray] | None = None
 
-    def read(self, machine) -> np.ndarray:
-        out = np.asarray(machine.int_sram[self.addr:self.addr + self.n], dtype=np.uint32).copy()
+    def read(self, machine: Machine) -> np.ndarray:
+        out = np.asarray(machine.int_sram[self.addr : self.addr + self.n], dtype=np.uint32).copy()
         return self.post(out) if self.post else out
 
 
@@ -198,47 +256,49 @@ class HbmBytes:
     n: int
     post: Callable[[np.ndarray], np.ndarray] | None = None
 
-    def read(self, machine) -> np.ndarray:
+    def read(self, machine: Machine) -> np.ndarray:
         out = np.asarray(machine.hbm.read(self.addr, self.n), dtype=np.uint8).copy()
         return self.post(out) if self.post else out
 
 
 # =========================================================================== case / check / report
 
+
 @dataclass
 class Check:
     name: str
-    read: Any
+    read: Readback
     golden: np.ndarray | None
     coords: tuple[str, ...]
     tol: Tolerance
     A: np.ndarray | None = None
     group_by: tuple[str, ...] | None = None
-    golden_from: str | None = None      # take the golden from this check of case.companion (exact)
+    golden_from: str | None = None  # take the golden from this check of case.companion (exact)
 
 
 @dataclass
 class Case:
     testbench: str
     case_id: str
-    params: dict
+    params: dict[str, Any]
     config: HardwareConfig
     program: str
     checks: list[Check]
     hbm_segments: list[tuple[int, np.ndarray]] = field(default_factory=list)
     tensors: dict[str, Placement] = field(default_factory=dict)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    fp_consts: np.ndarray | None = None               # slots 0..15 (float32)
+    fp_consts: np.ndarray | None = None  # slots 0..15 (float32)
     fp_preload: dict[int, np.ndarray] = field(default_factory=dict)
     int_preload: dict[int, np.ndarray] = field(default_factory=dict)
     vram_preload: list[tuple[int, np.ndarray]] = field(default_factory=list)
     regions: dict[str, tuple[int, int, str]] = field(default_factory=dict)
     hbm_writable: list[tuple[int, int]] = field(default_factory=list)
     expect: tuple[str, ...] | None = None
-    companion: "Case | None" = None
+    companion: Case | None = None
     max_instructions: int | None = None
     variant: str = ""
     notes: str = ""
+    plan: object | None = field(default=None, repr=False, compare=False)  # the generator's plan, if kept
 
     @property
     def label(self) -> str:
@@ -261,20 +321,20 @@ class Report:
     max_rel: float = 0.0
     rms: float = 0.0
     rel_rms: float = 0.0
-    worst: dict | None = None
-    first: dict | None = None
+    worst: dict[str, Any] | None = None
+    first: dict[str, Any] | None = None
     worst_ratio: float = 0.0
-    group_fail: dict | None = None
+    group_fail: dict[str, int] | None = None
     cycles: int = 0
     instructions: int = 0
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     wall_time: float = 0.0
-    fault: dict | None = None
+    fault: dict[str, Any] | None = None
     error: str | None = None
     expected: tuple[str, ...] | None = None
     summary: str = ""
     workdir: str | None = None
-    trace: object = field(default=None, repr=False)    # plena_sim.trace.Trace with run(trace=...)
+    trace: object = field(default=None, repr=False)  # plena_sim.trace.Trace with run(trace=...)
 
     @property
     def label(self) -> str:
@@ -286,8 +346,9 @@ class Report:
                 return c
         raise KeyError(name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         from .compare import _jsonable
+
         d = {k: v for k, v in self.__dict__.items() if k not in ("checks", "trace")}
         d["checks"] = [c.to_dict() for c in self.checks]
         return _jsonable(d)
@@ -298,11 +359,19 @@ class Report:
 
 # =========================================================================== builder
 
+
 class CaseBuilder:
     """Helper that assembles a :class:`Case` (see the module docstring)."""
 
-    def __init__(self, testbench: str, params: Mapping[str, Any], config: HardwareConfig, *,
-                 case_id: str | None = None, variant: str = ""):
+    def __init__(
+        self,
+        testbench: str,
+        params: Mapping[str, Any],
+        config: HardwareConfig,
+        *,
+        case_id: str | None = None,
+        variant: str = "",
+    ) -> None:
         self.testbench = testbench
         self.params = dict(params)
         self.cfg = config
@@ -323,12 +392,20 @@ class CaseBuilder:
         self.writable: list[tuple[int, int]] = []
 
     # ---- data
-    def randn(self, shape, scale: float = 1.0) -> np.ndarray:
+    def randn(self, shape: int | tuple[int, ...], scale: float = 1.0) -> npt.NDArray[np.float64]:
         return self.rng.standard_normal(shape) * scale
 
-    def tensor(self, name: str, values, cls: str = "act", *, alloc_rows: int | None = None,
-               alloc_elems: int | None = None, writable: bool = False,
-               shape: tuple[int, ...] | None = None) -> tuple[HbmTensor, np.ndarray]:
+    def tensor(
+        self,
+        name: str,
+        values: npt.ArrayLike,
+        cls: str = "act",
+        *,
+        alloc_rows: int | None = None,
+        alloc_elems: int | None = None,
+        writable: bool = False,
+        shape: tuple[int, ...] | None = None,
+    ) -> tuple[HbmTensor, np.ndarray]:
         if cls not in _CLASSES:
             raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
         arr = np.asarray(values, dtype=np.float64)
@@ -353,16 +430,24 @@ class CaseBuilder:
         self.aregs[a] = p.base
         self.tensors[name] = p
         block = t.block if isinstance(t, MxType) else 0
-        ht = HbmTensor(areg=a, scale_offset=p.scale_reg if isinstance(t, MxType) else 0, eb=t.elem_bytes,
-                       prec=prec, row_pitch_elems=cols, alloc_elems=n_rows * cols, block=block)
+        ht = HbmTensor(
+            areg=a,
+            scale_offset=p.scale_reg if isinstance(t, MxType) else 0,
+            eb=t.elem_bytes,
+            prec=prec,
+            row_pitch_elems=cols,
+            alloc_elems=n_rows * cols,
+            block=block,
+        )
         deq = np.asarray(p.values, dtype=np.float64)[:rows, :cols].copy()
         self.inputs[name] = deq if shape is None else deq.reshape(shape)
         if writable:
             self.writable.append((p.base, p.end))
         return ht, deq
 
-    def output_tensor(self, name: str, rows: int, cols: int, cls: str = "act", *,
-                      alloc_rows: int | None = None) -> tuple[HbmTensor, Placement]:
+    def output_tensor(
+        self, name: str, rows: int, cols: int, cls: str = "act", *, alloc_rows: int | None = None
+    ) -> tuple[HbmTensor, Placement]:
         ht, _ = self.tensor(name, np.zeros((rows, cols)), cls, alloc_rows=alloc_rows, writable=True)
         return ht, self.tensors[name]
 
@@ -376,15 +461,15 @@ class CaseBuilder:
     def fp_value(self, slot: str | int) -> float:
         """The bf16 value the device reads from a constant slot."""
         i = FP_SLOTS[slot] if isinstance(slot, str) else int(slot)
-        return float(bf16.round_values(self.fp[i:i + 1])[0])
+        return float(bf16.round_values(self.fp[i : i + 1])[0])
 
-    def fp_words(self, addr: int, values) -> None:
+    def fp_words(self, addr: int, values: npt.ArrayLike) -> None:
         self.fp_extra[int(addr)] = np.atleast_1d(np.asarray(values, dtype=np.float32))
 
-    def int_words(self, addr: int, values) -> None:
+    def int_words(self, addr: int, values: npt.ArrayLike) -> None:
         self.int_extra[int(addr)] = np.atleast_1d(np.asarray(values, dtype=np.uint32))
 
-    def vram_preload(self, row: int, values) -> None:
+    def vram_preload(self, row: int, values: npt.ArrayLike) -> None:
         vals = np.asarray(values, dtype=np.float32).reshape(-1, self.cfg.VLEN)
         self.vram_pre.append((int(row), vals))
 
@@ -426,8 +511,19 @@ class CaseBuilder:
             set_addr_regs(a, self.aregs, [1, 2])
         return a
 
-    def check(self, name: str, read, golden, coords: Sequence[str], tol: Tolerance | str, *, A=None,
-              group_by: Sequence[str] | None = None, golden_from: str | None = None, **tol_sizes) -> Check:
+    def check(
+        self,
+        name: str,
+        read: Readback,
+        golden: npt.ArrayLike | None,
+        coords: Sequence[str],
+        tol: Tolerance | str,
+        *,
+        A: npt.ArrayLike | None = None,
+        group_by: Sequence[str] | None = None,
+        golden_from: str | None = None,
+        **tol_sizes: object,
+    ) -> Check:
         if isinstance(tol, str):
             tol = tolerance(tol, **tol_sizes)
         g = None if golden is None else np.asarray(golden)
@@ -435,41 +531,65 @@ class CaseBuilder:
             g = g.astype(np.float64)
             if not np.all(np.isfinite(g)):
                 raise AssertionError(f"{self.testbench}: golden of check {name} is not finite")
-        c = Check(name, read, g, tuple(coords), tol, None if A is None else np.asarray(A, dtype=np.float64),
-                  tuple(group_by) if group_by else None, golden_from)
+        c = Check(
+            name,
+            read,
+            g,
+            tuple(coords),
+            tol,
+            None if A is None else np.asarray(A, dtype=np.float64),
+            tuple(group_by) if group_by else None,
+            golden_from,
+        )
         self.checks.append(c)
         return c
 
-    def case(self, program: Asm | str, **extra) -> Case:
+    def case(self, program: Asm | str, **extra: Any) -> Case:
         text = program.text() if isinstance(program, Asm) else str(program)
         segs = []
         for p in self.tensors.values():
             segs.append((p.base, np.asarray(self.image.hbm.read(p.base, p.end - p.base), dtype=np.uint8).copy()))
-        kw = dict(testbench=self.testbench, case_id=self.case_id, params=self.params, config=self.cfg,
-                  program=text, checks=list(self.checks), hbm_segments=segs, tensors=dict(self.tensors),
-                  inputs=dict(self.inputs), fp_consts=self.fp.copy(), fp_preload=dict(self.fp_extra),
-                  int_preload=dict(self.int_extra), vram_preload=list(self.vram_pre),
-                  regions=dict(self.regions), hbm_writable=list(self.writable), variant=self.variant)
+        kw: dict[str, Any] = dict(
+            testbench=self.testbench,
+            case_id=self.case_id,
+            params=self.params,
+            config=self.cfg,
+            program=text,
+            checks=list(self.checks),
+            hbm_segments=segs,
+            tensors=dict(self.tensors),
+            inputs=dict(self.inputs),
+            fp_consts=self.fp.copy(),
+            fp_preload=dict(self.fp_extra),
+            int_preload=dict(self.int_extra),
+            vram_preload=list(self.vram_pre),
+            regions=dict(self.regions),
+            hbm_writable=list(self.writable),
+            variant=self.variant,
+        )
         kw.update(extra)
         return Case(**kw)
 
 
 # =========================================================================== running
 
+
 def _regions_check(case: Case) -> None:
     """Declared regions must be pairwise disjoint (in-place kernels declare ``inout`` once)."""
     items = sorted((r0, n, name) for name, (r0, n, _role) in case.regions.items() if n > 0)
-    for (a0, an, aname), (b0, bn, bname) in zip(items, items[1:]):
+    for (a0, an, aname), (b0, bn, bname) in itertools.pairwise(items):
         if b0 < a0 + an:
-            raise ValueError(f"{case.label}: VRAM regions {aname} [{a0}, {a0 + an}) and {bname} "
-                             f"[{b0}, {b0 + bn}) overlap")
+            raise ValueError(
+                f"{case.label}: VRAM regions {aname} [{a0}, {a0 + an}) and {bname} [{b0}, {b0 + bn}) overlap"
+            )
 
 
-def prepare_machine(case: Case, backend: str = "numba"):
+def prepare_machine(case: Case, backend: str = "numba") -> Machine:
     """A :class:`~plena_sim.machine.Machine` of ``case.config`` holding the case's HBM image, FP SRAM
     constants and preloads, INT SRAM and VRAM preloads, with every ``output``/``scratch`` region poisoned
     with bf16 NaN; not run yet (step 2 of :func:`run`)."""
     from plena_sim.machine import Machine
+
     m = Machine(case.config, backend=backend)
     for base, data in case.hbm_segments:
         m.hbm.write(base, data)
@@ -477,39 +597,43 @@ def prepare_machine(case: Case, backend: str = "numba"):
     consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
     fps[0:16] = bf16.encode(consts)
     for addr, vals in case.fp_preload.items():
-        fps[addr:addr + vals.size] = bf16.encode(vals)
+        fps[addr : addr + vals.size] = bf16.encode(vals)
     for addr, vals in case.int_preload.items():
-        m.int_sram[addr:addr + vals.size] = vals
+        m.int_sram[addr : addr + vals.size] = vals
     vb = m.vram.bits
     for row, vals in case.vram_preload:
-        vb[row:row + vals.shape[0]] = bf16.encode(vals)
-    for name, (r0, n, role) in case.regions.items():
+        vb[row : row + vals.shape[0]] = bf16.encode(vals)
+    for r0, n, role in case.regions.values():
         if role in ("output", "scratch") and n > 0:
-            vb[r0:r0 + n] = BF16_NAN
+            vb[r0 : r0 + n] = BF16_NAN
     return m
 
 
 def _footprint(case: Case, before: np.ndarray, after: np.ndarray) -> CheckResult:
     hw = before.shape[0]
     declared = np.zeros(hw, dtype=bool)
-    for (r0, n, _role) in case.regions.values():
-        declared[r0:min(hw, r0 + n)] = True
+    for r0, n, _role in case.regions.values():
+        declared[r0 : min(hw, r0 + n)] = True
     changed = np.any(before != after, axis=1) & ~declared
     rows = np.flatnonzero(changed)
-    res = CheckResult(name="vram_footprint", passed=not rows.size, n=int((~declared).sum()),
-                      n_fail=int(rows.size), exact=True)
+    res = CheckResult(
+        name="vram_footprint", passed=not rows.size, n=int((~declared).sum()), n_fail=int(rows.size), exact=True
+    )
     if rows.size:
-        res.reason = (f"{rows.size} VRAM rows outside the declared regions changed (first row {int(rows[0])}"
-                      + (f", last {int(rows[-1])}" if rows.size > 1 else "") + ")")
+        res.reason = (
+            f"{rows.size} VRAM rows outside the declared regions changed (first row {int(rows[0])}"
+            + (f", last {int(rows[-1])}" if rows.size > 1 else "")
+            + ")"
+        )
         res.first = {"at": f"(row={int(rows[0])})", "index": [int(rows[0])]}
     return res
 
 
-def _hbm_footprint(case: Case, before: np.ndarray, m) -> CheckResult:
+def _hbm_footprint(case: Case, before: np.ndarray, m: Machine) -> CheckResult:
     n = max(before.size, int(m.hbm.high_water))
     after = np.asarray(m.hbm.read(0, n), dtype=np.uint8)
     ref = np.zeros(n, dtype=np.uint8)
-    ref[:before.size] = before
+    ref[: before.size] = before
     diff = after != ref
     for lo, hi in case.hbm_writable:
         diff[lo:hi] = False
@@ -521,7 +645,7 @@ def _hbm_footprint(case: Case, before: np.ndarray, m) -> CheckResult:
     return res
 
 
-def _constants(case: Case, m) -> CheckResult:
+def _constants(case: Case, m: Machine) -> CheckResult:
     consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
     want = bf16.encode(consts)
     got = np.asarray(m.fp_sram.bits[0:16])
@@ -529,22 +653,32 @@ def _constants(case: Case, m) -> CheckResult:
     res = CheckResult(name="constants", passed=not bad.size, n=16, n_fail=int(bad.size), exact=True)
     if bad.size:
         k = int(bad[0])
-        res.reason = (f"FP SRAM constant slot {k} changed: {float(bf16.decode(want[k:k+1])[0])} -> "
-                      f"{float(bf16.decode(got[k:k+1])[0])}")
+        res.reason = (
+            f"FP SRAM constant slot {k} changed: {float(bf16.decode(want[k : k + 1])[0])} -> "
+            f"{float(bf16.decode(got[k : k + 1])[0])}"
+        )
         res.first = {"at": f"(slot={k})", "index": [k]}
     return res
 
 
-def _fail_report(case_or_label, exc_kind: str, text: str, t0: float, expect=None) -> Report:
+def _fail_report(
+    case_or_label: Case | tuple[str, str, str], exc_kind: str, text: str, t0: float, expect: Sequence[str] | None = None
+) -> Report:
     if isinstance(case_or_label, Case):
         tb, cid, var = case_or_label.testbench, case_or_label.case_id, case_or_label.variant
     else:
         tb, cid, var = case_or_label
-    passed = bool(expect) and exc_kind in expect
-    r = Report(tb, cid, var, passed=passed, error=f"{exc_kind}: {text}", wall_time=time.perf_counter() - t0,
-               expected=tuple(expect) if expect else None)
-    r.summary = (f"{r.label}: PASS (expected {exc_kind}: {text})" if passed
-                 else f"{r.label}: {exc_kind} error: {text}")
+    passed = exc_kind in expect if expect else False
+    r = Report(
+        tb,
+        cid,
+        var,
+        passed=passed,
+        error=f"{exc_kind}: {text}",
+        wall_time=time.perf_counter() - t0,
+        expected=tuple(expect) if expect else None,
+    )
+    r.summary = f"{r.label}: PASS (expected {exc_kind}: {text})" if passed else f"{r.label}: {exc_kind} error: {text}"
     return r
 
 
@@ -554,25 +688,43 @@ def _primary_fill(rep: Report, res: CheckResult) -> None:
     rep.worst_ratio, rep.group_fail = res.worst_ratio, res.group_fail
 
 
-def _simulate(case: Case, backend: str, timing, max_instructions, trace=False):
+def _simulate(
+    case: Case, backend: str, timing: str | None, max_instructions: int | None, trace: bool | int = False
+) -> tuple[Machine, RunResult, Program, np.ndarray, np.ndarray, int]:
     """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw)."""
     from isa.assembler import assemble
+
     prog = assemble(case.program, f"{case.testbench}.asm")
     m = prepare_machine(case, backend)
-    rows_hi = [r0 + n for (r0, n, _r) in case.regions.values()] + \
-              [row + v.shape[0] for row, v in case.vram_preload] + [0]
+    rows_hi = (
+        [r0 + n for (r0, n, _r) in case.regions.values()] + [row + v.shape[0] for row, v in case.vram_preload] + [0]
+    )
     hw = min(max(rows_hi) + 64, m.vram.bits.shape[0])
     before = np.asarray(m.vram.bits[:hw]).copy()
     hbm_before = np.asarray(m.hbm.read(0, int(m.hbm.high_water)), dtype=np.uint8).copy()
-    res = m.run(prog, max_instructions=max_instructions or case.max_instructions, trace=trace,
-                raise_on_fault=False, name=f"{case.testbench}.asm", timing=timing)
+    res = m.run(
+        prog,
+        max_instructions=max_instructions or case.max_instructions,
+        trace=trace,
+        raise_on_fault=False,
+        name=f"{case.testbench}.asm",
+        timing=timing,
+    )
     return m, res, prog, before, hbm_before, hw
 
 
-def run(case: Case, *, backend: str = "numba", workdir: str | Path | None = None, timing=None,
-        max_instructions: int | None = None, trace=False) -> Report:
+def run(
+    case: Case,
+    *,
+    backend: str = "numba",
+    workdir: str | Path | None = None,
+    timing: str | None = None,
+    max_instructions: int | None = None,
+    trace: bool | int = False,
+) -> Report:
     """Assemble, simulate and judge ``case`` (see the module docstring)."""
     from isa.assembler import AssemblerError
+
     t0 = time.perf_counter()
     expect = case.expect
     try:
@@ -582,17 +734,27 @@ def run(case: Case, *, backend: str = "numba", workdir: str | Path | None = None
         return _fail_report(case, "assembler", " | ".join(str(exc).splitlines()) or repr(exc), t0, expect)
     except ValueError as exc:
         return _fail_report(case, "plan", str(exc), t0, expect)
-    rep = Report(case.testbench, case.case_id, case.variant, cycles=int(res.cycles),
-                 instructions=int(res.instructions), stats=dict(res.stats), expected=expect,
-                 trace=getattr(res, "trace", None))
+    rep = Report(
+        case.testbench,
+        case.case_id,
+        case.variant,
+        cycles=int(res.cycles),
+        instructions=int(res.instructions),
+        stats=dict(res.stats),
+        expected=expect,
+        trace=getattr(res, "trace", None),
+    )
     if res.fault is not None:
         f = res.fault
         rep.fault = f.to_dict() if hasattr(f, "to_dict") else {"text": str(f)}
         rule = getattr(f, "rule", "?")
         rep.wall_time = time.perf_counter() - t0
-        rep.passed = bool(expect) and rule in expect
-        rep.summary = (f"{case.label}: PASS (expected fault {rule})" if rep.passed
-                       else f"{case.label}: simulator fault {rule}: {f}")
+        rep.passed = rule in expect if expect else False
+        rep.summary = (
+            f"{case.label}: PASS (expected fault {rule})"
+            if rep.passed
+            else f"{case.label}: simulator fault {rule}: {f}"
+        )
         _artifacts(case, rep, prog, {}, workdir)
         return rep
     if expect:
@@ -613,15 +775,21 @@ def run(case: Case, *, backend: str = "numba", workdir: str | Path | None = None
                     companion_sims = _companion_outputs(case.companion, backend)
                 golden = companion_sims[chk.golden_from]
             sim = chk.read.read(m)
-        except Exception as exc:   # a readback/companion problem is a failure of the case
+        except Exception as exc:  # a readback/companion problem is a failure of the case
             r = CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}")
             rep.checks.append(r)
             continue
         sims[chk.name] = sim
-        if chk.golden_from is not None and golden is not None:
-            golden = np.asarray(golden)
-        r = compare(sim, golden, coords=chk.coords, A=chk.A, name=chk.name, group_by=chk.group_by,
-                    tolerance_name=chk.tol.name, **chk.tol.kwargs())
+        r = compare(
+            sim,
+            np.asarray(golden),
+            coords=chk.coords,
+            A=chk.A,
+            name=chk.name,
+            group_by=chk.group_by,
+            tolerance_name=chk.tol.name,
+            **chk.tol.kwargs(),
+        )
         rep.checks.append(r)
     rep.checks.append(_constants(case, m))
     after = np.asarray(m.vram.bits[:hw])
@@ -649,15 +817,24 @@ def _summary(case: Case, rep: Report) -> str:
     if rep.passed:
         c0 = rep.checks[0]
         wr = "exact" if c0.exact else f"worst err/tol {c0.worst_ratio:.3g}"
-        return (f"{case.label}: PASS; {c0.name} {c0.n} elements {wr}; {rep.instructions} instructions, "
-                f"{rep.cycles} cycles")
+        return (
+            f"{case.label}: PASS; {c0.name} {c0.n} elements {wr}; {rep.instructions} instructions, {rep.cycles} cycles"
+        )
     return f"{case.label}: " + "; ".join(c.summary() for c in rep.checks if not c.passed)
 
 
-def _artifacts(case: Case, rep: Report, prog, sims: dict, workdir, golden_override=None) -> None:
+def _artifacts(
+    case: Case,
+    rep: Report,
+    prog: Program,
+    sims: Mapping[str, np.ndarray],
+    workdir: str | Path | None,
+    golden_override: Mapping[str, np.ndarray] | None = None,
+) -> None:
     if workdir is None:
         return
     from isa.memfile import format_mem
+
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
     rep.workdir = str(wd)
@@ -666,7 +843,7 @@ def _artifacts(case: Case, rep: Report, prog, sims: dict, workdir, golden_overri
     for k, chk in enumerate(case.checks):
         suffix = "" if k == 0 else f"_{chk.name}"
         g = chk.golden
-        if g is None and golden_override and chk.golden_from in golden_override:
+        if g is None and golden_override and chk.golden_from is not None and chk.golden_from in golden_override:
             g = golden_override[chk.golden_from]
         if g is not None:
             np.save(wd / f"golden{suffix}.npy", np.asarray(g))
@@ -675,15 +852,24 @@ def _artifacts(case: Case, rep: Report, prog, sims: dict, workdir, golden_overri
     (wd / "report.json").write_text(json.dumps(rep.to_dict(), indent=1) + "\n", encoding="utf-8")
 
 
-def cases_of(mod) -> dict[str, tuple[str, dict, str]]:
+def cases_of(mod: ModuleType) -> dict[str, CaseSpec]:
     """Every named case of a testbench module: required, stretch and paper-scale (``PAPER_CASES``)."""
     table = list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", [])) + list(getattr(mod, "PAPER_CASES", []))
     return {c[0]: c for c in table}
 
 
-def run_case(testbench, case_id: str | None = None, overrides: Mapping[str, Any] | None = None,
-             variant: str | None = None, *, hw: str | None = None, backend: str = "numba", workdir=None,
-             timing=None, build_kwargs: Mapping[str, Any] | None = None) -> Report:
+def run_case(
+    testbench: str | ModuleType,
+    case_id: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    variant: str | None = None,
+    *,
+    hw: str | None = None,
+    backend: str = "numba",
+    workdir: str | Path | None = None,
+    timing: str | None = None,
+    build_kwargs: Mapping[str, Any] | None = None,
+) -> Report:
     """Build and run one case of a testbench module (or its registry name) on hardware preset ``hw``.
 
     ``case_id`` names a required or stretch case (its overrides and variant are used; any other id is only
@@ -694,6 +880,7 @@ def run_case(testbench, case_id: str | None = None, overrides: Mapping[str, Any]
     from . import get as _get
     from .shapes import resolve_params
     from .variants import VARIANTS, fixes_machine, get_config
+
     mod = _get(testbench) if isinstance(testbench, str) else testbench
     name = getattr(mod, "NAME", mod.__name__.rsplit(".", 1)[-1])
     params = dict(mod.DEFAULTS)

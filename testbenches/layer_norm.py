@@ -1,7 +1,14 @@
 """layer_norm: two-pass centred ``(x − μ)/sqrt(var + eps)·γ + β`` (kernels.md §2.6; ln tolerance)."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from plena_sim.config import HardwareConfig
+
 from . import rms_norm as _rms
+from .harness import Case, CaseSpec
 from .shapes import hw
 
 NAME = "layer_norm"
@@ -12,17 +19,15 @@ REQUIRED_CASES = [
     ("default", {}, "default"),
     ("rows1_h64", {"rows": 1, "hidden": hw(1, "VLEN")}, "default"),
     ("rows9_h1024_inplace", {"rows": hw(2, "RP", plus=1), "hidden": hw(16, "VLEN"), "inplace": True}, "default"),
-    ("rows4_h4096_nogb", {"rows": hw(1, "RP"), "hidden": hw(64, "VLEN"), "gamma": False, "beta": False},
-     "default"),
+    ("rows4_h4096_nogb", {"rows": hw(1, "RP"), "hidden": hw(64, "VLEN"), "gamma": False, "beta": False}, "default"),
     ("mean_offset", {"offset": 16.0}, "default"),
-    ("mean_offset_inplace", {"offset": 16.0, "rows": hw(2, "RP", plus=1), "inplace": True, "beta": False},
-     "default"),
+    ("mean_offset_inplace", {"offset": 16.0, "rows": hw(2, "RP", plus=1), "inplace": True, "beta": False}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
     ("small_offset", {"rows": hw(1, "RP"), "hidden": hw(4, "VLEN"), "offset": 16.0}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = dict(_rms.RANGES, beta=[False, True], offset=[0.0, 16.0], cfg=["default", "small"])
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     return _rms.build_norm("layer_norm", NAME, DEFAULTS, params, config)

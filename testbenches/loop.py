@@ -6,14 +6,21 @@ cases: L7 ``C_LOOP_START`` count 0 (assembler error or LoopFault), L8 a body lon
 MAX_LOOP_INSTRUCTIONS = 100 (LoopFault or budget fault), L9 ``C_LOOP_END`` without a start (LoopFault).
 INT SRAM words [0, 64) start as a sentinel so that "never written" is visible.
 """
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from programs.asm import fp as F, gp as G, load_imm
+from plena_sim.config import HardwareConfig
+from programs.asm import fp as F
+from programs.asm import gp as G
+from programs.asm import load_imm
 from programs.hbm import preload_act
 
-from .harness import GEN_GP, CaseBuilder, IntWords, VramRows
+from .harness import GEN_GP, Case, CaseBuilder, CaseSpec, IntWords, VramRows
 
 NAME = "loop"
 DESCRIPTION = "hardware loop semantics: counts, nesting, C_BREAK, count 0/1, runaway and unmatched ends"
@@ -21,7 +28,7 @@ DEFAULTS = {"program": "L1", "seed": 0}
 REQUIRED_CASES = [(f"L{i}", {"program": f"L{i}"}, "default") for i in range(1, 10)] + [
     ("L6_small", {"program": "L6"}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {"program": [f"L{i}" for i in range(1, 10)]}
 
 SENTINEL = 0xDEADBEEF
@@ -35,7 +42,7 @@ def _int_check(cb: CaseBuilder, expected: dict[int, int]) -> None:
     cb.check("int_trace", IntWords(0, NWORDS), g, ("word",), "exact")
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
     prog = p["program"]
     if prog == "L8":
@@ -75,13 +82,13 @@ def build(params, config):
         a.S_ST_INT(G(1), G(0), 1)
         _int_check(cb, {0: 1, 1: 0})
     elif prog == "L4":
-        a.S_ADDI_INT(G(5), G(0), 11)            # marker B value
-        a.S_ADDI_INT(G(7), G(0), 12)            # "after the loop" marker
+        a.S_ADDI_INT(G(5), G(0), 11)  # marker B value
+        a.S_ADDI_INT(G(7), G(0), 12)  # "after the loop" marker
         a.C_LOOP_START(G(1), 5)
         a.S_ADDI_INT(G(4), G(4), 1)
-        a.S_ST_INT(G(4), G(0), 0)               # marker A: executions of the first half
+        a.S_ST_INT(G(4), G(0), 0)  # marker A: executions of the first half
         a.C_BREAK()
-        a.S_ST_INT(G(5), G(0), 1)               # marker B: never
+        a.S_ST_INT(G(5), G(0), 1)  # marker B: never
         a.C_LOOP_END(G(1))
         a.S_ST_INT(G(7), G(0), 2)
         a.S_ST_INT(G(1), G(0), 3)
@@ -91,7 +98,7 @@ def build(params, config):
         a.C_LOOP_START(G(3), 4)
         a.S_ADDI_INT(G(4), G(4), 1)
         a.C_BREAK()
-        a.S_ADDI_INT(G(8), G(8), 1)             # never
+        a.S_ADDI_INT(G(8), G(8), 1)  # never
         a.C_LOOP_END(G(3))
         a.S_ADDI_INT(G(5), G(5), 1)
         a.C_LOOP_END(G(1))
@@ -116,13 +123,15 @@ def build(params, config):
         a.S_ADDI_INT(G(3), G(3), V)
         a.C_LOOP_END(G(1))
         from .compare import bf16_decode, bf16_encode
+
         golden = bf16_decode(bf16_encode(X.astype(np.float32) + np.float32(1.0))).astype(np.float64)
         cb.check("output", VramRows(ro * V, n), golden, ("row", "lane"), "exact")
         _int_check(cb, {})
     elif prog == "L7":
         # C_LOOP_START with count 0 cannot be emitted through Asm (it refuses it); raw text on purpose
-        return cb.case(a.text() + "C_LOOP_START gp1, 0\nS_ADDI_INT gp2, gp2, 1\nC_LOOP_END gp1\n",
-                       expect=("assembler", "LP-ZERO"))
+        return cb.case(
+            a.text() + "C_LOOP_START gp1, 0\nS_ADDI_INT gp2, gp2, 1\nC_LOOP_END gp1\n", expect=("assembler", "LP-ZERO")
+        )
     elif prog == "L8":
         a.C_LOOP_START(G(1), 2)
         for _ in range(150):

@@ -6,15 +6,21 @@ a multiple of M), so the logits are exactly Wr's rows.  Logits are per-token per
 MX-exact values ``±(1 + m/8)·2^e`` (asserted exact and distinct); ``dup`` makes the k-th and (k+1)-th
 largest logits equal to exercise the tie rule.
 """
+
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from plena_sim.config import HardwareConfig
 from programs.common import rp
 from programs.hbm import preload_act, round_up
 from programs.moe import POLICIES, emit_router_topk, emit_topk, plan_router_topk, plan_topk
 
-from .harness import GEN_FP, GEN_GP, CaseBuilder, FpWords, IntWords
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, FpWords, IntWords
 
 NAME = "moe_topk"
 DESCRIPTION = "MoE router top-k (V_TOPK): exact indices, softmax weights of the selected logits (topk tol)"
@@ -28,17 +34,17 @@ REQUIRED_CASES = [
     ("B_policy1_dup", {"variant": "B", "policy": 1, "dup": True}, "default"),
     ("small_A_policy1", {"policy": 1}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {"policy": [0, 1], "variant": ["A", "B"], "T": [1, 4, 5], "dup": [False, True]}
 
 
 def value_pool() -> np.ndarray:
     """128 distinct MX-exact values ±(1+m/8)·2^e, e in -4..3 (an 8-binade spread keeps every E4M3 element of
     a block normal under one shared scale)."""
-    return np.array([s * (1 + m / 8) * 2.0 ** e for s in (1, -1) for e in range(-4, 4) for m in range(8)])
+    return np.array([s * (1 + m / 8) * 2.0**e for s in (1, -1) for e in range(-4, 4) for m in range(8)])
 
 
-def make_logits(rng, T: int, E: int, k: int, dup: bool) -> np.ndarray:
+def make_logits(rng: np.random.Generator, T: int, E: int, k: int, dup: bool) -> np.ndarray:
     pool = value_pool()
     out = np.zeros((T, E))
     for t in range(T):
@@ -46,18 +52,18 @@ def make_logits(rng, T: int, E: int, k: int, dup: bool) -> np.ndarray:
         out[t] = vals
         if dup:
             order = np.argsort(-vals, kind="stable")
-            out[t, order[k]] = out[t, order[k - 1]]       # tie across the selection boundary
+            out[t, order[k]] = out[t, order[k - 1]]  # tie across the selection boundary
     return out
 
 
-def golden_topk(logits: np.ndarray, k: int):
-    idx = np.argsort(-logits, axis=1, kind="stable")[:, :k]       # descending, ties to the lower index
+def golden_topk(logits: np.ndarray, k: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.float64]]:
+    idx = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # descending, ties to the lower index
     sel = np.take_along_axis(logits, idx, axis=1)
     e = np.exp(sel - sel[:, :1])
     return idx.astype(np.uint32), e / e.sum(axis=1, keepdims=True)
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
     T, policy = p["T"], p["policy"]
     E, k = POLICIES[policy]
@@ -74,15 +80,23 @@ def build(params, config):
         assert np.array_equal(Lq[:, :E], logits), "logits must be MX-exact"
         rl = cb.alloc((cols // V) * pitch)
         rs = cb.alloc(nrow) if nrow > 1 else None
-        plan = plan_topk(config, T=T, policy=policy, logits_base=rl * V, pitch=pitch, fp_out=p["fp_out"],
-                         int_out=p["int_out"], stage_base=None if rs is None else rs * V)
-        cb.add_regions(plan.vram_regions)
+        topk = plan_topk(
+            config,
+            T=T,
+            policy=policy,
+            logits_base=rl * V,
+            pitch=pitch,
+            fp_out=p["fp_out"],
+            int_out=p["int_out"],
+            stage_base=None if rs is None else rs * V,
+        )
+        cb.add_regions(topk.vram_regions)
         asm = cb.asm()
         preload_act(asm, config, tl, T, cols, rl * V, pitch, GEN_GP)
-        emit_topk(asm, plan, gp=GEN_GP, fp=GEN_FP)
+        emit_topk(asm, topk, gp=GEN_GP, fp=GEN_FP)
     else:
         hidden = M
-        if T > hidden:
+        if hidden < T:
             raise ValueError(f"moe_topk: T={T} must be <= hidden={hidden} for one-hot tokens")
         Epad = round_up(E, M)
         x = np.zeros((T, hidden))
@@ -95,16 +109,28 @@ def build(params, config):
         rx = cb.alloc((hidden // V) * pitch)
         rl = cb.alloc((Epad // V) * pitch)
         rs = cb.alloc(nrow) if nrow > 1 else None
-        plan = plan_router_topk(config, T=T, hidden=hidden, policy=policy, x_base=rx * V, pitch=pitch, wr=tw,
-                                logits_base=rl * V, fp_out=p["fp_out"], int_out=p["int_out"],
-                                stage_base=None if rs is None else rs * V)
-        cb.add_regions(plan.vram_regions)
+        router = plan_router_topk(
+            config,
+            T=T,
+            hidden=hidden,
+            policy=policy,
+            x_base=rx * V,
+            pitch=pitch,
+            wr=tw,
+            logits_base=rl * V,
+            fp_out=p["fp_out"],
+            int_out=p["int_out"],
+            stage_base=None if rs is None else rs * V,
+        )
+        cb.add_regions(router.vram_regions)
         asm = cb.asm()
         preload_act(asm, config, tx, T, hidden, rx * V, pitch, GEN_GP)
-        emit_router_topk(asm, plan, gp=GEN_GP, fp=GEN_FP)
+        emit_router_topk(asm, router, gp=GEN_GP, fp=GEN_FP)
     idx, w = golden_topk(logits, k)
-    cb.check("indices", IntWords(p["int_out"], T * k, post=lambda a, T=T, k=k: a.reshape(T, k)), idx,
-             ("token", "rank"), "exact")
-    cb.check("weights", FpWords(p["fp_out"], T * k, post=lambda a, T=T, k=k: a.reshape(T, k)), w,
-             ("token", "rank"), "topk")
+
+    def per_token(a: np.ndarray, T: int = T, k: int = k) -> np.ndarray:
+        return a.reshape(T, k)
+
+    cb.check("indices", IntWords(p["int_out"], T * k, post=per_token), idx, ("token", "rank"), "exact")
+    cb.check("weights", FpWords(p["fp_out"], T * k, post=per_token), w, ("token", "rank"), "topk")
     return cb.case(asm)

@@ -5,10 +5,12 @@ One table, used by the teeth tests and by ``plena-sim mutants``. A mutation is a
 (``mismatch``), a simulator fault (``fault``), an assembler/Asm error (``assembler``) or a plan
 ``ValueError`` (``plan``). :func:`run_mutation` runs one (hook, case) pair and says how it was caught.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from programs import faults
 
@@ -21,6 +23,7 @@ __all__ = ["Exposure", "MUTATIONS", "DESCRIPTIONS", "exposures", "run_mutation",
 @dataclass(frozen=True)
 class Exposure:
     """One exposing case: a testbench, a required case id (or "custom" with overrides) and a variant."""
+
     testbench: str
     case_id: str
     overrides: Mapping[str, Any]
@@ -28,8 +31,11 @@ class Exposure:
 
     @property
     def label(self) -> str:
-        ov = "" if not self.overrides or self.case_id != "custom" else \
-            " " + ",".join(f"{k}={v}" for k, v in self.overrides.items())
+        ov = (
+            ""
+            if not self.overrides or self.case_id != "custom"
+            else " " + ",".join(f"{k}={v}" for k, v in self.overrides.items())
+        )
         return f"{self.testbench}[{self.case_id}]{ov}" + (f"@{self.variant}" if self.variant != "default" else "")
 
 
@@ -78,9 +84,10 @@ _FLASH: dict[str, tuple[str, str]] = {
 # kernels.md §6.3 (other kernels): hook -> (description, [(testbench, overrides)])
 _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     "linear_col_step_element": ("M_MM weight pointer +B", [("linear", {}), ("linear_loop", {})]),
-    "ksplit_partial_dropped": ("later K chunks not added", [("linear", {"max_k_tiles": 1}),
-                                                            ("linear_loop", {"max_k_tiles": 1}),
-                                                            ("ffn", {"max_k_tiles": 2})]),
+    "ksplit_partial_dropped": (
+        "later K chunks not added",
+        [("linear", {"max_k_tiles": 1}), ("linear_loop", {"max_k_tiles": 1}), ("ffn", {"max_k_tiles": 2})],
+    ),
     "weight_tile_row_ignored": ("W offset without kt*M*N", [("linear", {"K": 128}), ("linear_loop", {"K": 128})]),
     "preload_stride_vlen": ("preload STRIDE = V*eb", [("linear", {"K": 128}), ("rms_norm", {"hidden": 128})]),
     "silu_on_up": ("silu(up)*gate", [("ffn", {}), ("ffn_intermediate", {})]),
@@ -88,17 +95,23 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     "rms_scratch_aliases_x": ("x^2 written over x", [("rms_norm", {})]),
     "ln_one_pass_variance": ("E[x^2]-E[x]^2", [("layer_norm", {"offset": 16.0})]),
     "norm_slots_swapped": ("EPS and INV_HIDDEN slots swapped", [("rms_norm", {}), ("layer_norm", {})]),
-    "rope_sign_flipped": ("[x2, -x1]", [("rope", {"d": 16}), ("rope", {"d": 32}), ("rope", {"d": 64}),
-                                         ("rope", {"d": 128, "nh": 2})]),
+    "rope_sign_flipped": (
+        "[x2, -x1]",
+        [("rope", {"d": 16}), ("rope", {"d": 32}), ("rope", {"d": 64}), ("rope", {"d": 128, "nh": 2})],
+    ),
     "embedding_direct_prefetch": ("prefetch straight into out (4-row spill)", [("embedding", {"T": 7})]),
-    "add_dst_not_advancing": ("out pointer fixed", [("elementwise_add", {"rows": 4}),
-                                                     ("elementwise_add", {"rows": 9, "cols": 192})]),
+    "add_dst_not_advancing": (
+        "out pointer fixed",
+        [("elementwise_add", {"rows": 4}), ("elementwise_add", {"rows": 9, "cols": 192})],
+    ),
     "store_block_address": ("VRAM block c*V instead of c*rows_p*V", [("h_store", {"rows": 4, "cols": 128})]),
     "store_scale_wrong": ("SCALE = rows*cols/2", [("h_store", {})]),
     "softmax_tail_mask_missing": ("no tail mask", [("softmax", {"L": 100})]),
     "gelu_alpha_one": ("ONE slot used as alpha", [("gelu", {})]),
-    "topk_bases_swapped": ("FP and INT bases exchanged", [("moe_topk", {}),
-                                                           ("moe_topk", {"variant": "B", "policy": 1})]),
+    "topk_bases_swapped": (
+        "FP and INT bases exchanged",
+        [("moe_topk", {}), ("moe_topk", {"variant": "B", "policy": 1})],
+    ),
 }
 
 DESCRIPTIONS: dict[str, str] = {**{h: d for h, (d, _) in _FLASH.items()}, **{h: d for h, (d, _) in _OTHER.items()}}
@@ -124,11 +137,26 @@ MUTATIONS: tuple[str, ...] = tuple(_FLASH) + tuple(_OTHER)
 #: the cheapest exposing case per hook (index into exposures(hook)); the CI subset runs these. Chosen by
 #: the dynamic instruction counts of the clean cases (D* decode cases and small shapes first).
 _CHEAPEST: dict[str, int] = {
-    "kv_tile_offset_ignored": 3, "state_reset_per_tile": 2, "normalize_per_tile": 1, "normalize_mask_stale": 2,
-    "mv_v_step_row": 0, "tile_step_not_batch_aware": 1, "batch_base_missing": 1, "contiguous_kv_prefetch": 2,
-    "raw_large_immediate": 0, "truncated_immediate": 0, "causal_offset_zero": 1, "tail_mask_missing": 1,
-    "tail_tile_dropped": 2, "bmm_scale_uncorrected": 1, "qk_scale_missing": 1, "decode_s_stride_tile": 0,
-    "tmv_operands_swapped": 1, "q_group_offset_doubled": 2, "q_lanes_not_zeroed": 1, "mres_not_applied_l": 1,
+    "kv_tile_offset_ignored": 3,
+    "state_reset_per_tile": 2,
+    "normalize_per_tile": 1,
+    "normalize_mask_stale": 2,
+    "mv_v_step_row": 0,
+    "tile_step_not_batch_aware": 1,
+    "batch_base_missing": 1,
+    "contiguous_kv_prefetch": 2,
+    "raw_large_immediate": 0,
+    "truncated_immediate": 0,
+    "causal_offset_zero": 1,
+    "tail_mask_missing": 1,
+    "tail_tile_dropped": 2,
+    "bmm_scale_uncorrected": 1,
+    "qk_scale_missing": 1,
+    "decode_s_stride_tile": 0,
+    "tmv_operands_swapped": 1,
+    "q_group_offset_doubled": 2,
+    "q_lanes_not_zeroed": 1,
+    "mres_not_applied_l": 1,
 }
 
 
@@ -138,7 +166,7 @@ def ci_subset() -> list[tuple[str, Exposure]]:
 
 
 def how_caught(rep: Report) -> str:
-    """"" if the report passed (not caught), else mismatch / fault / assembler / plan."""
+    """ "" if the report passed (not caught), else mismatch / fault / assembler / plan."""
     if rep.passed:
         return ""
     if rep.fault:
@@ -149,7 +177,7 @@ def how_caught(rep: Report) -> str:
             return "assembler"
         if kind == "plan":
             return "plan"
-        return "mismatch"          # e.g. "expected a fault, but the run completed"
+        return "mismatch"  # e.g. "expected a fault, but the run completed"
     return "mismatch"
 
 

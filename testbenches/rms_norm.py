@@ -1,19 +1,32 @@
 """rms_norm: ``x / sqrt(mean(x²) + eps) · γ`` (kernels.md §2.6; rms tolerance)."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from plena_sim.config import HardwareConfig
 from programs.common import rp, vector_rows
 from programs.hbm import preload_act
 from programs.norms import emit_layer_norm, emit_rms_norm, plan_layer_norm, plan_rms_norm
 
-from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
 from .shapes import hw, resolve_params
 
 NAME = "rms_norm"
 DESCRIPTION = "RMSNorm x/sqrt(mean(x^2)+eps)*gamma over CBM rows (rms tolerance)"
-DEFAULTS = {"rows": hw(1, "RP"), "hidden": hw(2, "VLEN"), "eps": 1e-6, "gamma": True, "inplace": False,
-            "scale": 1.0, "offset": 0.0, "seed": 0}
+DEFAULTS = {
+    "rows": hw(1, "RP"),
+    "hidden": hw(2, "VLEN"),
+    "eps": 1e-6,
+    "gamma": True,
+    "inplace": False,
+    "scale": 1.0,
+    "offset": 0.0,
+    "seed": 0,
+}
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
@@ -23,12 +36,18 @@ REQUIRED_CASES = [
     ("rows9_h128_nogamma_inplace", {"rows": hw(2, "RP", plus=1), "gamma": False, "inplace": True}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
 ]
-STRETCH_CASES: list = []
-RANGES = {"hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(16, "VLEN"), hw(64, "VLEN")],
-          "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "gamma": [False, True], "inplace": [False, True]}
+STRETCH_CASES: list[CaseSpec] = []
+RANGES = {
+    "hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(16, "VLEN"), hw(64, "VLEN")],
+    "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)],
+    "gamma": [False, True],
+    "inplace": [False, True],
+}
 
 
-def build_norm(kind: str, name: str, defaults, params, config):
+def build_norm(
+    kind: str, name: str, defaults: Mapping[str, Any], params: Mapping[str, Any], config: HardwareConfig
+) -> Case:
     p = resolve_params(dict(defaults, **params), config)
     rows, hidden = p["rows"], p["hidden"]
     V = config.VLEN
@@ -54,8 +73,16 @@ def build_norm(kind: str, name: str, defaults, params, config):
     rb = cb.alloc(vr) if tb is not None else None
     cb.set_fp(EPS=p["eps"], INV_HIDDEN=1.0 / hidden)
     eps, invh = cb.fp_value("EPS"), cb.fp_value("INV_HIDDEN")
-    kw = dict(rows=rows, hidden=hidden, x_base=rx * V, pitch=pitch, y_base=ry * V, t_base=rt * V, gamma=tg,
-              gamma_base=None if rg is None else rg * V)
+    kw = dict(
+        rows=rows,
+        hidden=hidden,
+        x_base=rx * V,
+        pitch=pitch,
+        y_base=ry * V,
+        t_base=rt * V,
+        gamma=tg,
+        gamma_base=None if rg is None else rg * V,
+    )
     if ln:
         plan = plan_layer_norm(config, beta=tb, beta_base=None if rb is None else rb * V, **kw)
     else:
@@ -78,5 +105,5 @@ def build_norm(kind: str, name: str, defaults, params, config):
     return cb.case(asm)
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     return build_norm("rms_norm", NAME, DEFAULTS, params, config)

@@ -1,13 +1,18 @@
 """rope: HF ``x·cos + rotate_half(x)·sin`` with on-device rotate_half (kernels.md §2.8; rope tolerance)."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from plena_sim.config import HardwareConfig
 from programs.common import rp
 from programs.hbm import preload_act
 from programs.rope import emit_rope, plan_rope, rope_rotation_tile
 
-from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, VramCbm
 from .shapes import hw, resolve_params
 
 NAME = "rope"
@@ -16,15 +21,23 @@ DESCRIPTION = "RoPE (HF rotate_half) with an MX-exact rotation tile or block per
 # (testbenches/shapes.py); the ids name the values on the reference machine
 D16, D32, D64 = hw(1, "MLEN", div=4), hw(1, "MLEN", div=2), hw(1, "MLEN")
 SEQ5 = hw(1, "RP", plus=1)
-DEFAULTS = {"seq": hw(8, "RP"), "nh": 4, "d": D64, "inplace": False, "theta": 10000.0, "pos0": 0, "scale": 1.0,
-            "seed": 0}
+DEFAULTS = {
+    "seq": hw(8, "RP"),
+    "nh": 4,
+    "d": D64,
+    "inplace": False,
+    "theta": 10000.0,
+    "pos0": 0,
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES = [
     ("default", {}, "default"),
     ("d16", {"d": D16}, "default"),
     ("d32_seq5", {"d": D32, "seq": SEQ5}, "default"),
     ("d64_seq1_inplace", {"seq": 1, "inplace": True}, "default"),
     ("d16_seq5_inplace", {"d": D16, "seq": SEQ5, "inplace": True, "nh": 8}, "default"),
-    ("small_d16", {"d": D32, "seq": SEQ5}, "small"),               # d = 16 on the small machine
+    ("small_d16", {"d": D32, "seq": SEQ5}, "small"),  # d = 16 on the small machine
 ]
 STRETCH_CASES = [
     ("d128_block", {"d": hw(2, "MLEN"), "nh": 2, "pos0": 100}, "default"),
@@ -32,14 +45,14 @@ STRETCH_CASES = [
 RANGES = {"d": [D16, D32, D64], "seq": [1, SEQ5, hw(8, "RP")], "inplace": [False, True], "nh": [4, 8]}
 
 
-def rotate_half(x, d):
+def rotate_half(x: np.ndarray, d: int) -> np.ndarray:
     shp = x.shape
     x = x.reshape(shp[0], -1, d)
     h = d // 2
     return np.concatenate([-x[..., h:], x[..., :h]], axis=-1).reshape(shp)
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     seq, nh, d = p["seq"], p["nh"], p["d"]
     V, M = config.VLEN, config.MLEN
@@ -49,7 +62,7 @@ def build(params, config):
     tx, X = cb.tensor("x", cb.randn((seq, cols), p["scale"]), "act", alloc_rows=pitch)
     pos = p["pos0"] + np.arange(seq)[:, None]
     inv = p["theta"] ** (-np.arange(0, d, 2) / d)
-    ang = np.concatenate([pos * inv, pos * inv], axis=1)            # [seq, d]
+    ang = np.concatenate([pos * inv, pos * inv], axis=1)  # [seq, d]
     tc, COS = cb.tensor("cos", np.tile(np.cos(ang), (1, nh)), "act", alloc_rows=pitch)
     ts, SIN = cb.tensor("sin", np.tile(np.sin(ang), (1, nh)), "act", alloc_rows=pitch)
     trot = None
@@ -60,8 +73,22 @@ def build(params, config):
     rx = cb.alloc(n)
     ry = rx if p["inplace"] else cb.alloc(n)
     rc, rs, rxr, rt = cb.alloc(n), cb.alloc(n), cb.alloc(n), cb.alloc(1)
-    plan = plan_rope(config, rows=seq, nh=nh, d=d, x_base=rx * V, pitch=pitch, y_base=ry * V, cos=tc, sin=ts,
-                     cos_base=rc * V, sin_base=rs * V, xr_base=rxr * V, t_base=rt * V, rot=trot)
+    plan = plan_rope(
+        config,
+        rows=seq,
+        nh=nh,
+        d=d,
+        x_base=rx * V,
+        pitch=pitch,
+        y_base=ry * V,
+        cos=tc,
+        sin=ts,
+        cos_base=rc * V,
+        sin_base=rs * V,
+        xr_base=rxr * V,
+        t_base=rt * V,
+        rot=trot,
+    )
     cb.add_regions(plan.vram_regions)
     asm = cb.asm()
     preload_act(asm, config, tx, seq, cols, rx * V, pitch, GEN_GP)
@@ -70,8 +97,16 @@ def build(params, config):
     golden = X * COS + xr * SIN
     A = np.abs(X) * np.abs(COS) + np.abs(xr) * np.abs(SIN)
 
-    def post(y, seq=seq, nh=nh, d=d):
+    def post(y: np.ndarray, seq: int = seq, nh: int = nh, d: int = d) -> np.ndarray:
         return y.reshape(seq, nh, d)
-    cb.check("output", VramCbm(ry * V, seq, cols, pitch, post), golden.reshape(seq, nh, d),
-             ("pos", "head", "col"), "rope", A=A.reshape(seq, nh, d), group_by=("head",))
+
+    cb.check(
+        "output",
+        VramCbm(ry * V, seq, cols, pitch, post),
+        golden.reshape(seq, nh, d),
+        ("pos", "head", "col"),
+        "rope",
+        A=A.reshape(seq, nh, d),
+        group_by=("head",),
+    )
     return cb.case(asm)

@@ -4,15 +4,22 @@ Variants: ``max`` (V_RED_MAX into FP[16+r], exact), ``sum`` (V_RED_SUM, ssum tol
 forms with ``V_MASK = 0b1010`` (only enabled heads' lanes count).  Both the FP SRAM words and the VRAM rows
 written by S_MAP_V_FP are checked.
 """
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from programs.asm import fp as F, gp as G, load_imm
+from plena_sim.config import HardwareConfig
+from programs.asm import fp as F
+from programs.asm import gp as G
+from programs.asm import load_imm
 from programs.common import rp
 from programs.hbm import ceil_div, preload_act
 
-from .harness import FP_STATE_BASE, GEN_GP, CaseBuilder, FpWords, VramRows
+from .harness import FP_STATE_BASE, GEN_GP, Case, CaseBuilder, CaseSpec, FpWords, VramRows
 from .shapes import hw, resolve_params
 
 NAME = "s_map_v"
@@ -24,14 +31,14 @@ REQUIRED_CASES = [
     ("sum", {"variant": "sum"}, "default"),
     ("masked_max", {"variant": "masked_max"}, "default"),
     ("masked_sum", {"variant": "masked_sum"}, "default"),
-    ("small_max", {"rows": hw(2, "VLEN")}, "small"),                      # two map rows
+    ("small_max", {"rows": hw(2, "VLEN")}, "small"),  # two map rows
     ("small_masked_sum", {"rows": hw(2, "VLEN"), "variant": "masked_sum"}, "small"),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {"variant": ["max", "sum", "masked_max", "masked_sum"], "rows": [1, hw(1, "VLEN")]}
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, var = p["rows"], p["variant"]
     V, H = config.VLEN, config.HLEN
@@ -47,8 +54,10 @@ def build(params, config):
     if base + nmap * V > config.FP_SRAM_SIZE:
         most = (config.FP_SRAM_SIZE - base) // V * V
         fits = f"must be <= {most}" if most else "cannot fit (not even one map row)"
-        raise ValueError(f"s_map_v: rows={rows} {fits}: S_MAP_V_FP reads whole VLEN={V} word groups from "
-                         f"FP[{base}..] inside FP_SRAM_SIZE={config.FP_SRAM_SIZE}")
+        raise ValueError(
+            f"s_map_v: rows={rows} {fits}: S_MAP_V_FP reads whole VLEN={V} word groups from "
+            f"FP[{base}..] inside FP_SRAM_SIZE={config.FP_SRAM_SIZE}"
+        )
     asm = cb.asm()
     preload_act(asm, config, tx, rows, V, rx * V, pitch, GEN_GP)
     gX, gI, gL, gM = 1, 2, 3, 4
@@ -62,7 +71,7 @@ def build(params, config):
     if rows > 1:
         asm.C_LOOP_START(G(gL), rows)
     if is_max:
-        asm.S_LD_FP(F(fa), G(0), 0)                  # -inf
+        asm.S_LD_FP(F(fa), G(0), 0)  # -inf
         asm.V_RED_MAX(F(fa), G(gX), int(masked))
     else:
         asm.S_ADD_FP(F(fa), F(0), F(0))
@@ -87,6 +96,9 @@ def build(params, config):
         golden = np.where(lanes[None, :], X, 0.0).sum(axis=1)
         tol, A = "ssum", np.where(lanes[None, :], np.abs(X), 0.0).sum(axis=1)
     cb.check("fp_words", FpWords(base, rows), golden, ("row",), tol, A=A)
-    cb.check("vram_map", VramRows(ro * V, nmap, post=lambda a, rows=rows: a.reshape(-1)[:rows]), golden, ("row",),
-             tol, A=A)
+
+    def map_words(a: np.ndarray, rows: int = rows) -> np.ndarray:
+        return a.reshape(-1)[:rows]
+
+    cb.check("vram_map", VramRows(ro * V, nmap, post=map_words), golden, ("row",), tol, A=A)
     return cb.case(asm)

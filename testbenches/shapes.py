@@ -9,11 +9,13 @@ writeback rows), ``RP`` (the row padding quantum ``lcm(BLEN, PV, PW)``, kernels.
 ``hw(n, unit, plus=0, div=1)`` is ``n*unit//div + plus``; ``div`` must divide ``n*unit`` on every
 machine it is used on (otherwise resolving raises ``ValueError`` naming the parameter).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from plena_sim.config import HardwareConfig
 
@@ -37,6 +39,7 @@ def _unit_value(cfg: HardwareConfig, unit: str) -> int:
 @dataclass(frozen=True)
 class Hw:
     """``n * unit // div + plus`` on the machine a case runs on."""
+
     n: int
     unit: str
     plus: int = 0

@@ -1,21 +1,33 @@
 """softmax: row softmax over the first ``L`` columns, optional scale slot (kernels.md §2.7; softmax tol)."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from plena_sim.config import HardwareConfig
 from programs.common import rp
 from programs.hbm import preload_act, round_up
 from programs.softmax import emit_softmax, plan_softmax, softmax_scratch_rows
 
-from .harness import GEN_FP, GEN_GP, CaseBuilder, VramCbm
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
 from .shapes import hw, resolve_params
 
 NAME = "softmax"
 DESCRIPTION = "row softmax over L columns with tail mask and optional scale slot (softmax tolerance)"
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
-L100 = hw(1, "VLEN", plus=36)            # a partial last column block (the tail mask)
-DEFAULTS = {"rows": hw(2, "RP"), "L": hw(2, "VLEN"), "scaled": False, "scale_value": 0.35, "inplace": False,
-            "scale": 2.0, "seed": 0}
+L100 = hw(1, "VLEN", plus=36)  # a partial last column block (the tail mask)
+DEFAULTS = {
+    "rows": hw(2, "RP"),
+    "L": hw(2, "VLEN"),
+    "scaled": False,
+    "scale_value": 0.35,
+    "inplace": False,
+    "scale": 2.0,
+    "seed": 0,
+}
 REQUIRED_CASES = [
     ("default", {}, "default"),
     ("L1", {"L": 1}, "default"),
@@ -23,14 +35,18 @@ REQUIRED_CASES = [
     ("L100", {"L": L100}, "default"),
     ("L100_scaled_inplace", {"L": L100, "scaled": True, "inplace": True, "rows": hw(1, "RP", plus=1)}, "default"),
     ("L1024_scaled", {"L": hw(16, "VLEN"), "scaled": True, "rows": hw(1, "RP")}, "default"),
-    ("small_L100", {"L": hw(3, "VLEN", plus=4), "scaled": True}, "small"),      # L = 100 on the small machine
+    ("small_L100", {"L": hw(3, "VLEN", plus=4), "scaled": True}, "small"),  # L = 100 on the small machine
 ]
-STRETCH_CASES: list = []
-RANGES = {"L": [1, hw(1, "VLEN"), L100, hw(16, "VLEN")], "scaled": [False, True], "rows": [1, hw(2, "RP")],
-          "inplace": [False, True]}
+STRETCH_CASES: list[CaseSpec] = []
+RANGES = {
+    "L": [1, hw(1, "VLEN"), L100, hw(16, "VLEN")],
+    "scaled": [False, True],
+    "rows": [1, hw(2, "RP")],
+    "inplace": [False, True],
+}
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, L = p["rows"], p["L"]
     V = config.VLEN
@@ -50,8 +66,16 @@ def build(params, config):
     if p["scaled"]:
         cb.set_fp(USER0=p["scale_value"])
         slot, s = 8, cb.fp_value("USER0")
-    plan = plan_softmax(config, rows=rows, L=L, x_base=rx * V, pitch=pitch, y_base=ry * V,
-                        scratch_base=None if rs is None else rs * V, scale_slot=slot)
+    plan = plan_softmax(
+        config,
+        rows=rows,
+        L=L,
+        x_base=rx * V,
+        pitch=pitch,
+        y_base=ry * V,
+        scratch_base=None if rs is None else rs * V,
+        scale_slot=slot,
+    )
     cb.add_regions(plan.vram_regions)
     asm = cb.asm()
     preload_act(asm, config, tx, rows, cols, rx * V, pitch, GEN_GP)
@@ -61,6 +85,11 @@ def build(params, config):
     e = np.exp(z - zmax)
     golden = e / e.sum(axis=1, keepdims=True)
     A = golden * (1.0 + np.abs(z - zmax))
-    cb.check("output", VramCbm(ry * V, rows, cols, pitch, post=lambda y, L=L: y[:, :L]), golden, ("row", "col"),
-             "softmax", A=A, nb=plan.nb)
+
+    def first_L(y: np.ndarray, L: int = L) -> np.ndarray:
+        return y[:, :L]
+
+    cb.check(
+        "output", VramCbm(ry * V, rows, cols, pitch, post=first_L), golden, ("row", "col"), "softmax", A=A, nb=plan.nb
+    )
     return cb.case(asm)

@@ -4,39 +4,72 @@
 ({0, 1, 2, 15, 16, 63, 64, 100} on the reference machine), plus a host-preloaded row holding NaN and ±Inf
 shifted by V and by the largest shift (when it is >= V), which must give all zeros.
 """
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from programs.asm import gp as G, load_imm
+from plena_sim.config import HardwareConfig
+from programs.asm import gp as G
+from programs.asm import load_imm
 from programs.hbm import preload_act
 
-from .harness import GEN_GP, CaseBuilder, VramRows
+from .harness import GEN_GP, Case, CaseBuilder, CaseSpec, VramRows
 from .shapes import hw, resolve_params
 
 NAME = "v_shift_v"
 DESCRIPTION = "V_SHFT_V zero-fill shifts incl. s >= V and a NaN/Inf source row (exact)"
 # shifts around HLEN and VLEN (testbenches/shapes.py): {0,1,2,15,16,63,64,100} on the reference machine
-DEFAULTS = {"rows": 4, "shifts": (0, 1, 2, hw(1, "HLEN", plus=-1), hw(1, "HLEN"), hw(1, "VLEN", plus=-1),
-                                  hw(1, "VLEN"), hw(1, "VLEN", plus=36)), "scale": 1.0, "seed": 0}
+DEFAULTS = {
+    "rows": 4,
+    "shifts": (
+        0,
+        1,
+        2,
+        hw(1, "HLEN", plus=-1),
+        hw(1, "HLEN"),
+        hw(1, "VLEN", plus=-1),
+        hw(1, "VLEN"),
+        hw(1, "VLEN", plus=36),
+    ),
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES = [
     ("default", {}, "default"),
     # {0,1,2,15,16,63,64,100} on the small machine: shifts of 2*VLEN and past it
-    ("small", {"shifts": (0, 1, 2, hw(1, "HLEN", plus=-1), hw(1, "HLEN"), hw(2, "VLEN", plus=-1),
-                          hw(2, "VLEN"), hw(3, "VLEN", plus=4))}, "small"),
+    (
+        "small",
+        {
+            "shifts": (
+                0,
+                1,
+                2,
+                hw(1, "HLEN", plus=-1),
+                hw(1, "HLEN"),
+                hw(2, "VLEN", plus=-1),
+                hw(2, "VLEN"),
+                hw(3, "VLEN", plus=4),
+            )
+        },
+        "small",
+    ),
 ]
-STRETCH_CASES: list = []
+STRETCH_CASES: list[CaseSpec] = []
 RANGES = {"rows": [4], "shifts": [DEFAULTS["shifts"]]}
 
 
 def shift_row(a: np.ndarray, s: int) -> np.ndarray:
     out = np.zeros_like(a)
     if s < a.shape[-1]:
-        out[..., s:] = a[..., :a.shape[-1] - s]
+        out[..., s:] = a[..., : a.shape[-1] - s]
     return out
 
 
-def build(params, config):
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, shifts = p["rows"], tuple(p["shifts"])
     V, Pv = config.VLEN, config.P_V
@@ -52,7 +85,7 @@ def build(params, config):
     bad[2::4] = -np.inf
     rbad = cb.rows(1, "special", "input")
     cb.vram_preload(rbad, bad)
-    big = sorted({s for s in (V, max(shifts)) if s >= V})       # the NaN/Inf row: V and the largest shift
+    big = sorted({s for s in (V, max(shifts)) if s >= V})  # the NaN/Inf row: V and the largest shift
     n_out = len(shifts) * rows + len(big)
     ro = cb.rows(n_out, "out", "output")
     asm = cb.asm()

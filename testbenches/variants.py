@@ -20,11 +20,13 @@ wide       transactional   MLEN=VLEN=128, BLEN 8, BROADCAST_AMOUNT 8, Pm 128, Pv
 A variant that fixes the machine (``small``, ``analytic``, ``wide``) cannot be combined with another ``hw``
 (:func:`machine_of` tells which preset a variant runs on).
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from plena_sim.config import HardwareConfig
 from plena_sim.presets import DEFAULT_PRESET, load_preset
@@ -34,19 +36,31 @@ __all__ = ["Variant", "VARIANTS", "get_config", "variant_names", "machine_of", "
 
 @dataclass(frozen=True)
 class Variant:
-    preset: str | None               # None: runs on the selected hardware preset
+    preset: str | None  # None: runs on the selected hardware preset
     overrides: Mapping[str, Any]
 
 
-VARIANTS: Mapping[str, Variant] = MappingProxyType({
-    "default": Variant(None, {}),
-    "emu025": Variant(None, {"BMM_SCALE": 0.25}),
-    "small": Variant("small", {}),
-    "analytic": Variant("analytic", {}),
-    "wide": Variant(DEFAULT_PRESET, {"MLEN": 128, "VLEN": 128, "BLEN": 8, "BROADCAST_AMOUNT": 8,
-                                     "HBM_M_Prefetch_Amount": 128, "HBM_V_Prefetch_Amount": 8,
-                                     "HBM_V_Writeback_Amount": 8, "FP_SRAM_SIZE": 4096}),
-})
+VARIANTS: Mapping[str, Variant] = MappingProxyType(
+    {
+        "default": Variant(None, {}),
+        "emu025": Variant(None, {"BMM_SCALE": 0.25}),
+        "small": Variant("small", {}),
+        "analytic": Variant("analytic", {}),
+        "wide": Variant(
+            DEFAULT_PRESET,
+            {
+                "MLEN": 128,
+                "VLEN": 128,
+                "BLEN": 8,
+                "BROADCAST_AMOUNT": 8,
+                "HBM_M_Prefetch_Amount": 128,
+                "HBM_V_Prefetch_Amount": 8,
+                "HBM_V_Writeback_Amount": 8,
+                "FP_SRAM_SIZE": 4096,
+            },
+        ),
+    }
+)
 
 
 def variant_names() -> tuple[str, ...]:
@@ -65,8 +79,9 @@ def machine_of(variant: str, hw: str | None = None) -> str:
     return fixed or hw or DEFAULT_PRESET
 
 
-def get_config(variant: str = "default", extra: Mapping[str, Any] | None = None,
-               hw: str | None = None) -> HardwareConfig:
+def get_config(
+    variant: str = "default", extra: Mapping[str, Any] | None = None, hw: str | None = None
+) -> HardwareConfig:
     """The immutable config of ``variant`` on ``hw`` (plus ``extra`` CONFIG overrides)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown config variant {variant!r} (known: {', '.join(VARIANTS)})")
