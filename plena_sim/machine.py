@@ -319,9 +319,7 @@ class Machine:
         jit_seconds = 0.0
         if self.backend == "numba":
             from . import core
-            if core.compile_seconds is None:
-                core.warm_up()
-            jit_seconds = float(core.compile_seconds or 0.0)
+            jit_seconds = core.jit_seconds()          # compiles or loads the JIT cache on first use
         t0 = time.perf_counter()
         outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
         host = time.perf_counter() - t0
