@@ -7,14 +7,37 @@
   ``FAM_<FAMILY>`` and ``ALU_<OPERATION>`` are generated from the table so Numba code can use them as
   compile-time constants; :func:`opcode_families` / :func:`opcode_alus` map opcodes to the latter two.
 """
+
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .table import ALUS, BY_MNEMONIC, BY_OPCODE, FAMILIES, FIELDS, INSTRUCTIONS, NOT_INSTRUCTIONS, WORD_BITS
 
-__all__ = ["encode", "field", "decode", "decode_program", "is_instruction", "WORD_MASK", "OPCODES",
-           "UNIT_CODE", "UNIT_NAMES", "opcode_units", "opcode_families", "opcode_alus", "N_OPCODES", "FAM_NONE"]
+__all__ = [
+    "encode",
+    "field",
+    "decode",
+    "decode_program",
+    "is_instruction",
+    "WORD_MASK",
+    "OPCODES",
+    "UNIT_CODE",
+    "UNIT_NAMES",
+    "opcode_units",
+    "opcode_families",
+    "opcode_alus",
+    "N_OPCODES",
+    "FAM_NONE",
+]
+
+if TYPE_CHECKING:  # the OP_ / SHIFT_ / MASK_ / FAM_ / ALU_ constants below are generated into globals()
+
+    def __getattr__(name: str) -> int: ...
+
 
 WORD_MASK = (1 << WORD_BITS) - 1
 
@@ -101,7 +124,7 @@ def decode(word: int) -> dict[str, int]:
     return {name: field(word, name) for name in FIELDS}
 
 
-def decode_program(words) -> dict[str, np.ndarray]:
+def decode_program(words: Iterable[int] | np.ndarray) -> dict[str, np.ndarray]:
     """Vectorised decode: one int64 array per field, plus ``word`` (the raw words as int64)."""
     w = np.asarray(words, dtype=np.int64).reshape(-1)
     if w.size and (w.min() < 0 or w.max() > WORD_MASK):

@@ -28,30 +28,71 @@ touch, so untouched rows cost nothing). A resource set is a list of ``(start, co
 Trace record (int64[REC_N], one per retired instruction, ring buffer of capacity ``cap``; record ``k``
 is at ``tbuf[k % cap]``, ``tcount[0]`` = records written): see the ``RC_*`` slots.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from isa.encoding import (ALU_BMM, ALU_BMV, ALU_BTMV, ALU_LOAD, ALU_MM, ALU_MV, ALU_PREFETCH_M, ALU_PREFETCH_V, ALU_TMM,
-                          ALU_TMV, FAM_BMAT, FAM_DMA, FAM_FPMEM, FAM_INTMEM, FAM_MAPV, FAM_MAT, FAM_REDUCE, FAM_SHIFT,
-                          FAM_TOPK, FAM_VBIN, FAM_VUNARY, FAM_WO, N_OPCODES, UNIT_NAMES, opcode_alus, opcode_families,
-                          opcode_units)
+from isa.encoding import (
+    ALU_BMM,
+    ALU_BMV,
+    ALU_BTMV,
+    ALU_LOAD,
+    ALU_MM,
+    ALU_MV,
+    ALU_PREFETCH_M,
+    ALU_PREFETCH_V,
+    ALU_TMM,
+    ALU_TMV,
+    FAM_BMAT,
+    FAM_DMA,
+    FAM_FPMEM,
+    FAM_INTMEM,
+    FAM_MAPV,
+    FAM_MAT,
+    FAM_REDUCE,
+    FAM_SHIFT,
+    FAM_TOPK,
+    FAM_VBIN,
+    FAM_VUNARY,
+    FAM_WO,
+    N_OPCODES,
+    UNIT_NAMES,
+    opcode_alus,
+    opcode_families,
+    opcode_units,
+)
 from isa.table import INSTRUCTIONS, TOPK_POLICIES
 
-__all__ = ["TIMING_MODES", "TimingState", "MODE_SERIAL", "MODE_OVERLAP", "REC_FIELDS", "REC_N",
-           "resources_py", "resources_nb", "sb_issue_py", "sb_issue_nb", "sb_commit_py", "sb_commit_nb",
-           "dest_reg_py", "dest_reg_nb", "UNIT_OF", "check_mode"]
+__all__ = [
+    "TIMING_MODES",
+    "TimingState",
+    "MODE_SERIAL",
+    "MODE_OVERLAP",
+    "REC_FIELDS",
+    "REC_N",
+    "resources_py",
+    "resources_nb",
+    "sb_issue_py",
+    "sb_issue_nb",
+    "sb_commit_py",
+    "sb_commit_nb",
+    "dest_reg_py",
+    "dest_reg_nb",
+    "UNIT_OF",
+    "check_mode",
+]
 
 TIMING_MODES = ("serial", "overlap")
 MODE_SERIAL = 0
 MODE_OVERLAP = 1
 
 # ---- ts slots
-T_CYCLES = 0        # serial: running total; overlap: max done so far
-T_LAST_ISSUE = 1    # issue cycle of the last retired instruction (-1 before the first)
-T_UNIT_FREE = 2     # + unit (5 slots)
-T_BUSY = 7          # + unit (5 slots)
+T_CYCLES = 0  # serial: running total; overlap: max done so far
+T_LAST_ISSUE = 1  # issue cycle of the last retired instruction (-1 before the first)
+T_UNIT_FREE = 2  # + unit (5 slots)
+T_BUSY = 7  # + unit (5 slots)
 T_STALL_UNIT = 12
 T_STALL_DATA = 13
 T_MODE = 14
@@ -79,7 +120,7 @@ TC_BA = 3
 TC_PM = 4
 TC_PV = 5
 TC_PW = 6
-TC_MX = 7           # + HBM type 0..3 (M weight, M kv, V act, V kv): 1 if MX
+TC_MX = 7  # + HBM type 0..3 (M weight, M kv, V act, V kv): 1 if MX
 TC_VROW_BASE = 11
 TC_MTILE_BASE = 12
 TC_FPW_BASE = 13
@@ -130,20 +171,65 @@ def _register_roles():
 _RREG, _N_RREG, _WREG, _N_WREG, _RMASK, _RSTRIDE = _register_roles()
 _FAM = opcode_families()
 _ALU = opcode_alus()
-_NOOP = np.array([int(any(i.opcode == o and i.noop_if_rd0 for i in INSTRUCTIONS)) for o in range(N_OPCODES)],
-                 dtype=np.int64)
-_VF = np.array([int(any(i.opcode == o and i.family == "vbin" and i.operands[2].kind == "f" for i in INSTRUCTIONS))
-                for o in range(N_OPCODES)], dtype=np.int64)
+_NOOP = np.array(
+    [int(any(i.opcode == o and i.noop_if_rd0 for i in INSTRUCTIONS)) for o in range(N_OPCODES)], dtype=np.int64
+)
+_VF = np.array(
+    [
+        int(any(i.opcode == o and i.family == "vbin" and i.operands[2].kind == "f" for i in INSTRUCTIONS))
+        for o in range(N_OPCODES)
+    ],
+    dtype=np.int64,
+)
 #: most DMA blocks the preallocated per-run scratch holds (see TimingState)
 SCRATCH_CAP = 1 << 16
 
 # ---- trace record slots
-REC_FIELDS = ("seq", "pc", "opcode", "unit", "issue", "start", "end", "reg_kind", "reg_idx", "reg_old",
-              "reg_new", "m1_kind", "m1_start", "m1_count", "m2_kind", "m2_start", "m2_count",
-              "hbm_addr", "hbm_span", "hbm_bytes")
+REC_FIELDS = (
+    "seq",
+    "pc",
+    "opcode",
+    "unit",
+    "issue",
+    "start",
+    "end",
+    "reg_kind",
+    "reg_idx",
+    "reg_old",
+    "reg_new",
+    "m1_kind",
+    "m1_start",
+    "m1_count",
+    "m2_kind",
+    "m2_start",
+    "m2_count",
+    "hbm_addr",
+    "hbm_span",
+    "hbm_bytes",
+)
 REC_N = len(REC_FIELDS)
-(RC_SEQ, RC_PC, RC_OP, RC_UNIT, RC_ISSUE, RC_START, RC_END, RC_RKIND, RC_RIDX, RC_ROLD, RC_RNEW,
- RC_M1K, RC_M1S, RC_M1C, RC_M2K, RC_M2S, RC_M2C, RC_HADDR, RC_HSPAN, RC_HBYTES) = range(REC_N)
+(
+    RC_SEQ,
+    RC_PC,
+    RC_OP,
+    RC_UNIT,
+    RC_ISSUE,
+    RC_START,
+    RC_END,
+    RC_RKIND,
+    RC_RIDX,
+    RC_ROLD,
+    RC_RNEW,
+    RC_M1K,
+    RC_M1S,
+    RC_M1C,
+    RC_M2K,
+    RC_M2S,
+    RC_M2C,
+    RC_HADDR,
+    RC_HSPAN,
+    RC_HBYTES,
+) = range(REC_N)
 #: register kinds of a trace record
 REG_NONE, REG_GP, REG_FP, REG_A, REG_SCALE, REG_STRIDE, REG_VMASK = range(7)
 REG_KIND_NAMES = ("", "gp", "f", "a", "SCALE", "STRIDE", "V_MASK")
@@ -163,6 +249,7 @@ def check_mode(mode) -> int:
 
 # =============================================================================== scoreboard (shared source)
 
+
 @njit(cache=True)
 def _put(table, n, resource, count, step):
     """Append one resource range (first resource, count, step) to a read/write set; returns n + 1."""
@@ -179,10 +266,10 @@ def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, r
     opcode table (``_RREG`` / ``_WREG``), the memory part from the family. The helpers are compiled
     (callable from both the reference's Python and the core's njit copy of this function)."""
     if _NOOP[o] != 0 and rd == 0:
-        return 0, 0                                # zero-latency no-op: no resources
+        return 0, 0  # zero-latency no-op: no resources
     nr, nw = _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr)
     fam = _FAM[o]
-    if fam == FAM_MAT or fam == FAM_BMAT:
+    if fam in (FAM_MAT, FAM_BMAT):
         return _matrix_sets(_ALU[o], rd, g_rd, g_rs1, g_rs2, cv, rr, nr, wr, nw)
     if fam == FAM_WO:
         return _writeout_sets(_ALU[o], rs1, imm18, g_rd, g_rs1, cv, rr, nr, wr, nw)
@@ -213,7 +300,7 @@ def _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr):
 def _reg_resource(kind, fld, rd, rs1, rs2, aux):
     """Resource index of a register role (-1 for gp0 / f0); ``fld`` 0/1/2 = rd/rs1/rs2."""
     if kind >= RK_SCALE:
-        return RS_SCALE + (kind - RK_SCALE)          # SCALE, STRIDE, VMASK
+        return RS_SCALE + (kind - RK_SCALE)  # SCALE, STRIDE, VMASK
     idx = aux if kind == RK_LOOP else (rd if fld == 0 else (rs1 if fld == 1 else rs2))
     if kind == RK_A:
         return RS_A + idx
@@ -227,12 +314,12 @@ def _matrix_sets(alu, rd, g_rd, g_rs1, g_rs2, cv, rr, nr, wr, nw):
     """M_MM/M_TMM/M_MV/M_TMV/M_B*: the tile, the vector rows and the accumulator."""
     M = cv[TC_M]
     m, v = (g_rs2, g_rs1) if alu == ALU_TMM else (g_rs1, g_rs2)
-    if alu == ALU_BMV or alu == ALU_BTMV:
+    if alu in (ALU_BMV, ALU_BTMV):
         m = m + g_rd
         acc, nv = RS_ACC_HV, 1
-    elif alu == ALU_MM or alu == ALU_TMM:
+    elif alu in (ALU_MM, ALU_TMM):
         acc, nv = RS_ACC_M, cv[TC_B]
-    elif alu == ALU_MV or alu == ALU_TMV:
+    elif alu in (ALU_MV, ALU_TMV):
         acc, nv = RS_ACC_V, 1
     else:
         acc, nv = RS_ACC_HM, M
@@ -273,7 +360,7 @@ def _memory_sets(fam, alu, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, vf, cv, rr, 
     """The memory part of the vector, scalar, DMA and control families."""
     V = cv[TC_V]
     VB = cv[TC_VROW_BASE]
-    if fam == FAM_VBIN or fam == FAM_VUNARY or fam == FAM_SHIFT:
+    if fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):
         nr = _put(rr, nr, VB + g_rs1 // V, 1, 1)
         if fam == FAM_VBIN and vf == 0:
             nr = _put(rr, nr, VB + g_rs2 // V, 1, 1)
@@ -284,7 +371,7 @@ def _memory_sets(fam, alu, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, vf, cv, rr, 
         nr = _put(rr, nr, VB + g_rs1 // V, (TOPK_E[rs3 & 1] + V - 1) // V, 1)
         nw = _put(wr, nw, cv[TC_FPW_BASE] + g_rd, TOPK_K[rs3 & 1], 1)
         nw = _put(wr, nw, cv[TC_INTW_BASE] + g_rs2, TOPK_K[rs3 & 1], 1)
-    elif fam == FAM_FPMEM or fam == FAM_INTMEM:
+    elif fam in (FAM_FPMEM, FAM_INTMEM):
         word = (cv[TC_FPW_BASE] if fam == FAM_FPMEM else cv[TC_INTW_BASE]) + g_rs1 + imm18
         if alu == ALU_LOAD:
             nr = _put(rr, nr, word, 1, 1)
@@ -380,7 +467,7 @@ def dest_reg_py(o, rd, aux):
     kind = _WREG[o, 0, 0]
     if kind >= RK_SCALE:
         return REG_SCALE + (kind - RK_SCALE), 0
-    idx = aux if kind == RK_LOOP else rd                # every written operand register is in rd
+    idx = aux if kind == RK_LOOP else rd  # every written operand register is in rd
     if kind == RK_A:
         return REG_A, idx
     if idx <= 0 or (kind == RK_F and idx >= 8):
@@ -388,8 +475,9 @@ def dest_reg_py(o, rd, aux):
     return (REG_FP if kind == RK_F else REG_GP), idx
 
 
-def trace_record_py(tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv,
-                    hbm_addr, hbm_span, hbm_bytes):
+def trace_record_py(
+    tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv, hbm_addr, hbm_span, hbm_bytes
+):
     """Append one record (REC_FIELDS) to the ring ``tbuf``; ``wr[:nw]`` = the instruction's write set."""
     cap = tbuf.shape[0]
     r = tbuf[tcount[0] % cap]
@@ -443,12 +531,20 @@ dest_reg_nb = njit(cache=True)(dest_reg_py)
 
 # =============================================================================== per-run state
 
+
 class TimingState:
     """All timing state of one run (see the module docstring)."""
 
     def __init__(self, cfg, mode: str = "serial", trace_capacity: int = 0, backend: str = "numba"):
-        from .hbm_timing import (dma_geometry_table, max_dma_blocks, new_dma_scratch, new_stats,
-                                 new_timing_state, timing_params)
+        from .hbm_timing import (
+            dma_geometry_table,
+            max_dma_blocks,
+            new_dma_scratch,
+            new_stats,
+            new_timing_state,
+            timing_params,
+        )
+
         self.cfg = cfg
         self.mode = mode
         self.mode_code = check_mode(mode)
@@ -468,7 +564,7 @@ class TimingState:
         # huge P_* gets a one-off scratch inside the run loop for an instruction that needs more)
         self.max_blocks = min(max_dma_blocks(cfg, self.params), SCRATCH_CAP)
         self.blocks, self.hset, self.work = new_dma_scratch(self.params, self.max_blocks)
-        self.payload = np.zeros(2, dtype=np.int64)      # exact bytes read / written (H_*)
+        self.payload = np.zeros(2, dtype=np.int64)  # exact bytes read / written (H_*)
         cap = int(trace_capacity)
         if cap < 0:
             raise ValueError("trace capacity must be >= 0")
@@ -477,6 +573,7 @@ class TimingState:
         self.tcount = np.zeros(1, dtype=np.int64)
         if backend == "reference":
             from .hbm_timing import PyTimingState, new_stats_py
+
             self.py_hbm = PyTimingState(self.params)
             self.py_hstats = new_stats_py(self.params)
 
@@ -505,6 +602,7 @@ class TimingState:
     def hbm_counts(self) -> dict:
         """hbm_timing.stats_dict of this run (either backend)."""
         from .hbm_timing import stats_dict
+
         if hasattr(self, "py_hstats"):
             d = dict(self.py_hstats)
             d["per_channel_requests"] = [int(x) for x in d["per_channel_requests"]]

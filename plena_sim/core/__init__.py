@@ -20,11 +20,12 @@ scalar FP in float32; exp in float64 of the clamped argument; bf16 RNE on every 
 ``error_model="numpy"`` gives IEEE division by zero. When both operands are NaN the result is the first
 operand's NaN, quieted (the sign of a NaN is architectural state).
 """
+
 from __future__ import annotations
 
 from .jit_cache import invalidate_if_changed
 
-invalidate_if_changed()   # before any compiled function is loaded from the cache
+invalidate_if_changed()  # before any compiled function is loaded from the cache
 
 from .host import COUNTER_NAMES, execute, jit_seconds, warm_up  # noqa: E402 - after the cache check
 

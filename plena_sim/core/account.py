@@ -4,6 +4,7 @@ One job: charge the instruction's latency (serial: Σ latencies; overlap: the §
 :mod:`plena_sim.timing`; H_*: the HBM bank model of :mod:`plena_sim.hbm_timing`, started at the issue
 cycle) and append its trace record.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,10 +18,10 @@ from ..hbm_timing import (
     G_ELEM_LEN,
     G_ROWS,
     G_SCALE_LEN,
-    PRM_BURST_BYTES,
-    PRM_CHANNELS,
     HST_READ_REQUESTS,
     HST_WRITE_REQUESTS,
+    PRM_BURST_BYTES,
+    PRM_CHANNELS,
     W_N,
     dma_instruction,
 )
@@ -110,8 +111,9 @@ def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
 
 
 @njit(cache=True)
-def account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hp, geom, ch, bank, hstats,
-                blocks, hset, work):
+def account_dma(
+    o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hp, geom, ch, bank, hstats, blocks, hset, work
+):
     """Timing of one retired H_* instruction, started at its issue cycle: returns (issue cycle, latency)."""
     if ts[TM.T_MODE] == MODE_SERIAL:
         start = ts[T_CYCLES]
@@ -128,13 +130,41 @@ def account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, w
 def trace_before(o, rd, aux, gp, fp, areg, ctrl, hstats):
     """(kind, index, value before, HBM requests so far) of the register the instruction writes."""
     rkind, ridx = TM.dest_reg_nb(o, rd, aux)
-    return rkind, ridx, reg_value(rkind, ridx, gp, fp, areg, ctrl), hstats[HST_READ_REQUESTS] + hstats[
-        HST_WRITE_REQUESTS]
+    return (
+        rkind,
+        ridx,
+        reg_value(rkind, ridx, gp, fp, areg, ctrl),
+        hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS],
+    )
 
 
 @njit(cache=True)
-def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, gp, fp, areg, ctrl, cv, rr, wr, tbuf,
-                tcount, hp, geom, hstats):
+def trace_after(
+    pc,
+    o,
+    fam,
+    alu,
+    unit,
+    issue,
+    lat,
+    f,
+    g,
+    aux,
+    reg,
+    seq,
+    gp,
+    fp,
+    areg,
+    ctrl,
+    cv,
+    rr,
+    wr,
+    tbuf,
+    tcount,
+    hp,
+    geom,
+    hstats,
+):
     """Append the trace record of a retired instruction (timing.REC_FIELDS); H_*: with its HBM span.
     ``reg`` = :func:`trace_before`'s (kind, index, value before, HBM requests before)."""
     new = reg_value(reg[0], reg[1], gp, fp, areg, ctrl)
@@ -146,5 +176,6 @@ def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, gp, fp, 
         haddr = np.int64(areg[f[2]]) + g[1]
         hspan = (gr[G_ROWS] - 1) * pitch + gr[G_ELEM_LEN]
         hbytes = (hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS] - reg[3]) * hp[PRM_BURST_BYTES]
-    TM.trace_record_nb(tbuf, tcount, seq, pc, o, unit, issue, lat, reg[0], reg[1], reg[2], new, nw, wr, cv,
-                       haddr, hspan, hbytes)
+    TM.trace_record_nb(
+        tbuf, tcount, seq, pc, o, unit, issue, lat, reg[0], reg[1], reg[2], new, nw, wr, cv, haddr, hspan, hbytes
+    )

@@ -3,6 +3,7 @@
 One job: the small ``@njit`` helpers every unit file uses. Numerics (isa.md §5-§7): dot products in float64,
 sequential ascending from +0.0 with no FMA contraction; the first-NaN-operand rule made explicit.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,9 +52,9 @@ def exp_clamped(a):
         return a
     x = np.float64(a)
     if x < -EXP_CLAMP:
-        x = -EXP_CLAMP
+        x = np.float64(-EXP_CLAMP)
     elif x > EXP_CLAMP:
-        x = EXP_CLAMP
+        x = np.float64(EXP_CLAMP)
     return np.float32(math.exp(x))
 
 
@@ -62,6 +63,7 @@ def exp_clamped(a):
 # the rule explicit: a NaN result is the first NaN operand, quieted (an invalid operation on non-NaN
 # operands keeps the hardware default NaN). This is also what numpy's element-wise loops in the
 # reference produce for ``in1 op in2``. Only the NaN path is slow.
+
 
 @njit(cache=True)
 def q32(x):
@@ -107,7 +109,7 @@ def dot(x, xo, w, n):
     p = 0.0
     for k in range(n):
         p = p + x[xo + k] * w[k]
-    if p != p:   # some NaN: redo with the explicit propagation rule (x before w, p before product)
+    if p != p:  # some NaN: redo with the explicit propagation rule (x before w, p before product)
         p = 0.0
         for k in range(n):
             a = x[xo + k]

@@ -4,6 +4,7 @@ One job: the semantics of the ``loop`` and ``creg`` families. LP-GP0 / LP-ZERO /
 checks (:mod:`.static`); a C_LOOP_START that needs a larger loop stack returns ``RUN_GROW_LOOP``
 before it changes anything.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -70,7 +71,7 @@ def _break_target(sp, rg, op, rd_a, end_of, is_end):
     n = op.shape[0]
     if sp >= 0 and sp < n and end_of[sp] >= 0 and rd_a[sp] == rg:
         return end_of[sp]
-    for q in range(sp + 1, n):       # a record not pushed by the C_LOOP_START at sp: scan program order
+    for q in range(sp + 1, n):  # a record not pushed by the C_LOOP_START at sp: scan program order
         if is_end[op[q]] != 0 and rd_a[q] == rg:
             return q
     return np.int64(-1)
@@ -80,7 +81,7 @@ def _break_target(sp, rg, op, rd_a, end_of, is_end):
 def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, rd_a, end_of, is_end, frec):
     """C_LOOP_START / C_BREAK (C_LOOP_END: :func:`loop_end`): returns (status, next pc). ``end_of`` = the
     precomputed C_BREAK targets, ``is_end`` = the C_LOOP_END flag per opcode."""
-    if alu != ALU_BREAK:                                   # C_LOOP_START
+    if alu != ALU_BREAK:  # C_LOOP_START
         if depth >= lstart.shape[0]:
             return RUN_GROW_LOOP, pc
         gp[rd] = np.uint32(imm22)
@@ -101,8 +102,9 @@ def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, 
 
 
 @njit(cache=True)
-def execute(fam, alu, pc, rd, rs1, rs2, imm22, depth, gp, areg, ctrl, lstart, lreg, lcount, op, rd_a, end_of, is_end,
-            frec):
+def execute(
+    fam, alu, pc, rd, rs1, rs2, imm22, depth, gp, areg, ctrl, lstart, lreg, lcount, op, rd_a, end_of, is_end, frec
+):
     """The control unit's instructions (families loop, creg): (status, next pc)."""
     if fam == FAM_CREG:
         set_register(alu, rd, rs1, rs2, gp, areg, ctrl)

@@ -4,6 +4,7 @@ One job: move rows between the sparse HBM and MRAM / VRAM with MX or plain encod
 alignment and bounds check (precise faults). A store that needs more spare HBM pool pages returns
 ``RUN_NEED_PAGES`` before it changes anything. IL-AREG is a static check (:mod:`.static`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -84,11 +85,11 @@ def _sram_checks(alu, pc, dst, P, is_mx, off0, pitch, blk, cfg, frec):
             if oi % blk != 0:
                 return fault(frec, R_AL_MX, pc, OPND_RS1, oi, i, blk, oi % blk, pitch)
             if pitch % blk == 0:
-                break                            # every later row offset is aligned too
+                break  # every later row offset is aligned too
     if alu == ALU_PREFETCH_M:
         t0, nt, NT = dst // MM, P // M, cfg[CFG_NTILES]
         if t0 + nt > NT:
-            k = NT - t0 if NT > t0 else np.int64(0)
+            k = NT - t0 if t0 < NT else np.int64(0)
             return fault(frec, R_BD_MTILE, pc, OPND_RD, t0 + k, k, NT, dst + k * MM, 0)
     else:
         r0, nrows = dst // V, cfg[CFG_VROWS]
@@ -194,8 +195,7 @@ def transfer(alu, pc, rd, rs1, rs2, rs3, f1, gp, areg, ctrl, vram, mram, hbm, cf
     off0, dst, scale_reg = np.int64(gp[rs1]), np.int64(gp[rd]), ctrl[CTRL_SCALE]
     st = _sram_checks(alu, pc, dst, P, is_mx, off0, pitch, blk, cfg, frec)
     if st == RUN_OK:
-        st = _hbm_checks(pc, areg[rs2], off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc,
-                         cfg[CFG_HBM_SIZE], frec)
+        st = _hbm_checks(pc, areg[rs2], off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc, cfg[CFG_HBM_SIZE], frec)
     if st != RUN_OK:
         return st
     base = np.int64(areg[rs2])

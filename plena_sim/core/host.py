@@ -3,6 +3,7 @@
 One job: :func:`execute` (the backend contract shared with :func:`plena_sim.reference.execute`) and
 :func:`warm_up` (compile or load the JIT cache once per process).
 """
+
 from __future__ import annotations
 
 import time
@@ -95,11 +96,22 @@ _MAX_K = max(k for _e, k in TOPK_POLICIES)
 
 def _scratch(cfg) -> tuple:
     W = max(cfg.MLEN, cfg.VLEN)
-    bufs = (np.empty(W * 4, dtype=np.uint8), np.empty(W, dtype=np.uint8), np.empty(W, dtype=np.float32),
-            np.zeros(2, dtype=np.int64))
-    return (np.empty(W, dtype=np.float32), np.empty((W, W), dtype=np.float64), np.empty((W, W), dtype=np.float64),
-            bufs, np.empty(_MAX_E, dtype=np.float32), np.empty(_MAX_E, dtype=np.bool_), np.empty(_MAX_K, dtype=np.int64),
-            np.empty(_MAX_K, dtype=np.float32))
+    bufs = (
+        np.empty(W * 4, dtype=np.uint8),
+        np.empty(W, dtype=np.uint8),
+        np.empty(W, dtype=np.float32),
+        np.zeros(2, dtype=np.int64),
+    )
+    return (
+        np.empty(W, dtype=np.float32),
+        np.empty((W, W), dtype=np.float64),
+        np.empty((W, W), dtype=np.float64),
+        bufs,
+        np.empty(_MAX_E, dtype=np.float32),
+        np.empty(_MAX_E, dtype=np.bool_),
+        np.empty(_MAX_K, dtype=np.int64),
+        np.empty(_MAX_K, dtype=np.float32),
+    )
 
 
 def _i64(a) -> np.ndarray:
@@ -120,8 +132,13 @@ def _timing(tm) -> tuple:
     return (tm.ts, tm.ready, tm.rdone, tm.cv, TM.UNIT_OF, hbm_tm, tm.tbuf, tm.tcount, rr, wr)
 
 
-def execute(state: MachineState, program_words, max_instructions: int = 10**9, timing: str | None = None,
-            trace_capacity: int | None = None) -> Outcome:
+def execute(
+    state: MachineState,
+    program_words,
+    max_instructions: int = 10**9,
+    timing: str | None = None,
+    trace_capacity: int | None = None,
+) -> Outcome:
     """Run ``program_words`` on ``state`` (from ``state.ctrl[CTRL_PC]``) with the Numba core.
 
     Returns an :class:`~plena_sim.state.Outcome`: instructions retired, the fault record (or None),
@@ -135,8 +152,12 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9, t
     par = _params(state.cfg)
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
-    out = (np.zeros(N_STATS, dtype=np.int64), np.zeros(N_OPCODES, dtype=np.int64),
-           np.zeros(FAULT_RECORD_LEN, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    out = (
+        np.zeros(N_STATS, dtype=np.int64),
+        np.zeros(N_OPCODES, dtype=np.int64),
+        np.zeros(FAULT_RECORD_LEN, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
     scr, tim = _scratch(state.cfg), _timing(tm)
     while True:
         hbm = state.hbm
@@ -168,20 +189,38 @@ def _static_fault(frec: np.ndarray, pc: int, prog: tuple, par: tuple) -> int:
 
 
 def _warm_up_program() -> list[int]:
-    return [encode("S_ADDI_INT", rd=1, rs1=0, imm18=1), encode("C_LOOP_START", rd=2, imm22=2),
-            encode("V_ADD_VV", rd=0, rs1=0, rs2=0), encode("H_STORE_V", rd=0, rs1=0, rs2=0),
-            encode("H_PREFETCH_V", rd=0, rs1=0, rs2=0), encode("H_PREFETCH_M", rd=0, rs1=0, rs2=0),
-            encode("M_MM", rs1=0, rs2=0), encode("M_MM_WO", rd=0, imm18=0), encode("C_LOOP_END", rd=2)]
+    return [
+        encode("S_ADDI_INT", rd=1, rs1=0, imm18=1),
+        encode("C_LOOP_START", rd=2, imm22=2),
+        encode("V_ADD_VV", rd=0, rs1=0, rs2=0),
+        encode("H_STORE_V", rd=0, rs1=0, rs2=0),
+        encode("H_PREFETCH_V", rd=0, rs1=0, rs2=0),
+        encode("H_PREFETCH_M", rd=0, rs1=0, rs2=0),
+        encode("M_MM", rs1=0, rs2=0),
+        encode("M_MM_WO", rd=0, imm18=0),
+        encode("C_LOOP_END", rd=2),
+    ]
 
 
 @lru_cache(maxsize=1)
 def jit_seconds() -> float:
     """Seconds the first :func:`warm_up` of this process took (JIT compile or cache load)."""
     from ..config import load_config
+
     t0 = time.perf_counter()
-    cfg = load_config(overrides={"MLEN": 16, "VLEN": 16, "BLEN": 4, "HLEN": 4, "BROADCAST_AMOUNT": 4,
-                                 "VECTOR_SRAM_SIZE": 64, "MATRIX_SRAM_SIZE": 64, "HBM_SIZE": 1 << 20,
-                                 "HBM_M_Prefetch_Amount": 16})
+    cfg = load_config(
+        overrides={
+            "MLEN": 16,
+            "VLEN": 16,
+            "BLEN": 4,
+            "HLEN": 4,
+            "BROADCAST_AMOUNT": 4,
+            "VECTOR_SRAM_SIZE": 64,
+            "MATRIX_SRAM_SIZE": 64,
+            "HBM_SIZE": 1 << 20,
+            "HBM_M_Prefetch_Amount": 16,
+        }
+    )
     state = MachineState(cfg)
     execute(state, _warm_up_program(), timing="serial", trace_capacity=0)
     state.reset_timing()

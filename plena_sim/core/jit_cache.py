@@ -8,16 +8,29 @@ it removes the cache entries of those modules (they are recompiled on first use)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _PKG = Path(__file__).resolve().parent.parent
 #: the modules whose @njit functions are compiled into (or called by) the run loop
 JIT_SOURCES: tuple[str, ...] = (
-    "core/account.py", "core/common.py", "core/control.py", "core/dma.py", "core/loop.py", "core/matrix.py",
-    "core/scalar.py", "core/static.py", "core/vector.py", "hbm.py", "hbm_timing.py", "latency.py", "numerics.py",
+    "core/account.py",
+    "core/common.py",
+    "core/control.py",
+    "core/dma.py",
+    "core/loop.py",
+    "core/matrix.py",
+    "core/scalar.py",
+    "core/static.py",
+    "core/vector.py",
+    "hbm.py",
+    "hbm_timing.py",
+    "latency.py",
+    "numerics.py",
     "timing.py",
 )
 _STAMP = "plena-sim-jit-sources.sha256"
@@ -44,10 +57,11 @@ def cache_dirs(root: Path = _PKG, sources: Iterable[str] = JIT_SOURCES) -> dict[
     for rel in sources:
         src = root / rel
         path: Path | None = None
-        for loc in CacheImpl._locator_classes:   # Numba's own choice order
+        locators: list[Any] = list(CacheImpl._locator_classes)  # Numba's own choice order
+        for loc in locators:
             try:
                 found = loc.from_function(_probe, str(src))
-            except Exception:   # noqa: BLE001 - a locator that does not apply here
+            except Exception:  # noqa: BLE001 - a locator that does not apply here
                 found = None
             if found is not None:
                 path = Path(found.get_cache_path())
@@ -81,10 +95,8 @@ def invalidate_if_changed(root: Path = _PKG) -> bool:
 
 
 def _unlink(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         path.unlink()
-    except OSError:
-        pass
 
 
 def _write(path: Path, text: str) -> None:

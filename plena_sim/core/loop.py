@@ -46,7 +46,7 @@ from . import control, dma, matrix, scalar, vector
 from .account import account_dma, account_overlap, trace_after, trace_before
 from .common import fault
 from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, STAT_CYCLES, STAT_MACS, STAT_RETIRED
-from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_NOOP, TAB_VALID, TAB_VF, per_pc
+from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF, per_pc
 
 
 @njit(cache=True)
@@ -78,12 +78,11 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     gp, fp, areg, ctrl, (lstart, lreg, lcount) = regs
     vram, mram, fp_sram, int_sram, (page_index, pages, meta) = mem
     cfg, fmt, lat_table, macs, tabs, bmm_scale = par
-    fam_of, alu_of, valid, vf_of, noop, is_end = (tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VALID], tabs[TAB_VF],
-                                                  tabs[TAB_NOOP], tabs[TAB_LOOPEND])
+    fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
     ts, ready, rdone, cv, unit_of, (hp, geom, ch, bank, hstats, blocks, hset, work), tbuf, tcount, rr, wr = tim
     (stats, by_opcode, frec, need), (m_acc, v_acc, hm_acc, hv_acc) = out, accs
     rowf, xbuf, wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel, wts = scr
-    lat_pc, end_of, bad = per_pc(op, words, tabs, lat_table, cfg, frec)
+    lat_pc, unit_pc, end_of, bad = per_pc(op, words, tabs, lat_table, unit_of, cfg, frec)
     n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (np.int64(0), np.int64(0), np.int64(0), np.int64(0))
     while True:
         pc = ctrl[CTRL_PC]
@@ -92,51 +91,150 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         if stats[STAT_RETIRED] == max_instr:
             return fault(frec, R_BUDGET, pc, OPND_NONE, stats[STAT_RETIRED], -1, max_instr, 0, 0)
         depth, over = ctrl[CTRL_LOOP_DEPTH], False
-        for k in range(depth):                  # the runaway guard counts this instruction in every record
+        for k in range(depth):  # the runaway guard counts this instruction in every record
             lcount[k] += 1
             over = over or lcount[k] > maxloop
         o = op[pc]
-        if over or valid[o] == 0 or bad[pc] != 0:
+        if over or bad[pc] != 0:
             return _stop(pc, depth, over, lstart, lreg, lcount, maxloop, frec)
         rd, rs1, rs2, rs3, f1, imm = rd_a[pc], rs1_a[pc], rs2_a[pc], rs3_a[pc], f1_a[pc], i18_a[pc]
         fam, alu, npc, st = fam_of[o], alu_of[o], pc + 1, RUN_OK
-        g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))       # register values at issue
-        aux = lreg[depth - 1] if depth > 0 else np.int64(-1)                # innermost loop register (C_BREAK)
+        g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
+        aux = lreg[depth - 1] if depth > 0 else np.int64(-1)  # innermost loop register (C_BREAK)
         if tcap > 0:
             reg = trace_before(o, rd, aux, gp, fp, areg, ctrl, hstats)
         # ---------------------------------------------------------------- dispatch on the table's family; account
-        if fam == FAM_SINT:
-            if rd != 0:
-                gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc]))
-        elif fam == FAM_LOOP and alu == ALU_END and aux == rd and g[0] > 1:   # next iteration, innermost loop
+        if fam == FAM_SINT:  # gp0 / f0 stay 0
+            gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
+        elif fam == FAM_LOOP and alu == ALU_END and aux == rd and g[0] > 1:  # next iteration, innermost loop
             gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), 0, lstart[depth - 1] + 1
-        elif fam == FAM_LOOP or fam == FAM_CREG:
-            st, npc = control.execute(fam, alu, pc, rd, rs1, rs2, i22_a[pc], depth, gp, areg, ctrl, lstart, lreg,
-                                      lcount, op, rd_a, end_of, is_end, frec)
+        elif fam in (FAM_LOOP, FAM_CREG):
+            st, npc = control.execute(
+                fam,
+                alu,
+                pc,
+                rd,
+                rs1,
+                rs2,
+                i22_a[pc],
+                depth,
+                gp,
+                areg,
+                ctrl,
+                lstart,
+                lreg,
+                lcount,
+                op,
+                rd_a,
+                end_of,
+                is_end,
+                frec,
+            )
         elif fam == FAM_SFP:
-            if rd != 0:                            # f0 stays 0.0
-                fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2])
-        elif fam == FAM_VBIN or fam == FAM_VUNARY or fam == FAM_SHIFT or fam == FAM_REDUCE or fam == FAM_TOPK:
-            st = vector.execute(fam, alu, vf_of[o], pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, fp_sram, int_sram,
-                                cfg, frec, rowf, logits, taken, sel, wts)
-        elif fam == FAM_MAT or fam == FAM_BMAT or fam == FAM_WO:
-            st = matrix.execute(fam, alu, pc, rd, rs1, rs2, imm, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg,
-                                bmm_scale, frec, xbuf, wbuf)
-        elif fam == FAM_FPMEM or fam == FAM_INTMEM or fam == FAM_MAPV:
+            fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2]) if rd != 0 else 0
+        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT, FAM_REDUCE, FAM_TOPK):
+            st = vector.execute(
+                fam,
+                alu,
+                vf_of[o],
+                pc,
+                rd,
+                rs1,
+                rs2,
+                rs3,
+                f1,
+                gp,
+                fp,
+                ctrl,
+                vram,
+                fp_sram,
+                int_sram,
+                cfg,
+                frec,
+                rowf,
+                logits,
+                taken,
+                sel,
+                wts,
+            )
+        elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
+            st = matrix.execute(
+                fam,
+                alu,
+                pc,
+                rd,
+                rs1,
+                rs2,
+                imm,
+                gp,
+                vram,
+                mram,
+                m_acc,
+                v_acc,
+                hm_acc,
+                hv_acc,
+                cfg,
+                bmm_scale,
+                frec,
+                xbuf,
+                wbuf,
+            )
+        elif fam in (FAM_FPMEM, FAM_INTMEM, FAM_MAPV):
             st = scalar.memory(fam, alu, pc, rd, rs1, imm, gp, fp, vram, fp_sram, int_sram, cfg, frec)
         elif fam == FAM_DMA:
-            st = dma.transfer(alu, pc, rd, rs1, rs2, rs3, f1, gp, areg, ctrl, vram, mram, (page_index, pages, meta),
-                              cfg, fmt, stats, frec, need, (ebuf, sbuf, fbuf, counts))
-        else:                                      # a family without a unit branch: loud, never silent
+            st = dma.transfer(
+                alu,
+                pc,
+                rd,
+                rs1,
+                rs2,
+                rs3,
+                f1,
+                gp,
+                areg,
+                ctrl,
+                vram,
+                mram,
+                (page_index, pages, meta),
+                cfg,
+                fmt,
+                stats,
+                frec,
+                need,
+                (ebuf, sbuf, fbuf, counts),
+            )
+        else:  # a family without a unit branch: loud, never silent
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
         if st != RUN_OK:
-            rollback(depth, lcount)                # nothing was changed; undo the runaway increments
+            rollback(depth, lcount)  # nothing was changed; undo the runaway increments
             return st
-        unit, lat, f = -1 if (noop[o] != 0 and rd == 0) else unit_of[o], lat_pc[pc], (rd, rs1, rs2, rs3, f1, imm)
+        unit, lat, f = unit_pc[pc], lat_pc[pc], (rd, rs1, rs2, rs3, f1, imm)
         if fam == FAM_DMA:
-            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hp, geom, ch,
-                                     bank, hstats, blocks, hset, work)
-        elif ts[T_MODE] == MODE_SERIAL:            # timing.md §3 (account_serial, written out)
+            issue, lat = account_dma(
+                o,
+                alu,
+                f,
+                g,
+                aux,
+                unit,
+                areg,
+                ctrl,
+                ts,
+                ready,
+                rdone,
+                cv,
+                rr,
+                wr,
+                hp,
+                geom,
+                ch,
+                bank,
+                hstats,
+                blocks,
+                hset,
+                work,
+            )
+        elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out)
             issue = ts[T_CYCLES]
             ts[T_CYCLES], ts[T_LAST_ISSUE] = issue + lat, issue
             if unit >= 0:
@@ -144,8 +242,32 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         else:
             issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
         if tcap > 0:
-            trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], gp, fp, areg, ctrl,
-                        cv, rr, wr, tbuf, tcount, hp, geom, hstats)
+            trace_after(
+                pc,
+                o,
+                fam,
+                alu,
+                unit,
+                issue,
+                lat,
+                f,
+                g,
+                aux,
+                reg,
+                stats[STAT_RETIRED],
+                gp,
+                fp,
+                areg,
+                ctrl,
+                cv,
+                rr,
+                wr,
+                tbuf,
+                tcount,
+                hp,
+                geom,
+                hstats,
+            )
         stats[STAT_RETIRED] += 1
         stats[STAT_CYCLES] += lat
         stats[STAT_MACS] += macs[o]

@@ -4,13 +4,13 @@ One job: the semantics of the ``mat``, ``bmat`` and ``wo`` families. Every outpu
 sequential in ascending k from +0.0 (:func:`.common.dot`), ``f32(p*s)`` then ``acc = f32(acc + p_s)``.
 Static checks (IL-BRD, CF-VM, CF-BA) are made before dispatch (:mod:`.static`).
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
 from isa.encoding import (
-    FAM_WO,
     ALU_BMM,
     ALU_BMV,
     ALU_BTMM,
@@ -19,6 +19,7 @@ from isa.encoding import (
     ALU_MV,
     ALU_TMM,
     ALU_TMV,
+    FAM_WO,
 )
 
 from ..faults import (
@@ -52,7 +53,7 @@ from .slots import (
 @njit(cache=True)
 def _offset_checks(alu, pc, m, off, mf, M, B, H, frec):
     """AL of the matrix operand's in-tile offset (AL-MM / AL-MV / AL-TMV / AL-BHEAD)."""
-    if alu == ALU_MM or alu == ALU_TMM:
+    if alu in (ALU_MM, ALU_TMM):
         if off % M != 0:
             return fault(frec, R_AL_MM, pc, mf, m, -1, M, off, 0)
         if (off // M) % B != 0:
@@ -76,9 +77,9 @@ def _offset_checks(alu, pc, m, off, mf, M, B, H, frec):
 @njit(cache=True)
 def _vector_rows(alu, M, B):
     """VRAM rows of the vector operand: B (M_MM/M_TMM), M (M_BMM/M_BTMM), else 1."""
-    if alu == ALU_MM or alu == ALU_TMM:
+    if alu in (ALU_MM, ALU_TMM):
         return B
-    if alu == ALU_BMM or alu == ALU_BTMM:
+    if alu in (ALU_BMM, ALU_BTMM):
         return M
     return np.int64(1)
 
@@ -110,13 +111,13 @@ def _operand_checks(alu, pc, m, v, mf, vf, cfg, frec):
 @njit(cache=True)
 def _tile_product(alu, T, c, xbuf, wbuf, m_accum, v_accum, M, B):
     """M_MM / M_TMM / M_MV / M_TMV: B output columns at column (or row) ``c`` of tile T."""
-    for j in range(B):                            # wbuf[j, k] = weight of output column j at depth k
+    for j in range(B):  # wbuf[j, k] = weight of output column j at depth k
         for k in range(M):
-            if alu == ALU_MM or alu == ALU_MV:
+            if alu in (ALU_MM, ALU_MV):
                 wbuf[j, k] = np.float64(T[k, c + j])
             else:
                 wbuf[j, k] = np.float64(T[c + j, k])
-    if alu == ALU_MM or alu == ALU_TMM:
+    if alu in (ALU_MM, ALU_TMM):
         for i in range(B):
             for j in range(B):
                 m_accum[i, j] = acc32(m_accum[i, j], np.float32(dot(xbuf[i], 0, wbuf[j], M)))
@@ -129,13 +130,13 @@ def _tile_product(alu, T, c, xbuf, wbuf, m_accum, v_accum, M, B):
 def _batched_product(alu, T, h, xbuf, wbuf, hm_accum, hv_accum, M, H, BA, bmm_scale):
     """M_BMM / M_BTMM / M_BMV / M_BTMV: every head b < BA against the head slice at ``h``."""
     s = np.float64(np.float32(bmm_scale))
-    for j in range(M):                            # wbuf[j, k]: j < M output column, k < H depth
+    for j in range(M):  # wbuf[j, k]: j < M output column, k < H depth
         for k in range(H):
-            if alu == ALU_BMM or alu == ALU_BMV:
+            if alu in (ALU_BMM, ALU_BMV):
                 wbuf[j, k] = np.float64(T[h + k, j])
             else:
                 wbuf[j, k] = np.float64(T[j, h + k])
-    if alu == ALU_BMV or alu == ALU_BTMV:
+    if alu in (ALU_BMV, ALU_BTMV):
         for b in range(BA):
             for j in range(M):
                 p = dot(xbuf[0], b * H, wbuf[j], H)
@@ -152,11 +153,11 @@ def _batched_product(alu, T, h, xbuf, wbuf, hm_accum, hv_accum, M, H, BA, bmm_sc
 def product(alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf):
     """The ``mat`` and ``bmat`` families (not the write-outs), into the M/V or batched accumulators."""
     M, V, B = cfg[CFG_M], cfg[CFG_V], cfg[CFG_B]
-    if alu == ALU_TMM:                            # operand roles swapped
+    if alu == ALU_TMM:  # operand roles swapped
         v, m, mf, vf = np.int64(gp[rs1]), np.int64(gp[rs2]), OPND_RS2, OPND_RS1
     else:
         m, v, mf, vf = np.int64(gp[rs1]), np.int64(gp[rs2]), OPND_RS1, OPND_RS2
-        if alu == ALU_BMV or alu == ALU_BTMV:
+        if alu in (ALU_BMV, ALU_BTMV):
             m = m + np.int64(gp[rd])
     st = _operand_checks(alu, pc, m, v, mf, vf, cfg, frec)
     if st != RUN_OK:
@@ -164,10 +165,10 @@ def product(alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc,
     T = mram[m // (M * M)]
     off = m % (M * M)
     r0 = v // V
-    for i in range(_vector_rows(alu, M, B)):      # X rows as float64 (bf16 values, exact)
+    for i in range(_vector_rows(alu, M, B)):  # X rows as float64 (bf16 values, exact)
         for k in range(V):
             xbuf[i, k] = np.float64(bf16_bits_to_f32(vram[r0 + i, k]))
-    if alu == ALU_MM or alu == ALU_TMM or alu == ALU_MV or alu == ALU_TMV:
+    if alu in (ALU_MM, ALU_TMM, ALU_MV, ALU_TMV):
         c = off if alu == ALU_MV else off // M
         _tile_product(alu, T, c, xbuf, wbuf, m_acc, v_acc, M, B)
     else:
@@ -214,7 +215,7 @@ def writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg,
     """The ``wo`` family: M_MM_WO, M_MV_WO, M_BMM_WO (BA*M rows), M_BMV_WO (BA rows); clears the accumulator."""
     M, V, BA, nrows = cfg[CFG_M], cfg[CFG_V], cfg[CFG_BA], cfg[CFG_VROWS]
     addr = np.int64(gp[rd]) + imm
-    if alu == ALU_MM or alu == ALU_MV:
+    if alu in (ALU_MM, ALU_MV):
         return _lane_writeout(alu, pc, rs1, addr, gp, vram, m_acc, v_acc, cfg, frec)
     if addr % M != 0:
         return fault(frec, R_AL_BWO, pc, OPND_RD, addr, -1, M, addr % M, 0)
@@ -238,10 +239,12 @@ def writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg,
 
 
 @njit(cache=True, error_model="numpy")
-def execute(fam, alu, pc, rd, rs1, rs2, imm, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf,
-            wbuf):
+def execute(
+    fam, alu, pc, rd, rs1, rs2, imm, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
+):
     """The matrix unit's instructions (families mat, bmat, wo): the status."""
     if fam == FAM_WO:
         return writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg, frec)
-    return product(alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf,
-                   wbuf)
+    return product(
+        alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
+    )

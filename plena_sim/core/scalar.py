@@ -3,14 +3,13 @@
 One job: the semantics of the ``sint``, ``intmem``, ``sfp``, ``fpmem`` and ``mapv`` families. Static
 checks (IL-FREG) are made before dispatch (:mod:`.static`); these functions make the dynamic ones.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
 from isa.encoding import (
-    FAM_FPMEM,
-    FAM_INTMEM,
     ALU_ADD,
     ALU_ADDI,
     ALU_EXP,
@@ -19,6 +18,8 @@ from isa.encoding import (
     ALU_MUL,
     ALU_RECI,
     ALU_SUB,
+    FAM_FPMEM,
+    FAM_INTMEM,
 )
 
 from ..faults import R_AL_VROW, R_BD_FPS, R_BD_INTS, R_BD_VROW
@@ -40,7 +41,7 @@ def int_result(alu, a, b, imm18, imm22):
         return (a - b) & _U32
     if alu == ALU_MUL:
         return np.int64((np.uint64(a) * np.uint64(b)) & np.uint64(_U32))
-    return (imm22 << 12) & _U32                      # ALU_LUI
+    return (imm22 << 12) & _U32  # ALU_LUI
 
 
 @njit(cache=True)
@@ -62,8 +63,8 @@ def fp_result(alu, x, y):
     """f_d bits of S_ADD/SUB/MAX/MUL/EXP/RECI/SQRT_FP from f_s1 bits ``x`` and f_s2 bits ``y`` (scalars only,
     so the compiler inlines it into the run loop)."""
     a = bf16_bits_to_f32(x)
-    if alu == ALU_ADD or alu == ALU_SUB or alu == ALU_MUL or alu == ALU_MAX:
-        b = bf16_bits_to_f32(y)                    # rs2 is an operand (IL-checked) only of these
+    if alu in (ALU_ADD, ALU_SUB, ALU_MUL, ALU_MAX):
+        b = bf16_bits_to_f32(y)  # rs2 is an operand (IL-checked) only of these
         if alu == ALU_ADD:
             r = nan32(a, b, a + b)
         elif alu == ALU_SUB:
@@ -76,7 +77,7 @@ def fp_result(alu, x, y):
         r = exp_clamped(a)
     elif alu == ALU_RECI:
         r = np.float32(1.0) / a
-    else:                                            # ALU_SQRT
+    else:  # ALU_SQRT
         r = np.sqrt(a)
     return f32_to_bf16_bits(r)
 

@@ -3,6 +3,7 @@
 Prefixes: ``RUN_`` run-loop statuses, ``STAT_`` run statistics, ``CFG_`` config vector, ``FMT_`` HBM type
 rows, ``OPND_`` instruction-word operand fields of a fault record (:data:`plena_sim.faults.OPERAND_NAMES`).
 """
+
 from __future__ import annotations
 
 from ..faults import OPERAND_NAMES
@@ -22,8 +23,22 @@ N_STATS = len(STAT_NAMES)
 COUNTER_NAMES = ("matrix_macs",) + STAT_NAMES[STAT_MX_NAN:]
 
 CFG_NAMES = ("M", "V", "B", "H", "BA", "VROWS", "NTILES", "FPS", "INTS", "HBM_SIZE", "PM", "PV", "PW", "MAXLOOP")
-(CFG_M, CFG_V, CFG_B, CFG_H, CFG_BA, CFG_VROWS, CFG_NTILES, CFG_FPS, CFG_INTS, CFG_HBM_SIZE, CFG_PM, CFG_PV,
- CFG_PW, CFG_MAXLOOP) = range(len(CFG_NAMES))
+(
+    CFG_M,
+    CFG_V,
+    CFG_B,
+    CFG_H,
+    CFG_BA,
+    CFG_VROWS,
+    CFG_NTILES,
+    CFG_FPS,
+    CFG_INTS,
+    CFG_HBM_SIZE,
+    CFG_PM,
+    CFG_PV,
+    CFG_PW,
+    CFG_MAXLOOP,
+) = range(len(CFG_NAMES))
 N_CFG = len(CFG_NAMES)
 
 #: one row per HBM type, in :data:`HBM_TYPES` order (prec 0 / 1 of H_PREFETCH_M, then of H_*_V)

@@ -8,6 +8,7 @@ Static checks (isa.md §8 order IL -> CF -> LP, operands in table order): an f /
 register count (IL-FREG / IL-AREG), a non-zero ``zero`` field, a ``max_value`` or a ``forbid`` value (the
 operand's ``rule``), VLEN != MLEN for unit M (CF-VM), BA*HLEN != MLEN for the batched family (CF-BA).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -41,8 +42,19 @@ MAX_CHECKS = 4
 N_CK = 7
 #: the opcode tables tuple (:attr:`OpcodeTables.arrays`)
 TAB_NAMES = ("family", "alu", "valid", "checks", "n_checks", "n_il", "cf_vm", "cf_ba", "vf", "loop_end", "noop")
-(TAB_FAMILY, TAB_ALU, TAB_VALID, TAB_CHECKS, TAB_NCHECKS, TAB_NIL, TAB_CFVM, TAB_CFBA, TAB_VF, TAB_LOOPEND,
- TAB_NOOP) = range(len(TAB_NAMES))
+(
+    TAB_FAMILY,
+    TAB_ALU,
+    TAB_VALID,
+    TAB_CHECKS,
+    TAB_NCHECKS,
+    TAB_NIL,
+    TAB_CFVM,
+    TAB_CFBA,
+    TAB_VF,
+    TAB_LOOPEND,
+    TAB_NOOP,
+) = range(len(TAB_NAMES))
 #: instruction-word fields in decode order (the per-pc field arrays of the run loop)
 WORD_FIELDS = ("rd", "rs1", "rs2", "rs3", "funct1", "imm18", "imm22")
 
@@ -92,9 +104,9 @@ class OpcodeTables:
         self.valid = (self.family >= 0).astype(np.int64)
         self.checks = np.zeros((N_OPCODES, MAX_CHECKS, N_CK), dtype=np.int64)
         self.n_checks = np.zeros(N_OPCODES, dtype=np.int64)
-        self.n_il = np.zeros(N_OPCODES, dtype=np.int64)      # checks before the CF checks (IL)
-        self.cf_vm = np.zeros(N_OPCODES, dtype=np.int64)     # unit M: needs VLEN == MLEN
-        self.cf_ba = np.zeros(N_OPCODES, dtype=np.int64)     # batched: needs BA*HLEN == MLEN
+        self.n_il = np.zeros(N_OPCODES, dtype=np.int64)  # checks before the CF checks (IL)
+        self.cf_vm = np.zeros(N_OPCODES, dtype=np.int64)  # unit M: needs VLEN == MLEN
+        self.cf_ba = np.zeros(N_OPCODES, dtype=np.int64)  # batched: needs BA*HLEN == MLEN
         for i in INSTRUCTIONS:
             ck = checks_of(i)
             assert len(ck) <= MAX_CHECKS, i.mnemonic
@@ -104,15 +116,26 @@ class OpcodeTables:
                 self.checks[i.opcode, k] = c
             self.cf_vm[i.opcode] = i.unit == "M"
             self.cf_ba[i.opcode] = i.family == "bmat"
-        self.vf = np.zeros(N_OPCODES, dtype=np.int64)        # vector op whose rs2 is an f register (VF form)
+        self.vf = np.zeros(N_OPCODES, dtype=np.int64)  # vector op whose rs2 is an f register (VF form)
         self.loop_end = np.zeros(N_OPCODES, dtype=np.int64)  # C_LOOP_END (the C_BREAK target scan)
-        self.noop = np.zeros(N_OPCODES, dtype=np.int64)      # a zero-latency no-op when rd = 0
+        self.noop = np.zeros(N_OPCODES, dtype=np.int64)  # a zero-latency no-op when rd = 0
         for i in INSTRUCTIONS:
             self.vf[i.opcode] = i.family == "vbin" and i.operands[2].kind == "f"
             self.loop_end[i.opcode] = i.family == "loop" and i.alu == "end"
             self.noop[i.opcode] = i.noop_if_rd0
-        self.arrays = (self.family, self.alu, self.valid, self.checks, self.n_checks, self.n_il, self.cf_vm,
-                       self.cf_ba, self.vf, self.loop_end, self.noop)
+        self.arrays = (
+            self.family,
+            self.alu,
+            self.valid,
+            self.checks,
+            self.n_checks,
+            self.n_il,
+            self.cf_vm,
+            self.cf_ba,
+            self.vf,
+            self.loop_end,
+            self.noop,
+        )
 
     @staticmethod
     def macs(M: int, B: int, H: int, BA: int) -> np.ndarray:
@@ -172,25 +195,27 @@ def static_fault(frec, pc, o, words, tabs, cfg):
 
 
 @njit(cache=True)
-def per_pc(op, words, tabs, lat_table, cfg, frec):
-    """Per-pc facts of a program: latency, C_BREAK target (the next C_LOOP_END on the same counter after a
-    C_LOOP_START) and a static-fault flag. ``frec`` is scratch (left holding the last failing record)."""
-    fam, alu, valid = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VALID]
+def per_pc(op, words, tabs, lat_table, unit_of, cfg, frec):
+    """Per-pc facts of a program: latency; timing unit (-1 for a zero-latency no-op); C_BREAK target (the next
+    C_LOOP_END on the same counter after a C_LOOP_START); a flag for a word that is not an instruction or fails a
+    static check. ``frec`` is scratch (left holding the last failing record)."""
+    fam, alu, valid, noop = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VALID], tabs[TAB_NOOP]
     n = op.shape[0]
     rd_a, rs3_a = words[0], words[3]
     lat_pc = np.zeros(n, dtype=np.int64)
+    unit_pc = np.full(n, -1, dtype=np.int64)
     end_of = np.full(n, -1, dtype=np.int64)
-    bad = np.zeros(n, dtype=np.int64)
+    bad = np.ones(n, dtype=np.int64)
     next_end = np.full(16, -1, dtype=np.int64)
     for q in range(n - 1, -1, -1):
         o = op[q]
         if valid[o] == 0:
             continue
-        lat_pc[q] = instruction_latency(lat_table, o, rd_a[q], rs3_a[q])   # H_*: 0 (HBM model)
-        if static_fault(frec, q, o, words, tabs, cfg) >= 0:
-            bad[q] = 1
+        lat_pc[q] = instruction_latency(lat_table, o, rd_a[q], rs3_a[q])  # H_*: 0 (HBM model)
+        unit_pc[q] = -1 if (noop[o] != 0 and rd_a[q] == 0) else unit_of[o]
+        bad[q] = 1 if static_fault(frec, q, o, words, tabs, cfg) >= 0 else 0
         if fam[o] == FAM_LOOP and alu[o] == ALU_START:
             end_of[q] = next_end[rd_a[q]]
         elif fam[o] == FAM_LOOP and alu[o] == ALU_END:
             next_end[rd_a[q]] = q
-    return lat_pc, end_of, bad
+    return lat_pc, unit_pc, end_of, bad

@@ -4,6 +4,7 @@ One job: the semantics of the ``vbin``, ``vunary``, ``shift``, ``reduce`` and ``
 VRAM rows (f32 arithmetic, one bf16 rounding on write; all reads before any write). Static checks
 (IL-FREG, IL-TOPK) are made before dispatch (:mod:`.static`).
 """
+
 from __future__ import annotations
 
 import math
@@ -76,7 +77,7 @@ def _lane(alu, x, y, rorder):
         return nan32(y, x, y - x)
     if alu == ALU_MUL:
         return nan32(x, y, x * y)
-    if alu == ALU_MAX or alu == ALU_MIN:
+    if alu in (ALU_MAX, ALU_MIN):
         if x != x:
             return x
         if y != y:
@@ -86,7 +87,7 @@ def _lane(alu, x, y, rorder):
         return x
     if alu == ALU_EXP:
         return exp_clamped(x)
-    return np.float32(1.0) / x                    # ALU_RECI
+    return np.float32(1.0) / x  # ALU_RECI
 
 
 @njit(cache=True, error_model="numpy")
@@ -101,12 +102,12 @@ def elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg
     if st != RUN_OK:
         return st
     ra, rb, rdst = a // V, b // V, d // V
-    if fam == FAM_SHIFT:                          # shift amount gp[rs2], unchecked; never masked
+    if fam == FAM_SHIFT:  # shift amount gp[rs2], unchecked; never masked
         for j in range(V):
             rowf[j] = bf16_bits_to_f32(vram[ra, j - b]) if j >= b else np.float32(0.0)
     else:
         f = bf16_bits_to_f32(fp[rs2]) if vf != 0 else np.float32(0.0)
-        rorder = f1 if vf != 0 else 0             # funct1 is an operand of V_SUB_VF only
+        rorder = f1 if vf != 0 else 0  # funct1 is an operand of V_SUB_VF only
         for j in range(V):
             y = bf16_bits_to_f32(vram[rb, j]) if vv else f
             rowf[j] = _lane(alu, bf16_bits_to_f32(vram[ra, j]), y, rorder)
@@ -231,8 +232,30 @@ def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, 
 
 
 @njit(cache=True, error_model="numpy")
-def execute(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, fp_sram, int_sram, cfg, frec, rowf, logits,
-            taken, sel, wts):
+def execute(
+    fam,
+    alu,
+    vf,
+    pc,
+    rd,
+    rs1,
+    rs2,
+    rs3,
+    f1,
+    gp,
+    fp,
+    ctrl,
+    vram,
+    fp_sram,
+    int_sram,
+    cfg,
+    frec,
+    rowf,
+    logits,
+    taken,
+    sel,
+    wts,
+):
     """The vector unit's instructions (families vbin, vunary, shift, reduce, topk): the status."""
     if fam == FAM_REDUCE:
         return reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)

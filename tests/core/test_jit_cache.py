@@ -32,20 +32,23 @@ def test_cache_dropped_only_when_a_source_changes(tmp_path, monkeypatch):
         (core_cache / name).write_bytes(b"x")
     (core_cache / "unrelated.f-1.py311.nbi").write_bytes(b"x")
 
-    assert jit_cache.invalidate_if_changed(root) is True          # no digest recorded yet: drop
+    assert jit_cache.invalidate_if_changed(root) is True  # no digest recorded yet: drop
     assert _entries(core_cache) == {"unrelated.f-1.py311.nbi"}
 
-    (core_cache / "loop.run-90.py311.nbi").write_bytes(b"x")      # recompiled entry
-    assert jit_cache.invalidate_if_changed(root) is False         # same sources: keep
+    (core_cache / "loop.run-90.py311.nbi").write_bytes(b"x")  # recompiled entry
+    assert jit_cache.invalidate_if_changed(root) is False  # same sources: keep
     assert "loop.run-90.py311.nbi" in _entries(core_cache)
 
     vec = root / "core" / "vector.py"
     vec.write_text(vec.read_text() + "\n# edited\n")
-    assert jit_cache.invalidate_if_changed(root) is True          # a callee changed: the caller's entry goes
+    assert jit_cache.invalidate_if_changed(root) is True  # a callee changed: the caller's entry goes
     assert _entries(core_cache) == {"unrelated.f-1.py311.nbi"}
 
 
 def test_digest_covers_every_compiled_module():
-    compiled = {p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")
-                if any(line.startswith("@njit") for line in p.read_text().splitlines())}
+    compiled = {
+        p.relative_to(PKG).as_posix()
+        for p in PKG.rglob("*.py")
+        if any(line.startswith("@njit") for line in p.read_text().splitlines())
+    }
     assert compiled <= set(jit_cache.JIT_SOURCES), sorted(compiled - set(jit_cache.JIT_SOURCES))
