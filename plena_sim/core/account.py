@@ -90,8 +90,8 @@ def _hbm_latency(alu, f, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hstats, bloc
 
 @njit(cache=True)
 def account_serial(ts, unit, lat):
-    """timing.md §3: issue = the running total; returns the issue cycle. (The run loop has its own copy of these
-    five lines: an inlined call costs a reference count per array argument.)"""
+    """timing.md §3: issue = the running total; returns the issue cycle. (The run loop writes these lines out for
+    the fixed-latency instructions: a call per instruction would cost more than the work.)"""
     issue = ts[T_CYCLES]
     ts[T_CYCLES] = issue + lat
     ts[TM.T_LAST_ISSUE] = issue
@@ -101,9 +101,10 @@ def account_serial(ts, unit, lat):
 
 
 @njit(cache=True)
-def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
+def account_overlap(o, f, g, aux, unit, lat, tim):
     """timing.md §4: issue when every resource read is ready and every one written is done; returns it.
     ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue."""
+    ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
     TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
@@ -111,10 +112,10 @@ def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
 
 
 @njit(cache=True)
-def account_dma(
-    o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hp, geom, ch, bank, hstats, blocks, hset, work
-):
+def account_dma(o, alu, f, g, aux, unit, areg, ctrl, tim):
     """Timing of one retired H_* instruction, started at its issue cycle: returns (issue cycle, latency)."""
+    ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
+    hp, geom, ch, bank, hstats, blocks, hset, work = tim[5]
     if ts[TM.T_MODE] == MODE_SERIAL:
         start = ts[T_CYCLES]
         lat = _hbm_latency(alu, f, g[1], start, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)
@@ -127,46 +128,22 @@ def account_dma(
 
 
 @njit(cache=True)
-def trace_before(o, rd, aux, gp, fp, areg, ctrl, hstats):
+def trace_before(o, rd, aux, regs, tim):
     """(kind, index, value before, HBM requests so far) of the register the instruction writes."""
+    gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
+    hstats = tim[5][4]
     rkind, ridx = TM.dest_reg_nb(o, rd, aux)
-    return (
-        rkind,
-        ridx,
-        reg_value(rkind, ridx, gp, fp, areg, ctrl),
-        hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS],
-    )
+    requests = hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS]
+    return rkind, ridx, reg_value(rkind, ridx, gp, fp, areg, ctrl), requests
 
 
 @njit(cache=True)
-def trace_after(
-    pc,
-    o,
-    fam,
-    alu,
-    unit,
-    issue,
-    lat,
-    f,
-    g,
-    aux,
-    reg,
-    seq,
-    gp,
-    fp,
-    areg,
-    ctrl,
-    cv,
-    rr,
-    wr,
-    tbuf,
-    tcount,
-    hp,
-    geom,
-    hstats,
-):
+def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, tim):
     """Append the trace record of a retired instruction (timing.REC_FIELDS); H_*: with its HBM span.
     ``reg`` = :func:`trace_before`'s (kind, index, value before, HBM requests before)."""
+    gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
+    cv, tbuf, tcount, rr, wr = tim[3], tim[6], tim[7], tim[8], tim[9]
+    hp, geom, hstats = tim[5][0], tim[5][1], tim[5][4]
     new = reg_value(reg[0], reg[1], gp, fp, areg, ctrl)
     _nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     haddr, hspan, hbytes = np.int64(0), np.int64(0), np.int64(0)

@@ -102,13 +102,15 @@ def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, 
 
 
 @njit(cache=True)
-def execute(
-    fam, alu, pc, rd, rs1, rs2, imm22, depth, gp, areg, ctrl, lstart, lreg, lcount, op, rd_a, end_of, is_end, frec
-):
-    """The control unit's instructions (families loop, creg): (status, next pc)."""
+def execute(fam, alu, pc, f, imm22, depth, gp, areg, ctrl, loops, brk, frec):
+    """The control unit's instructions (families loop, creg): (status, next pc). ``loops`` = (start, reg, count)
+    arrays of the loop stack; ``brk`` = (opcodes, rd fields, C_BREAK targets, C_LOOP_END flag per opcode)."""
+    rd, rs1, rs2 = f[0], f[1], f[2]
+    lstart, lreg, lcount = loops
     if fam == FAM_CREG:
         set_register(alu, rd, rs1, rs2, gp, areg, ctrl)
         return RUN_OK, pc + 1
     if alu == ALU_END:
         return loop_end(pc, rd, depth, gp, lstart, lreg, lcount, ctrl, frec)
+    op, rd_a, end_of, is_end = brk
     return loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, rd_a, end_of, is_end, frec)

@@ -187,8 +187,11 @@ def _load(alu, hbm, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, b
 
 
 @njit(cache=True)
-def transfer(alu, pc, rd, rs1, rs2, rs3, f1, gp, areg, ctrl, vram, mram, hbm, cfg, fmt, stats, frec, need, bufs):
-    """The ``dma`` family. ``hbm`` = (page_index, pages, meta); ``bufs`` = (ebuf, sbuf, fbuf, counts)."""
+def transfer(alu, pc, f, gp, areg, ctrl, mem, cfg, fmt, stats, frec, need, scr):
+    """The ``dma`` family: the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; ``mem`` / ``scr`` =
+    the run loop's tuples (HBM = (page_index, pages, meta); DMA buffers = (ebuf, sbuf, fbuf, counts))."""
+    rd, rs1, rs2, rs3, f1, _imm = f
+    vram, mram, hbm, bufs = mem[0], mem[1], mem[4], scr[3]
     t, L, P, row_bytes, blk, nsc, pitch, eb = _geometry(alu, f1, rs3, ctrl, cfg, fmt)
     is_mx = fmt[t, FMT_MX] != 0
     g = (t, L, P, row_bytes, blk, nsc, pitch, eb, np.int64(is_mx), fmt[t, FMT_E], fmt[t, FMT_MT], fmt[t, FMT_BLOCK])

@@ -73,17 +73,14 @@ def rollback(depth, lcount):
 @njit(cache=True, error_model="numpy")
 def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     """Run from ``ctrl[CTRL_PC]`` until the PC leaves the program or a status (fault, grow) is returned."""
-    op, word, words = prog
-    rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a = words
-    gp, fp, areg, ctrl, (lstart, lreg, lcount) = regs
-    vram, mram, fp_sram, int_sram, (page_index, pages, meta) = mem
+    op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a) = prog
+    gp, fp, areg, ctrl, loops = regs
+    lstart, lreg, lcount = loops
     cfg, fmt, lat_table, macs, tabs, bmm_scale = par
     fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
-    ts, ready, rdone, cv, unit_of, (hp, geom, ch, bank, hstats, blocks, hset, work), tbuf, tcount, rr, wr = tim
-    (stats, by_opcode, frec, need), (m_acc, v_acc, hm_acc, hv_acc) = out, accs
-    rowf, xbuf, wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel, wts = scr
-    lat_pc, unit_pc, end_of, bad = per_pc(op, words, tabs, lat_table, unit_of, cfg, frec)
-    n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+    ts, unit_of, (stats, by_opcode, frec, need) = tim[0], tim[4], out
+    lat_pc, unit_pc, end_of, bad = per_pc(op, prog[2], tabs, lat_table, unit_of, cfg, frec)
+    n, maxloop, brk, reg = op.shape[0], cfg[CFG_MAXLOOP], (op, rd_a, end_of, is_end), (0, 0, 0, 0)
     while True:
         pc = ctrl[CTRL_PC]
         if pc >= n:
@@ -98,176 +95,46 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         if over or bad[pc] != 0:
             return _stop(pc, depth, over, lstart, lreg, lcount, maxloop, frec)
         rd, rs1, rs2, rs3, f1, imm = rd_a[pc], rs1_a[pc], rs2_a[pc], rs3_a[pc], f1_a[pc], i18_a[pc]
-        fam, alu, npc, st = fam_of[o], alu_of[o], pc + 1, RUN_OK
+        fam, alu, npc, st, f = fam_of[o], alu_of[o], pc + 1, RUN_OK, (rd, rs1, rs2, rs3, f1, imm)
         g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
         aux = lreg[depth - 1] if depth > 0 else np.int64(-1)  # innermost loop register (C_BREAK)
         if tcap > 0:
-            reg = trace_before(o, rd, aux, gp, fp, areg, ctrl, hstats)
-        # ---------------------------------------------------------------- dispatch on the table's family; account
+            reg = trace_before(o, rd, aux, regs, tim)
+        # ---------------------------------------------------------------- dispatch on the table's family
         if fam == FAM_SINT:  # gp0 / f0 stay 0
             gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
+        elif fam == FAM_SFP:
+            fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2]) if rd != 0 else 0
         elif fam == FAM_LOOP and alu == ALU_END and aux == rd and g[0] > 1:  # next iteration, innermost loop
             gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), 0, lstart[depth - 1] + 1
         elif fam in (FAM_LOOP, FAM_CREG):
-            st, npc = control.execute(
-                fam,
-                alu,
-                pc,
-                rd,
-                rs1,
-                rs2,
-                i22_a[pc],
-                depth,
-                gp,
-                areg,
-                ctrl,
-                lstart,
-                lreg,
-                lcount,
-                op,
-                rd_a,
-                end_of,
-                is_end,
-                frec,
-            )
-        elif fam == FAM_SFP:
-            fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2]) if rd != 0 else 0
+            st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec)
         elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT, FAM_REDUCE, FAM_TOPK):
-            st = vector.execute(
-                fam,
-                alu,
-                vf_of[o],
-                pc,
-                rd,
-                rs1,
-                rs2,
-                rs3,
-                f1,
-                gp,
-                fp,
-                ctrl,
-                vram,
-                fp_sram,
-                int_sram,
-                cfg,
-                frec,
-                rowf,
-                logits,
-                taken,
-                sel,
-                wts,
-            )
+            st = vector.execute(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, mem, cfg, frec, scr)
         elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
-            st = matrix.execute(
-                fam,
-                alu,
-                pc,
-                rd,
-                rs1,
-                rs2,
-                imm,
-                gp,
-                vram,
-                mram,
-                m_acc,
-                v_acc,
-                hm_acc,
-                hv_acc,
-                cfg,
-                bmm_scale,
-                frec,
-                xbuf,
-                wbuf,
-            )
+            st = matrix.execute(fam, alu, pc, f, gp, mem, accs, cfg, bmm_scale, frec, scr)
         elif fam in (FAM_FPMEM, FAM_INTMEM, FAM_MAPV):
-            st = scalar.memory(fam, alu, pc, rd, rs1, imm, gp, fp, vram, fp_sram, int_sram, cfg, frec)
+            st = scalar.memory(fam, alu, pc, f, gp, fp, mem, cfg, frec)
         elif fam == FAM_DMA:
-            st = dma.transfer(
-                alu,
-                pc,
-                rd,
-                rs1,
-                rs2,
-                rs3,
-                f1,
-                gp,
-                areg,
-                ctrl,
-                vram,
-                mram,
-                (page_index, pages, meta),
-                cfg,
-                fmt,
-                stats,
-                frec,
-                need,
-                (ebuf, sbuf, fbuf, counts),
-            )
+            st = dma.transfer(alu, pc, f, gp, areg, ctrl, mem, cfg, fmt, stats, frec, need, scr)
         else:  # a family without a unit branch: loud, never silent
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
         if st != RUN_OK:
             rollback(depth, lcount)  # nothing was changed; undo the runaway increments
             return st
-        unit, lat, f = unit_pc[pc], lat_pc[pc], (rd, rs1, rs2, rs3, f1, imm)
+        # ---------------------------------------------------------------- account, trace, retire
+        unit, lat = unit_pc[pc], lat_pc[pc]
         if fam == FAM_DMA:
-            issue, lat = account_dma(
-                o,
-                alu,
-                f,
-                g,
-                aux,
-                unit,
-                areg,
-                ctrl,
-                ts,
-                ready,
-                rdone,
-                cv,
-                rr,
-                wr,
-                hp,
-                geom,
-                ch,
-                bank,
-                hstats,
-                blocks,
-                hset,
-                work,
-            )
+            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, tim)
         elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out)
             issue = ts[T_CYCLES]
             ts[T_CYCLES], ts[T_LAST_ISSUE] = issue + lat, issue
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
         else:
-            issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
+            issue = account_overlap(o, f, g, aux, unit, lat, tim)
         if tcap > 0:
-            trace_after(
-                pc,
-                o,
-                fam,
-                alu,
-                unit,
-                issue,
-                lat,
-                f,
-                g,
-                aux,
-                reg,
-                stats[STAT_RETIRED],
-                gp,
-                fp,
-                areg,
-                ctrl,
-                cv,
-                rr,
-                wr,
-                tbuf,
-                tcount,
-                hp,
-                geom,
-                hstats,
-            )
+            trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)
         stats[STAT_RETIRED] += 1
         stats[STAT_CYCLES] += lat
         stats[STAT_MACS] += macs[o]

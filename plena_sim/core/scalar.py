@@ -115,9 +115,11 @@ def map_v_fp(pc, rd, rs1, imm18, gp, vram, fp_sram, cfg, frec):
 
 
 @njit(cache=True)
-def memory(fam, alu, pc, rd, rs1, imm18, gp, fp, vram, fp_sram, int_sram, cfg, frec):
+def memory(fam, alu, pc, f, gp, fp, mem, cfg, frec):
     """The scalar unit's memory instructions (families fpmem, intmem, mapv): the status. (The arithmetic,
     :func:`int_result` and :func:`fp_result`, is applied by the run loop itself.)"""
+    rd, rs1, imm18 = f[0], f[1], f[5]
+    vram, _mram, fp_sram, int_sram, _hbm = mem
     if fam == FAM_FPMEM:
         return fp_memory(alu, pc, rd, rs1, imm18, gp, fp, fp_sram, cfg, frec)
     if fam == FAM_INTMEM:

@@ -232,33 +232,14 @@ def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, 
 
 
 @njit(cache=True, error_model="numpy")
-def execute(
-    fam,
-    alu,
-    vf,
-    pc,
-    rd,
-    rs1,
-    rs2,
-    rs3,
-    f1,
-    gp,
-    fp,
-    ctrl,
-    vram,
-    fp_sram,
-    int_sram,
-    cfg,
-    frec,
-    rowf,
-    logits,
-    taken,
-    sel,
-    wts,
-):
-    """The vector unit's instructions (families vbin, vunary, shift, reduce, topk): the status."""
+def execute(fam, alu, vf, pc, f, gp, fp, ctrl, mem, cfg, frec, scr):
+    """The vector unit's instructions (families vbin, vunary, shift, reduce, topk): the status.
+    ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; ``mem`` / ``scr`` = the run loop's tuples."""
+    rd, rs1, rs2, rs3, f1, _imm = f
+    vram, _mram, fp_sram, int_sram, _hbm = mem
     if fam == FAM_REDUCE:
         return reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
     if fam == FAM_TOPK:
+        _rowf, _xbuf, _wbuf, _bufs, logits, taken, sel, wts = scr
         return topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
-    return elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, rowf)
+    return elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, scr[0])
