@@ -3,17 +3,41 @@
 * :func:`encode` packs field values into a word; :func:`field` / :func:`decode` unpack one.
 * :func:`decode_program` unpacks a whole program into flat integer arrays (one per field), the form the
   Numba core executes.
-* ``OP_<MNEMONIC>`` module constants (e.g. ``OP_M_MM``), ``SHIFT_<FIELD>`` and ``MASK_<FIELD>`` are
-  generated from the table so Numba code can use them as compile-time constants.
+* ``OP_<MNEMONIC>`` module constants (e.g. ``OP_M_MM``), ``SHIFT_<FIELD>``, ``MASK_<FIELD>``,
+  ``FAM_<FAMILY>`` and ``ALU_<OPERATION>`` are generated from the table so Numba code can use them as
+  compile-time constants; :func:`opcode_families` / :func:`opcode_alus` map opcodes to the latter two.
 """
+
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .table import BY_MNEMONIC, BY_OPCODE, FIELDS, INSTRUCTIONS, NOT_INSTRUCTIONS, WORD_BITS
+from .table import ALUS, BY_MNEMONIC, BY_OPCODE, FAMILIES, FIELDS, INSTRUCTIONS, NOT_INSTRUCTIONS, WORD_BITS
 
-__all__ = ["encode", "field", "decode", "decode_program", "is_instruction", "WORD_MASK", "OPCODES",
-           "UNIT_CODE", "UNIT_NAMES", "opcode_units", "N_OPCODES"]
+__all__ = [
+    "encode",
+    "field",
+    "decode",
+    "decode_program",
+    "is_instruction",
+    "WORD_MASK",
+    "OPCODES",
+    "UNIT_CODE",
+    "UNIT_NAMES",
+    "opcode_units",
+    "opcode_families",
+    "opcode_alus",
+    "N_OPCODES",
+    "FAM_NONE",
+]
+
+if TYPE_CHECKING:  # the OP_ / SHIFT_ / MASK_ / FAM_ / ALU_ constants below are generated into globals()
+
+    def __getattr__(name: str) -> int: ...
+
 
 WORD_MASK = (1 << WORD_BITS) - 1
 
@@ -31,6 +55,29 @@ for _f in FIELDS.values():
     globals()[f"SHIFT_{_f.name.upper()}"] = _f.shift
     globals()[f"MASK_{_f.name.upper()}"] = _f.max
 N_OPCODES = 1 << FIELDS["opcode"].width
+# ---- family / operation codes (FAM_SINT, ALU_ADD, ...): the core dispatches on these, not on opcodes
+for _k, _name in enumerate(FAMILIES):
+    globals()[f"FAM_{_name.upper()}"] = _k
+for _k, _name in enumerate(ALUS):
+    globals()[f"ALU_{_name.upper()}"] = _k
+#: the family code of a non-instruction opcode
+FAM_NONE = -1
+
+
+def opcode_families() -> np.ndarray:
+    """int64 array indexed by opcode: family code (``FAM_*``), or FAM_NONE for a non-instruction."""
+    out = np.full(N_OPCODES, FAM_NONE, dtype=np.int64)
+    for i in INSTRUCTIONS:
+        out[i.opcode] = FAMILIES.index(i.family)
+    return out
+
+
+def opcode_alus() -> np.ndarray:
+    """int64 array indexed by opcode: operation code (``ALU_*``), or -1 for a non-instruction."""
+    out = np.full(N_OPCODES, -1, dtype=np.int64)
+    for i in INSTRUCTIONS:
+        out[i.opcode] = ALUS.index(i.alu)
+    return out
 
 
 def opcode_units() -> np.ndarray:
@@ -77,7 +124,7 @@ def decode(word: int) -> dict[str, int]:
     return {name: field(word, name) for name in FIELDS}
 
 
-def decode_program(words) -> dict[str, np.ndarray]:
+def decode_program(words: Iterable[int] | np.ndarray) -> dict[str, np.ndarray]:
     """Vectorised decode: one int64 array per field, plus ``word`` (the raw words as int64)."""
     w = np.asarray(words, dtype=np.int64).reshape(-1)
     if w.size and (w.min() < 0 or w.max() > WORD_MASK):

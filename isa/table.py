@@ -4,15 +4,34 @@ Everything else -- the assembler, the disassembler, the decoder constants used b
 the latency mapping and the Markdown reference -- is derived from the data in this module
 (``isa.md`` §3-§4). No other module may spell an opcode number or a field shift.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
 __all__ = [
-    "Field", "FIELDS", "FORMATS", "Operand", "Instr", "INSTRUCTIONS", "BY_MNEMONIC", "BY_OPCODE",
-    "NOT_INSTRUCTIONS", "UNITS", "OPERAND_KINDS", "WORD_BITS", "FAMILIES", "ALUS", "SPACES", "SPECIAL_WRITES",
-    "TOPK_POLICIES", "EXP_CLAMP", "REGISTER_COUNT", "mac_table",
+    "Field",
+    "FIELDS",
+    "FORMATS",
+    "Operand",
+    "Instr",
+    "INSTRUCTIONS",
+    "BY_MNEMONIC",
+    "BY_OPCODE",
+    "NOT_INSTRUCTIONS",
+    "UNITS",
+    "OPERAND_KINDS",
+    "WORD_BITS",
+    "FAMILIES",
+    "ALUS",
+    "SPACES",
+    "SPECIAL_WRITES",
+    "TOPK_POLICIES",
+    "EXP_CLAMP",
+    "REGISTER_COUNT",
+    "mac_table",
 ]
 
 WORD_BITS = 32
@@ -34,6 +53,8 @@ class Field:
 
 
 #: Instruction word fields (isa.md §3). imm18/imm22 overlay the register fields above them.
+# data tables: one row per line, aligned (not reformatted)
+# fmt: off
 FIELDS: MappingProxyType[str, Field] = MappingProxyType({f.name: f for f in (
     Field("opcode", 0, 6),
     Field("rd", 6, 4),
@@ -73,6 +94,7 @@ OPERAND_KINDS: MappingProxyType[str, str] = MappingProxyType({
     "zero": "placeholder 0 (or gp0)",
 })
 REGISTER_COUNT = MappingProxyType({"gp": 16, "f": 8, "a": 8})
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,7 @@ class Operand:
     register operand also accepts a number token of value 0 as a spelling of register 0 (upstream
     compatibility; see :func:`_upstream_zero_literal`); it is printed as the register.
     """
+
     kind: str
     field: str | None
     name: str
@@ -163,35 +186,54 @@ class Instr:
 
 # ---------------------------------------------------------------------------------- constructors
 
-def _gp(field, name, **kw):
+
+def _gp(field: str, name: str, **kw: Any) -> Operand:
     return Operand("gp", field, name, **kw)
 
 
-def _f(field, name, **kw):
+def _f(field: str, name: str, **kw: Any) -> Operand:
     return Operand("f", field, name, **kw)
 
 
-def _a(field, name, **kw):
+def _a(field: str, name: str, **kw: Any) -> Operand:
     return Operand("a", field, name, **kw)
 
 
-def _flag(field, name, **kw):
+def _flag(field: str, name: str, **kw: Any) -> Operand:
     return Operand("flag", field, name, **kw)
 
 
-def _zero(field=None, name="0", **kw):
+def _zero(field: str | None = None, name: str = "0", **kw: Any) -> Operand:
     return Operand("zero", field, name, **kw)
 
 
 _ZC = _zero(None, "0", compat=True)  # trailing upstream-compatibility 0
 
 #: execution families (isa.md §5-§6 groups); the core has one dispatch branch per family
-FAMILIES: tuple[str, ...] = ("sint", "intmem", "sfp", "fpmem", "mapv", "vbin", "vunary", "shift", "reduce", "topk",
-                             "mat", "bmat", "wo", "dma", "creg", "loop")
+FAMILIES: tuple[str, ...] = (
+    "sint",
+    "intmem",
+    "sfp",
+    "fpmem",
+    "mapv",
+    "vbin",
+    "vunary",
+    "shift",
+    "reduce",
+    "topk",
+    "mat",
+    "bmat",
+    "wo",
+    "dma",
+    "creg",
+    "loop",
+)
 #: V_TOPK policies (isa.md §6.2): (experts E, selections K) per policy value
 TOPK_POLICIES: tuple[tuple[int, int], ...] = ((32, 4), (128, 8))
 #: exp instructions clamp their argument to [-EXP_CLAMP, EXP_CLAMP] (isa.md §6.1, §6.3)
 EXP_CLAMP = 88.0
+
+
 def mac_table(M: int, B: int, H: int, BA: int) -> list[int]:
     """Matrix-unit MACs per opcode number (the ``macs`` expressions of the table) at this machine."""
     env = {"M": M, "B": B, "H": H, "BA": BA}
@@ -207,70 +249,206 @@ SPECIAL_WRITES: tuple[str, ...] = ("SCALE", "STRIDE", "V_MASK", "LOOP")
 #: memory spaces an address operand can point into
 SPACES: tuple[str, ...] = ("vram", "mram", "fpsram", "intsram", "hbm")
 #: operations within a family
-ALUS: tuple[str, ...] = ("add", "sub", "mul", "max", "min", "exp", "reci", "sqrt", "addi", "lui", "load", "store",
-                         "sum", "mm", "tmm", "mv", "tmv", "bmm", "btmm", "bmv", "btmv", "prefetch_m", "prefetch_v",
-                         "store_v", "addr", "scale", "stride", "vmask", "start", "end", "break", "map", "shift",
-                         "topk")
+ALUS: tuple[str, ...] = (
+    "add",
+    "sub",
+    "mul",
+    "max",
+    "min",
+    "exp",
+    "reci",
+    "sqrt",
+    "addi",
+    "lui",
+    "load",
+    "store",
+    "sum",
+    "mm",
+    "tmm",
+    "mv",
+    "tmv",
+    "bmm",
+    "btmm",
+    "bmv",
+    "btmv",
+    "prefetch_m",
+    "prefetch_v",
+    "store_v",
+    "addr",
+    "scale",
+    "stride",
+    "vmask",
+    "start",
+    "end",
+    "break",
+    "map",
+    "shift",
+    "topk",
+)
 _MASK = _flag("rs3", "rmask", optional=True)
 _SPO = "SYSTOLIC_PROCESSING_OVERHEAD"
 
 
-def _mat3(mn, op, a_name, a_field, b_name, b_field, lat, summary, alu, macs, rd_checked=False):
+def _mat3(
+    mn: str,
+    op: int,
+    a_name: str,
+    a_field: str,
+    b_name: str,
+    b_field: str,
+    lat: str,
+    summary: str,
+    alu: str,
+    macs: str,
+    rd_checked: bool = False,
+) -> Instr:
     first = _zero("rd", "0", rule="IL-BRD") if rd_checked else _zero(None, "0")
     fam = "bmat" if alu.startswith("b") else "mat"
     sa, sb = ("mram", "vram") if a_name == "gp_mat" else ("vram", "mram")
-    return Instr(mn, op, "M", "R3", (first, _gp(a_field, a_name, space=sa), _gp(b_field, b_name, space=sb)), lat,
-                 summary, family=fam, alu=alu, macs=macs)
+    return Instr(
+        mn,
+        op,
+        "M",
+        "R3",
+        (first, _gp(a_field, a_name, space=sa), _gp(b_field, b_name, space=sb)),
+        lat,
+        summary,
+        family=fam,
+        alu=alu,
+        macs=macs,
+    )
 
 
-def _vv(mn, op, lat, summary, alu):
-    return Instr(mn, op, "V", "R4", (_gp("rd", "gp_d", space="vram"), _gp("rs1", "gp_a", space="vram"),
-                                      _gp("rs2", "gp_b", space="vram"), _MASK),
-                 lat, summary, family="vbin", alu=alu)
+def _vv(mn: str, op: int, lat: str, summary: str, alu: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "V",
+        "R4",
+        (_gp("rd", "gp_d", space="vram"), _gp("rs1", "gp_a", space="vram"), _gp("rs2", "gp_b", space="vram"), _MASK),
+        lat,
+        summary,
+        family="vbin",
+        alu=alu,
+    )
 
 
-def _vf(mn, op, lat, summary, alu):
-    return Instr(mn, op, "V", "R4", (_gp("rd", "gp_d", space="vram"), _gp("rs1", "gp_a", space="vram"),
-                                      _f("rs2", "f_b"), _MASK),
-                 lat, summary, family="vbin", alu=alu)
+def _vf(mn: str, op: int, lat: str, summary: str, alu: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "V",
+        "R4",
+        (_gp("rd", "gp_d", space="vram"), _gp("rs1", "gp_a", space="vram"), _f("rs2", "f_b"), _MASK),
+        lat,
+        summary,
+        family="vbin",
+        alu=alu,
+    )
 
 
-def _vun(mn, op, lat, summary, alu, dst_kind="gp", noop=False):
+def _vun(mn: str, op: int, lat: str, summary: str, alu: str, dst_kind: str = "gp", noop: bool = False) -> Instr:
     dst = _f("rd", "f_d") if dst_kind == "f" else _gp("rd", "gp_d", space="vram")
     fam = "reduce" if dst_kind == "f" else "vunary"
-    return Instr(mn, op, "V", "RM2", (dst, _gp("rs1", "gp_a", space="vram"), _MASK, _ZC), lat, summary,
-                 noop_if_rd0=noop, family=fam, alu=alu, updates=("f_d",) if dst_kind == "f" else ())
+    return Instr(
+        mn,
+        op,
+        "V",
+        "RM2",
+        (dst, _gp("rs1", "gp_a", space="vram"), _MASK, _ZC),
+        lat,
+        summary,
+        noop_if_rd0=noop,
+        family=fam,
+        alu=alu,
+        updates=("f_d",) if dst_kind == "f" else (),
+    )
 
 
-def _sfp3(mn, op, summary, alu):
-    return Instr(mn, op, "S", "R3", (_f("rd", "f_d"), _f("rs1", "f_a"), _f("rs2", "f_b")),
-                 "SCALAR_FP_BASIC_CYCLES", summary, noop_if_rd0=True, family="sfp", alu=alu, writes=("f_d",))
+def _sfp3(mn: str, op: int, summary: str, alu: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "S",
+        "R3",
+        (_f("rd", "f_d"), _f("rs1", "f_a"), _f("rs2", "f_b")),
+        "SCALAR_FP_BASIC_CYCLES",
+        summary,
+        noop_if_rd0=True,
+        family="sfp",
+        alu=alu,
+        writes=("f_d",),
+    )
 
 
-def _sfp2(mn, op, lat, summary, alu):
-    return Instr(mn, op, "S", "R3", (_f("rd", "f_d"), _f("rs1", "f_a"), _ZC), lat, summary, noop_if_rd0=True,
-                 family="sfp", alu=alu, writes=("f_d",))
+def _sfp2(mn: str, op: int, lat: str, summary: str, alu: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "S",
+        "R3",
+        (_f("rd", "f_d"), _f("rs1", "f_a"), _ZC),
+        lat,
+        summary,
+        noop_if_rd0=True,
+        family="sfp",
+        alu=alu,
+        writes=("f_d",),
+    )
 
 
-def _sint3(mn, op, summary, alu):
-    return Instr(mn, op, "S", "R3", (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _gp("rs2", "gp_b")),
-                 "SCALAR_INT_BASIC_CYCLES", summary, family="sint", alu=alu, writes=("gp_d",))
+def _sint3(mn: str, op: int, summary: str, alu: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "S",
+        "R3",
+        (_gp("rd", "gp_d"), _gp("rs1", "gp_a"), _gp("rs2", "gp_b")),
+        "SCALAR_INT_BASIC_CYCLES",
+        summary,
+        family="sint",
+        alu=alu,
+        writes=("gp_d",),
+    )
 
 
-def _wo(mn, op, summary, alu):
-    return Instr(mn, op, "M", "WO18", (_gp("rd", "gp_dst", space="vram"), _zero(None, "0", compat=True),
-                                        Operand("imm18", "imm18", "imm18")),
-                 "1", summary, middle_zero_form=True, family="wo", alu=alu)
+def _wo(mn: str, op: int, summary: str, alu: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "M",
+        "WO18",
+        (_gp("rd", "gp_dst", space="vram"), _zero(None, "0", compat=True), Operand("imm18", "imm18", "imm18")),
+        "1",
+        summary,
+        middle_zero_form=True,
+        family="wo",
+        alu=alu,
+    )
 
 
-def _dma(mn, op, dst, summary, alu, space):
-    return Instr(mn, op, "H", "R5", (_gp("rd", dst, space=space), _gp("rs1", "gp_hoff", space="hbm"),
-                                      _a("rs2", "a_base", space="hbm"), _flag("rs3", "rstride"),
-                                      _flag("funct1", "prec"), _ZC),
-                 "HBM", summary, family="dma", alu=alu)
+def _dma(mn: str, op: int, dst: str, summary: str, alu: str, space: str) -> Instr:
+    return Instr(
+        mn,
+        op,
+        "H",
+        "R5",
+        (
+            _gp("rd", dst, space=space),
+            _gp("rs1", "gp_hoff", space="hbm"),
+            _a("rs2", "a_base", space="hbm"),
+            _flag("rs3", "rstride"),
+            _flag("funct1", "prec"),
+            _ZC,
+        ),
+        "HBM",
+        summary,
+        family="dma",
+        alu=alu,
+    )
 
 
-def _creg(mn, op, summary, alu, reg):
+def _creg(mn: str, op: int, summary: str, alu: str, reg: str) -> Instr:
     return Instr(mn, op, "C", "RD", (_gp("rd", "gp"),), "1", summary, family="creg", alu=alu, writes=(reg,))
 
 
@@ -296,6 +474,8 @@ def _upstream_zero_literal(instrs: tuple[Instr, ...]) -> tuple[Instr, ...]:
 
 
 #: The table (isa.md §4). Order: opcode number.
+# the instruction table: one instruction per row (not reformatted)
+# fmt: off
 INSTRUCTIONS: tuple[Instr, ...] = _upstream_zero_literal((
     _mat3("M_MM", 0x01, "gp_mat", "rs1", "gp_vec", "rs2", f"{_SPO}+MLEN",
           "m_accum += X[B x M] @ TILE[:, c:c+B] (row-granular column block)", "mm", "B*B*M"),
@@ -384,17 +564,20 @@ INSTRUCTIONS: tuple[Instr, ...] = _upstream_zero_literal((
     _vf("V_MAX_VF", 0x35, "VECTOR_MAX_CYCLES", "d = max(a, f)", "max"),
     _vf("V_MIN_VF", 0x36, "VECTOR_MAX_CYCLES", "d = min(a, f)", "min"),
     Instr("V_TOPK", 0x37, "V", "R4", (_gp("rd", "gp_fpdst", space="fpsram"), _gp("rs1", "gp_logits", space="vram"),
-                                      _gp("rs2", "gp_intdst", space="intsram"), _flag("rs3", "policy", max_value=1, rule="IL-TOPK")),
+                                      _gp("rs2", "gp_intdst", space="intsram"),
+                                      _flag("rs3", "policy", max_value=1, rule="IL-TOPK")),
           "VECTOR_MAX_CYCLES*E", "top-K experts of E logits: softmax weights -> FPSRAM, indices -> INTSRAM",
           family="topk", alu="topk"),
 ))
+# fmt: on
 
 BY_MNEMONIC: MappingProxyType[str, Instr] = MappingProxyType({i.mnemonic: i for i in INSTRUCTIONS})
 BY_OPCODE: MappingProxyType[int, Instr] = MappingProxyType({i.opcode: i for i in INSTRUCTIONS})
 
 #: Opcode numbers that are deliberately not instructions, with the upstream name if any (isa.md §4).
 NOT_INSTRUCTIONS: MappingProxyType[int, str] = MappingProxyType(
-    {0x00: "", 0x31: "V_PS_V", 0x33: "C_HADAMARD_TRANSFORM", **{op: "" for op in range(0x38, 0x40)}})
+    {0x00: "", 0x31: "V_PS_V", 0x33: "C_HADAMARD_TRANSFORM", **{op: "" for op in range(0x38, 0x40)}}
+)
 
 
 def _self_check() -> None:

@@ -17,6 +17,7 @@ configuration, in one place, so the reference interpreter and the Numba core cha
   (:func:`plena_sim.hbm_timing.dma_instruction`, called by the run loop with the start cycle), the
   single source of DMA cost; :func:`instruction_latency` returns 0 for them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,17 @@ from numba import njit
 
 from isa.table import FIELDS, INSTRUCTIONS, TOPK_POLICIES
 
-__all__ = ["latency_table", "NOOP_IF_RD0", "KIND", "KIND_FIXED", "KIND_TIMES_E", "KIND_HBM",
-           "instruction_latency", "evaluate_latency_expr", "topk_experts"]
+__all__ = [
+    "latency_table",
+    "NOOP_IF_RD0",
+    "KIND",
+    "KIND_FIXED",
+    "KIND_TIMES_E",
+    "KIND_HBM",
+    "instruction_latency",
+    "evaluate_latency_expr",
+    "topk_experts",
+]
 
 N_OPCODES = 1 << FIELDS["opcode"].width
 _TOPK_E = np.array([e for e, _k in TOPK_POLICIES], dtype=np.int64)

@@ -75,6 +75,7 @@ Backends: ``"numba"`` (``plena_sim.core.execute``, imported lazily on first run)
 ``execute(state, words, max_instructions) -> Outcome`` and must produce identical state, statistics and
 fault records.
 """
+
 from __future__ import annotations
 
 import time
@@ -91,9 +92,8 @@ from isa.table import BY_OPCODE, REGISTER_COUNT
 from . import bf16
 from . import faults as F
 from .config import HardwareConfig, default_config
+from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 from .timing import check_mode
-from .state import (CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState,
-                    Outcome)
 
 __all__ = ["Machine", "RunResult", "VramView", "FpSramView", "BACKENDS", "to_program"]
 
@@ -105,6 +105,7 @@ _U32 = 0xFFFFFFFF
 
 
 # ---------------------------------------------------------------------------- views
+
 
 class VramView:
     """Float access to VRAM rows (element addresses; rows of VLEN)."""
@@ -127,18 +128,18 @@ class VramView:
         r0 = self._row(addr)
         if r0 + rows > self._st.vram.shape[0]:
             raise IndexError(f"VRAM rows [{r0}, {r0 + rows}) exceed VECTOR_SRAM_SIZE={self._st.vram.shape[0]}")
-        return bf16.decode(self._st.vram[r0:r0 + rows]).reshape(rows, -1).copy()
+        return bf16.decode(self._st.vram[r0 : r0 + rows]).reshape(rows, -1).copy()
 
     def write(self, addr: int, values) -> None:
         V = self._st.cfg.VLEN
-        vals = np.asarray(values, dtype=np.float32)
-        vals = vals.reshape(-1, V) if vals.size % V == 0 else None
-        if vals is None:
+        flat = np.asarray(values, dtype=np.float32)
+        if flat.size % V != 0:
             raise ValueError(f"VRAM writes take whole rows of VLEN={V} values")
+        vals = flat.reshape(-1, V)
         r0 = self._row(addr)
         if r0 + vals.shape[0] > self._st.vram.shape[0]:
             raise IndexError(f"VRAM rows [{r0}, {r0 + vals.shape[0]}) exceed VECTOR_SRAM_SIZE")
-        self._st.vram[r0:r0 + vals.shape[0]] = bf16.encode(vals)
+        self._st.vram[r0 : r0 + vals.shape[0]] = bf16.encode(vals)
 
 
 class FpSramView:
@@ -168,13 +169,14 @@ class FpSramView:
 
 # ---------------------------------------------------------------------------- results
 
+
 @dataclass
 class RunResult:
     instructions: int
     cycles: int
     stats: dict
     fault: F.SimFault | None = None
-    trace: object | None = None     # plena_sim.trace.Trace with run(trace=...)
+    trace: object | None = None  # plena_sim.trace.Trace with run(trace=...)
     outcome: Outcome | None = field(default=None, repr=False)
 
 
@@ -186,12 +188,14 @@ def to_program(program, name: str = "<asm>") -> Program:
         p = Path(program)
         if p.suffix == ".mem":
             from isa.memfile import read_mem
-            words = read_mem(p)
-            return Program.from_words(words, name=str(p))
+
+            return read_mem(p)
         from isa.assembler import assemble_file
+
         return assemble_file(p)
     if isinstance(program, str):
         from isa.assembler import assemble
+
         return assemble(program, name)
     words = [int(w) for w in np.asarray(program, dtype=np.int64).reshape(-1)]
     return Program.from_words(words)
@@ -200,24 +204,29 @@ def to_program(program, name: str = "<asm>") -> Program:
 def _backend_execute(backend: str):
     if backend == "reference":
         from .reference import execute
+
         return execute
     if backend == "numba":
         from .core import execute  # lazy: the JIT backend compiles on first use
+
         return execute
     raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
 
 
 # ---------------------------------------------------------------------------- the machine
 
+
 class Machine:
     """One PLENA accelerator: configuration + architectural state + an execution backend."""
 
-    def __init__(self, cfg: HardwareConfig | str | None = None, backend: str = "numba", *, hbm=None,
-                 timing: str = "serial"):
+    def __init__(
+        self, cfg: HardwareConfig | str | None = None, backend: str = "numba", *, hbm=None, timing: str = "serial"
+    ):
         """``cfg``: a :class:`HardwareConfig`, a hardware preset name (``"v80-128x64"``, see
         :mod:`plena_sim.presets`), or None for the reference machine."""
         if isinstance(cfg, str):
             from .presets import load_preset
+
             cfg = load_preset(cfg)
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
@@ -253,10 +262,10 @@ class Machine:
 
     def write_fp_sram(self, addr: int, values) -> None:
         vals = np.atleast_1d(np.asarray(values, dtype=np.float32))
-        self.state.fp_sram[int(addr):int(addr) + vals.size] = bf16.encode(vals)
+        self.state.fp_sram[int(addr) : int(addr) + vals.size] = bf16.encode(vals)
 
     def read_fp_sram(self, addr: int, n: int = 1) -> np.ndarray:
-        return bf16.decode(self.state.fp_sram[int(addr):int(addr) + int(n)]).copy()
+        return bf16.decode(self.state.fp_sram[int(addr) : int(addr) + int(n)]).copy()
 
     # ---- registers
     @property
@@ -282,8 +291,8 @@ class Machine:
             st.ctrl[slot] = int(value) & _U32
             return
         for prefix, kind in (("gp", "gp"), ("f", "f"), ("a", "a")):
-            if name.startswith(prefix) and name[len(prefix):].isdigit():
-                idx = int(name[len(prefix):])
+            if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                idx = int(name[len(prefix) :])
                 if idx >= REGISTER_COUNT[kind]:
                     break
                 if kind == "gp":
@@ -298,9 +307,16 @@ class Machine:
         raise ValueError(f"unknown register {name!r}")
 
     # ---- running
-    def run(self, program, max_instructions: int | None = None, trace=False,
-            raise_on_fault: bool = True, resume: bool = False, name: str = "<asm>",
-            timing: str | None = None) -> RunResult:
+    def run(
+        self,
+        program,
+        max_instructions: int | None = None,
+        trace=False,
+        raise_on_fault: bool = True,
+        resume: bool = False,
+        name: str = "<asm>",
+        timing: str | None = None,
+    ) -> RunResult:
         prog = to_program(program, name)
         words = np.array(prog.words, dtype=np.uint32)
         budget = 10**9 if max_instructions is None else int(max_instructions)
@@ -319,9 +335,8 @@ class Machine:
         jit_seconds = 0.0
         if self.backend == "numba":
             from . import core
-            if core.compile_seconds is None:
-                core.warm_up()
-            jit_seconds = float(core.compile_seconds or 0.0)
+
+            jit_seconds = core.jit_seconds()  # compiles or loads the JIT cache on first use
         t0 = time.perf_counter()
         outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
         host = time.perf_counter() - t0
@@ -329,6 +344,7 @@ class Machine:
         trace_obj = None
         if cap:
             from .trace import Trace
+
             trace_obj = Trace.from_timing(st.timing, prog, self.cfg)
         fault = None
         if outcome.fault is not None:
@@ -343,14 +359,15 @@ class Machine:
 
     def _stats(self, outcome: Outcome, host_seconds: float, jit_seconds: float = 0.0) -> dict:
         from .timing import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT
-        by_opcode = {BY_OPCODE[op].mnemonic: int(n) for op, n in enumerate(outcome.by_opcode)
-                     if n and op in BY_OPCODE}
+
+        by_opcode = {BY_OPCODE[op].mnemonic: int(n) for op, n in enumerate(outcome.by_opcode) if n and op in BY_OPCODE}
         by_unit = {u: 0 for u in UNIT_NAMES}
         for op, n in enumerate(outcome.by_opcode):
             if n and _UNITS[op] >= 0:
                 by_unit[UNIT_NAMES[_UNITS[op]]] += int(n)
         c = outcome.counters
         tm = self.state.timing
+        assert tm is not None, "statistics of a machine that has not run"
         cycles = int(outcome.cycles)
         busy = tm.busy()
         util = {u: (busy[u] / cycles if cycles else 0.0) for u in UNIT_NAMES}
@@ -363,9 +380,16 @@ class Machine:
             "schema": "plena-sim-stats/1",
             "backend": self.backend,
             "timing_mode": tm.mode,
-            "config": {"MLEN": cfg.MLEN, "VLEN": cfg.VLEN, "BLEN": cfg.BLEN, "HLEN": cfg.HLEN,
-                       "BROADCAST_AMOUNT": cfg.BROADCAST_AMOUNT, "DC_EN": int(cfg.DC_EN),
-                       "BMM_SCALE": float(cfg.BMM_SCALE), "HBM_TIMING_PRESET": tm.params.name},
+            "config": {
+                "MLEN": cfg.MLEN,
+                "VLEN": cfg.VLEN,
+                "BLEN": cfg.BLEN,
+                "HLEN": cfg.HLEN,
+                "BROADCAST_AMOUNT": cfg.BROADCAST_AMOUNT,
+                "DC_EN": int(cfg.DC_EN),
+                "BMM_SCALE": float(cfg.BMM_SCALE),
+                "HBM_TIMING_PRESET": tm.params.name,
+            },
             "instructions": outcome.retired,
             "cycles": cycles,
             "time_ns": cycles,
@@ -375,11 +399,14 @@ class Machine:
             "unit_utilization": util,
             "matrix_macs": int(c.get("matrix_macs", 0)),
             "hbm": {
-                "read_requests": int(h["read_requests"]), "write_requests": int(h["write_requests"]),
-                "bytes_read": rd_b, "bytes_written": wr_b,
+                "read_requests": int(h["read_requests"]),
+                "write_requests": int(h["write_requests"]),
+                "bytes_read": rd_b,
+                "bytes_written": wr_b,
                 "payload_bytes_read": int(c.get("hbm_payload_read", 0)),
                 "payload_bytes_written": int(c.get("hbm_payload_written", 0)),
-                "row_hits": int(h["row_hits"]), "row_misses": int(h["row_misses"]),
+                "row_hits": int(h["row_hits"]),
+                "row_misses": int(h["row_misses"]),
                 "row_conflicts": int(h["row_conflicts"]),
                 "per_channel_requests": [int(x) for x in h["per_channel_requests"]],
                 "achieved_bandwidth_GBps": (rd_b + wr_b) / cycles if cycles else 0.0,
@@ -394,6 +421,9 @@ class Machine:
         }
         if tm.mode == "overlap":
             last = int(tm.ts[T_LAST_ISSUE])
-            stats["overlap"] = {"stall_unit": int(tm.ts[T_STALL_UNIT]), "stall_data": int(tm.ts[T_STALL_DATA]),
-                                "issue_cycles": last + 1}
+            stats["overlap"] = {
+                "stall_unit": int(tm.ts[T_STALL_UNIT]),
+                "stall_data": int(tm.ts[T_STALL_DATA]),
+                "issue_cycles": last + 1,
+            }
         return stats

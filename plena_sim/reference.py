@@ -42,15 +42,17 @@ Decisions where the spec leaves a bit pattern open (documented for the Numba cor
 * Trace: with a trace capacity, every retired instruction appends the same record as the core's
   (``plena_sim.timing.trace_record_py`` into the TimingState's ring), so traces compare record for record.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
-from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
 from isa.program import Program
+from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
 
 from . import bf16
 from . import faults as F
@@ -85,14 +87,23 @@ def _exp_f32(v: float) -> np.float32:
 
 # ====================================================================== faults
 
+
 class _Fault(Exception):
     def __init__(self, rec):
         super().__init__(rec)
         self.rec = rec
 
 
-def _fault(rule_id: str, pc: int, operand: str | None = None, value: int = 0, index: int = -1,
-           limit: int = -1, x6: int = 0, x7: int = 0):
+def _fault(
+    rule_id: str,
+    pc: int,
+    operand: str | None = None,
+    value: int = 0,
+    index: int = -1,
+    limit: int = -1,
+    x6: int = 0,
+    x7: int = 0,
+) -> NoReturn:
     rec = F.blank_record(F.RULE_BY_ID[rule_id].code, pc)
     rec[F.FAULT_OPERAND] = -1 if operand is None else F.OPERAND_INDEX[operand]
     rec[F.FAULT_VALUE] = min(int(value), F.INT64_MAX)
@@ -105,9 +116,11 @@ def _fault(rule_id: str, pc: int, operand: str | None = None, value: int = 0, in
 
 # ====================================================================== run context
 
+
 @dataclass(frozen=True)
 class Fields:
     """The raw fields of one instruction word (isa.md §3) and its pc."""
+
     pc: int
     word: int
     opcode: int
@@ -120,10 +133,9 @@ class Fields:
     imm22: int
 
     @classmethod
-    def of(cls, pc: int, word: int) -> "Fields":
+    def of(cls, pc: int, word: int) -> Fields:
         g = {name: (word >> f.shift) & f.max for name, f in FIELDS.items()}
-        return cls(pc, word, g["opcode"], g["rd"], g["rs1"], g["rs2"], g["rs3"], g["funct1"],
-                   g["imm18"], g["imm22"])
+        return cls(pc, word, g["opcode"], g["rd"], g["rs1"], g["rs2"], g["rs3"], g["funct1"], g["imm18"], g["imm22"])
 
 
 class _Run:
@@ -168,6 +180,7 @@ class _Run:
 
 # ====================================================================== shared checks
 
+
 def _check_fp_field(f: Fields, name: str) -> None:
     v = getattr(f, name)
     if v >= 8:
@@ -206,8 +219,7 @@ def _check_cf_vm(r: _Run, f: Fields) -> None:
 def _check_cf_ba(r: _Run, f: Fields) -> None:
     c = r.cfg
     if c.BROADCAST_AMOUNT * c.HLEN != c.MLEN:
-        _fault("CF-BA", f.pc, None, c.BROADCAST_AMOUNT * c.HLEN, limit=c.MLEN, x6=c.BROADCAST_AMOUNT,
-               x7=c.HLEN)
+        _fault("CF-BA", f.pc, None, c.BROADCAST_AMOUNT * c.HLEN, limit=c.MLEN, x6=c.BROADCAST_AMOUNT, x7=c.HLEN)
 
 
 def _bd_fps(r: _Run, f: Fields, field: str, addr: int, n: int) -> None:
@@ -222,6 +234,7 @@ def _bd_ints(r: _Run, f: Fields, field: str, addr: int, n: int) -> None:
 
 # ====================================================================== matrix unit (isa.md §5)
 
+
 def _dot_rows(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     """``P[..., i, j] = sum_k X[..., i, k] * W[k, j]`` in float64, sequential in ascending k from +0.0.
 
@@ -232,7 +245,7 @@ def _dot_rows(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     assert Wd.shape[0] == K
     p = np.zeros(Xd.shape[:-1] + Wd.shape[1:], dtype=np.float64)
     for k in range(K):
-        p = p + Xd[..., :, k:k + 1] * Wd[k:k + 1, :]
+        p = p + Xd[..., :, k : k + 1] * Wd[k : k + 1, :]
     return p
 
 
@@ -286,8 +299,8 @@ def op_M_MM(r: _Run, f: Fields) -> None:
     _bd_mtile(r, f, "rs1", m)
     _check_vec_rows(r, f, "rs2", v, c_.BLEN)
     T = r.st.mram[m // (c_.MLEN * c_.MLEN)]
-    X = _read_rows(r, v, c_.BLEN)                       # B x M
-    W = T[:, c:c + c_.BLEN]                             # M x B
+    X = _read_rows(r, v, c_.BLEN)  # B x M
+    W = T[:, c : c + c_.BLEN]  # M x B
     _accumulate(r.st.m_accum, _dot_rows(X, W), 1.0)
     r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
 
@@ -301,8 +314,8 @@ def op_M_TMM(r: _Run, f: Fields) -> None:
     _check_vec_rows(r, f, "rs1", v, c_.BLEN)
     _bd_mtile(r, f, "rs2", m)
     T = r.st.mram[m // (c_.MLEN * c_.MLEN)]
-    X = _read_rows(r, v, c_.BLEN)                       # B x M
-    W = T[rr:rr + c_.BLEN, :].T                         # M x B: W[k, j] = T[r+j][k]
+    X = _read_rows(r, v, c_.BLEN)  # B x M
+    W = T[rr : rr + c_.BLEN, :].T  # M x B: W[k, j] = T[r+j][k]
     _accumulate(r.st.m_accum, _dot_rows(X, W), 1.0)
     r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
 
@@ -321,8 +334,8 @@ def op_M_MV(r: _Run, f: Fields) -> None:
     _bd_mtile(r, f, "rs1", m)
     _bd_vrow(r, f, "rs2", v)
     T = r.st.mram[m // (M * M)]
-    x = r.vread(v)[None, :]                             # 1 x M
-    W = T[:, off:off + B]                               # M x B
+    x = r.vread(v)[None, :]  # 1 x M
+    W = T[:, off : off + B]  # M x B
     _accumulate(r.st.v_accum, _dot_rows(x, W)[0], 1.0)
     r.counters["matrix_macs"] += B * M
 
@@ -341,7 +354,7 @@ def op_M_TMV(r: _Run, f: Fields) -> None:
     T = r.st.mram[m // (M * M)]
     rr = off // M
     x = r.vread(v)[None, :]
-    W = T[rr:rr + B, :].T                               # W[k, j] = T[r+j][k]
+    W = T[rr : rr + B, :].T  # W[k, j] = T[r+j][k]
     _accumulate(r.st.v_accum, _dot_rows(x, W)[0], 1.0)
     r.counters["matrix_macs"] += B * M
 
@@ -369,9 +382,9 @@ def _batched_mm(r: _Run, f: Fields, transposed: bool) -> None:
     _bd_mtile(r, f, "rs1", m)
     _check_vec_rows(r, f, "rs2", v, M)
     T = r.st.mram[m // (M * M)]
-    X = _read_rows(r, v, M)                             # M (s) x M
-    Xb = X.reshape(M, BA, H).transpose(1, 0, 2)         # [b, s, k] = X[s][b*H + k]
-    W = T[0:M, h:h + H].T if transposed else T[h:h + H, 0:M]   # H (k) x M (n)
+    X = _read_rows(r, v, M)  # M (s) x M
+    Xb = X.reshape(M, BA, H).transpose(1, 0, 2)  # [b, s, k] = X[s][b*H + k]
+    W = T[0:M, h : h + H].T if transposed else T[h : h + H, 0:M]  # H (k) x M (n)
     _accumulate(r.st.hm_accum, _dot_rows(Xb, W), _bmm_scale(r))
     r.counters["matrix_macs"] += BA * M * M * H
 
@@ -387,7 +400,7 @@ def op_M_BTMM(r: _Run, f: Fields) -> None:
 def _batched_mv(r: _Run, f: Fields, transposed: bool) -> None:
     c_ = r.cfg
     M, H, BA = c_.MLEN, c_.HLEN, c_.BROADCAST_AMOUNT
-    m = r.gp(f.rs1) + r.gp(f.rd)                        # exact integer sum
+    m = r.gp(f.rs1) + r.gp(f.rd)  # exact integer sum
     v = r.gp(f.rs2)
     _check_cf_vm(r, f)
     _check_cf_ba(r, f)
@@ -396,8 +409,8 @@ def _batched_mv(r: _Run, f: Fields, transposed: bool) -> None:
     _bd_mtile(r, f, "rs1", m)
     _bd_vrow(r, f, "rs2", v)
     T = r.st.mram[m // (M * M)]
-    xb = r.vread(v).reshape(BA, H)                      # [b, k] = x[b*H + k]
-    W = T[0:M, h:h + H].T if transposed else T[h:h + H, 0:M]
+    xb = r.vread(v).reshape(BA, H)  # [b, k] = x[b*H + k]
+    W = T[0:M, h : h + H].T if transposed else T[h : h + H, 0:M]
     _accumulate(r.st.hv_accum, _dot_rows(xb, W), _bmm_scale(r))
     r.counters["matrix_macs"] += BA * M * H
 
@@ -426,7 +439,7 @@ def op_M_MM_WO(r: _Run, f: Fields) -> None:
     acc = r.st.m_accum.copy()
     for i, row in enumerate(rows):
         R = r.vread(row)
-        R[vo:vo + B] = acc[i, :]
+        R[vo : vo + B] = acc[i, :]
         r.vwrite(row, R)
     r.st.m_accum[...] = 0
 
@@ -442,7 +455,7 @@ def op_M_MV_WO(r: _Run, f: Fields) -> None:
     vb = addr - vo
     _bd_vrow(r, f, "rd", vb)
     R = r.vread(vb)
-    R[vo:vo + B] = r.st.v_accum
+    R[vo : vo + B] = r.st.v_accum
     r.vwrite(vb, R)
     r.st.v_accum[...] = 0
 
@@ -454,7 +467,7 @@ def _batched_wo(r: _Run, f: Fields, acc: np.ndarray) -> None:
     _check_cf_vm(r, f)
     if addr % M:
         _fault("AL-BWO", f.pc, "rd", addr, limit=M, x6=addr % M)
-    rows = acc.reshape(-1, M)                            # hm: row j = b*M + s; hv: row j = b
+    rows = acc.reshape(-1, M)  # hm: row j = b*M + s; hv: row j = b
     for j in range(rows.shape[0]):
         _bd_vrow(r, f, "rd", addr + j * M, j)
     for j in range(rows.shape[0]):
@@ -471,6 +484,7 @@ def op_M_BMV_WO(r: _Run, f: Fields) -> None:
 
 
 # ====================================================================== vector unit (isa.md §6.1)
+
 
 def _masked_write(r: _Run, f: Fields, dst: int, result: np.ndarray, a: np.ndarray) -> None:
     """``VROW(dst) = bf16(sel)``: masked lanes of disabled heads keep ``a``."""
@@ -542,7 +556,7 @@ def op_V_MUL_VF(r, f):
 def _vmax(a: np.ndarray, s: np.float32) -> np.ndarray:
     if np.isnan(s):
         return np.where(np.isnan(a), a, s).astype(np.float32)
-    return np.where(s > a, s, a).astype(np.float32)     # NaN a stays a; equal (incl. ±0) -> a
+    return np.where(s > a, s, a).astype(np.float32)  # NaN a stays a; equal (incl. ±0) -> a
 
 
 def _vmin(a: np.ndarray, s: np.float32) -> np.ndarray:
@@ -577,14 +591,14 @@ def op_V_SHFT_V(r: _Run, f: Fields) -> None:
     a = r.vread(a_addr)
     out = np.zeros(V, dtype=np.float32)
     if s < V:
-        out[s:] = a[:V - s]
-    r.vwrite(d, out)                                    # never masked
+        out[s:] = a[: V - s]
+    r.vwrite(d, out)  # never masked
 
 
 def _red_operand(r: _Run, f: Fields) -> tuple[np.ndarray, np.ndarray] | None:
     _check_fp_field(f, "rd")
     if f.rd == 0:
-        return None                                     # no-op: no VRAM access, no checks
+        return None  # no-op: no VRAM access, no checks
     a_addr = r.gp(f.rs1)
     _al_vrow(r, f, "rs1", a_addr)
     _bd_vrow(r, f, "rs1", a_addr)
@@ -619,7 +633,7 @@ def op_V_RED_MAX(r: _Run, f: Fields) -> None:
     for j in range(a.shape[0]):
         if not en[j] or np.isnan(a[j]):
             continue
-        if not have or a[j] > best:                      # strict: the first of equal values is kept
+        if not have or a[j] > best:  # strict: the first of equal values is kept
             best, best_bits, have = a[j], int(bits[j]), True
     if have:
         r.set_fp_bits(f.rd, best_bits)
@@ -642,7 +656,7 @@ def op_V_TOPK(r: _Run, f: Fields) -> None:
     _bd_ints(r, f, "rs2", intd, K)
     logits = np.concatenate([r.vread(src + k * V) for k in range(n_rows)])[:E]
     x = [(-math.inf if math.isnan(float(v)) else float(v)) for v in logits]
-    order = sorted(range(E), key=lambda i: (-x[i], i))[:K]   # value descending, ties -> lower index
+    order = sorted(range(E), key=lambda i: (-x[i], i))[:K]  # value descending, ties -> lower index
     xs = [np.float32(x[i]) for i in order]
     d = [np.float32(xi - xs[0]) for xi in xs]
     e = [np.float32(math.exp(float(di))) for di in d]
@@ -660,13 +674,14 @@ def op_V_TOPK(r: _Run, f: Fields) -> None:
 
 # ====================================================================== scalar FP (isa.md §6.3)
 
+
 def _sfp(r: _Run, f: Fields, fn, binary: bool) -> None:
     _check_fp_field(f, "rd")
     _check_fp_field(f, "rs1")
     if binary:
         _check_fp_field(f, "rs2")
     if f.rd == 0:
-        return                                          # no-op, latency 0
+        return  # no-op, latency 0
     a = r.fp(f.rs1)
     res = fn(a, r.fp(f.rs2)) if binary else fn(a)
     r.set_fp_bits(f.rd, bf16.encode_scalar(res))
@@ -721,10 +736,11 @@ def op_S_MAP_V_FP(r: _Run, f: Fields) -> None:
     _al_vrow(r, f, "rd", d)
     _bd_vrow(r, f, "rd", d)
     _bd_fps(r, f, "rs1", addr, V)
-    r.st.vram[d // V] = r.st.fp_sram[addr:addr + V]     # exact copy of bf16 words
+    r.st.vram[d // V] = r.st.fp_sram[addr : addr + V]  # exact copy of bf16 words
 
 
 # ====================================================================== scalar INT (isa.md §6.4)
+
 
 def op_S_ADD_INT(r, f):
     r.set_gp(f.rd, r.gp(f.rs1) + r.gp(f.rs2))
@@ -759,6 +775,7 @@ def op_S_ST_INT(r: _Run, f: Fields) -> None:
 
 
 # ====================================================================== DMA (memory.md §5)
+
 
 def _first_true(n: int, pred) -> int | None:
     """The first i in [0, n) with pred(i), for a predicate monotone in i (False... then True...)."""
@@ -802,7 +819,7 @@ def _dma_setup(r: _Run, f: Fields, unit: str):
             _fault("AL-MTILE", f.pc, "rd", dst, limit=MM, x6=dst % MM)
     else:
         _al_vrow(r, f, "rd", dst)
-    blk = eb * T.block if mx else 0
+    blk = eb * T.block if isinstance(T, MxType) else 0
     if mx:
         # o_i mod blk: row 0 fails iff off0 does; otherwise row 1 fails iff pitch does; then none can
         for i in (0, 1):
@@ -816,20 +833,20 @@ def _dma_setup(r: _Run, f: Fields, unit: str):
         if t is not None:
             _bd_mtile(r, f, "rd", dst + t * MM, t)
     else:
-        i = _first_true(P, lambda i: (dst + i * c_.VLEN) // c_.VLEN >= c_.VECTOR_SRAM_SIZE)
-        if i is not None:
-            _bd_vrow(r, f, "rd", dst + i * c_.VLEN, i)
-    scale_len = (L // T.block) if mx else 0
+        row = _first_true(P, lambda i: (dst + i * c_.VLEN) // c_.VLEN >= c_.VECTOR_SRAM_SIZE)
+        if row is not None:
+            _bd_vrow(r, f, "rd", dst + row * c_.VLEN, row)
+    scale_len = (L // T.block) if isinstance(T, MxType) else 0
     i_e = _first_true(P, lambda i: base + off0 + i * pitch + row_bytes > c_.HBM_SIZE)
-    i_s = (_first_true(P, lambda i: base + scale_reg + (off0 + i * pitch) // blk + scale_len > c_.HBM_SIZE)
-           if mx else None)
-    if i_e is not None and (i_s is None or i_e <= i_s):      # element range before scale range per row
+    i_s = (
+        _first_true(P, lambda i: base + scale_reg + (off0 + i * pitch) // blk + scale_len > c_.HBM_SIZE) if mx else None
+    )
+    if i_e is not None and (i_s is None or i_e <= i_s):  # element range before scale range per row
         _fault("BD-HBM", f.pc, "rs2", base + off0 + i_e * pitch, index=i_e, limit=c_.HBM_SIZE, x6=0, x7=row_bytes)
     if i_s is not None:
         s_start = base + scale_reg + (off0 + i_s * pitch) // blk
         _fault("BD-HBM", f.pc, "rs2", s_start, index=i_s, limit=c_.HBM_SIZE, x6=1, x7=scale_len)
-    plan = [(base + off0 + i * pitch, base + scale_reg + (off0 + i * pitch) // blk if mx else 0)
-            for i in range(P)]
+    plan = [(base + off0 + i * pitch, base + scale_reg + (off0 + i * pitch) // blk if mx else 0) for i in range(P)]
     r.hbm_bytes = P * (row_bytes + scale_len)
     return T, E, Mt, eb, mx, L, P, dst, plan, row_bytes, scale_len
 
@@ -847,24 +864,24 @@ def _decode_row(r: _Run, T, E, Mt, eb, mx, L, e_start, s_start, row_bytes, scale
 def op_H_PREFETCH_M(r: _Run, f: Fields) -> None:
     T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "M")
     M = r.cfg.MLEN
-    rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]   # all reads first
+    rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]  # all reads first
     t0 = dst // (M * M)
     for i, row in enumerate(rows):
-        r.st.mram[t0 + i // M, i % M, :] = row          # exact f32, never rounded
+        r.st.mram[t0 + i // M, i % M, :] = row  # exact f32, never rounded
 
 
 def op_H_PREFETCH_V(r: _Run, f: Fields) -> None:
     T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "V")
     rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]
     for i, row in enumerate(rows):
-        r.vwrite(dst + i * r.cfg.VLEN, row)             # bf16 RNE
+        r.vwrite(dst + i * r.cfg.VLEN, row)  # bf16 RNE
 
 
 def op_H_STORE_V(r: _Run, f: Fields) -> None:
     T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "S")
-    rows = [r.vread(dst + i * r.cfg.VLEN) for i in range(P)]                     # all reads first
+    rows = [r.vread(dst + i * r.cfg.VLEN) for i in range(P)]  # all reads first
     counts = np.zeros(2, dtype=np.int64)
-    for (e_start, s_start), x in zip(plan, rows):
+    for (e_start, s_start), x in zip(plan, rows, strict=True):
         elem = np.zeros(rb, dtype=np.uint8)
         if mx:
             scale = np.zeros(sl, dtype=np.uint8)
@@ -879,6 +896,7 @@ def op_H_STORE_V(r: _Run, f: Fields) -> None:
 
 
 # ====================================================================== control (isa.md §6.6)
+
 
 def op_C_SET_ADDR_REG(r: _Run, f: Fields) -> None:
     _check_a_field(f, "rd")
@@ -914,7 +932,7 @@ def op_C_LOOP_START(r: _Run, f: Fields) -> None:
 def _remove_record(st: MachineState, k: int) -> None:
     depth = int(st.ctrl[CTRL_LOOP_DEPTH])
     for arr in (st.loop_start, st.loop_reg, st.loop_count):
-        arr[k:depth - 1] = arr[k + 1:depth].copy()
+        arr[k : depth - 1] = arr[k + 1 : depth].copy()
         arr[depth - 1] = 0
     st.ctrl[CTRL_LOOP_DEPTH] = depth - 1
 
@@ -968,6 +986,7 @@ def _words_of(program_words) -> list[int]:
 
 def _dma_geom(cfg, f):
     from .hbm_timing import dma_geometry
+
     dop = {_OP_HPM: 0, _OP_HPV: 1, _OP_HSV: 2}[f.opcode]
     return dma_geometry(cfg, dop, 0 if f.funct1 == 0 else 1)
 
@@ -975,6 +994,7 @@ def _dma_geom(cfg, f):
 def _reg_value(st, kind, idx) -> int:
     """Trace value of a register (timing.REG_* kinds; bf16 bits for f, raw u64 for a)."""
     from . import timing as T
+
     if kind == T.REG_GP:
         return int(st.gp[idx])
     if kind == T.REG_FP:
@@ -995,6 +1015,7 @@ def _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr):
     ``(issue, latency, unit, is_dma)``."""
     from . import timing as T
     from .hbm_timing import dma_blocks_py, dma_row_ranges, schedule_py
+
     o = f.opcode
     is_h = o in (_OP_HPM, _OP_HPV, _OP_HSV)
     base_lat = int(instruction_latency(table, o, f.rd, f.rs3))
@@ -1005,8 +1026,7 @@ def _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr):
     if tm.mode_code == T.MODE_SERIAL:
         issue = int(ts[T.T_CYCLES])
     else:
-        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux,
-                                tm.cv, rr, wr)
+        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux, tm.cv, rr, wr)
         issue = int(T.sb_issue_py(ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone))
     lat = base_lat
     if is_h:
@@ -1025,8 +1045,13 @@ def _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr):
     return issue, lat, unit, is_h
 
 
-def execute(state: MachineState, program_words, max_instructions: int = 10**9, timing: str | None = None,
-            trace_capacity: int | None = None) -> Outcome:
+def execute(
+    state: MachineState,
+    program_words,
+    max_instructions: int = 10**9,
+    timing: str | None = None,
+    trace_capacity: int | None = None,
+) -> Outcome:
     """Run ``program_words`` (a Program or a sequence of u32 words) on ``state`` from its PC.
 
     Stops when the PC is >= the program length (normal end) or at the first fault (``Outcome.fault``
@@ -1036,6 +1061,7 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9, t
     """
     from . import timing as T
     from .timing import MAX_RANGES, T_CYCLES
+
     words = _words_of(program_words)
     n = len(words)
     st = state
@@ -1063,12 +1089,20 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9, t
                 fault = rec
                 break
             depth = int(st.ctrl[CTRL_LOOP_DEPTH])
-            st.loop_count[:depth] += 1                  # runaway guard (undone if the instruction faults)
+            st.loop_count[:depth] += 1  # runaway guard (undone if the instruction faults)
             try:
                 for lvl in range(depth):
                     if int(st.loop_count[lvl]) > max_loop:
-                        _fault("LP-RUNAWAY", pc, None, int(st.loop_count[lvl]), index=lvl, limit=max_loop,
-                               x6=int(st.loop_reg[lvl]), x7=int(st.loop_start[lvl]))
+                        _fault(
+                            "LP-RUNAWAY",
+                            pc,
+                            None,
+                            int(st.loop_count[lvl]),
+                            index=lvl,
+                            limit=max_loop,
+                            x6=int(st.loop_reg[lvl]),
+                            x7=int(st.loop_start[lvl]),
+                        )
                 f = Fields.of(pc, words[pc])
                 handler = BY_OPCODE.get(f.opcode)
                 if handler is None:
@@ -1094,23 +1128,44 @@ def execute(state: MachineState, program_words, max_instructions: int = 10**9, t
                 run.counters["hbm_payload_read"] += run.hbm_bytes
             issue, lat, unit, is_h = _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr)
             if tm.trace_capacity:
-                _nr, nw = T.resources_py(f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1,
-                                         g_rs2, aux, tm.cv, rr, wr)
+                _nr, nw = T.resources_py(
+                    f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux, tm.cv, rr, wr
+                )
                 haddr = hspan = hbytes = 0
                 if is_h:
                     geom = _dma_geom(st.cfg, f)
                     pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
                     haddr = int(st.areg[f.rs2]) + g_rs1
                     hspan = (geom.rows - 1) * pitch + geom.elem_len
-                    hbytes = (tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0) \
-                        * tm.params.burst_bytes
-                T.trace_record_py(tm.tbuf, tm.tcount, retired - 1, pc, f.opcode, unit, issue, lat, rkind,
-                                  ridx, rold, _reg_value(st, rkind, ridx), nw, wr, tm.cv, haddr, hspan, hbytes)
+                    hbytes = (
+                        tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0
+                    ) * tm.params.burst_bytes
+                T.trace_record_py(
+                    tm.tbuf,
+                    tm.tcount,
+                    retired - 1,
+                    pc,
+                    f.opcode,
+                    unit,
+                    issue,
+                    lat,
+                    rkind,
+                    ridx,
+                    rold,
+                    _reg_value(st, rkind, ridx),
+                    nw,
+                    wr,
+                    tm.cv,
+                    haddr,
+                    hspan,
+                    hbytes,
+                )
             st.ctrl[CTRL_PC] = run.next_pc
     return Outcome(retired, fault, by_opcode, int(tm.ts[T_CYCLES]) - cyc0, dict(run.counters))
 
 
 from isa.encoding import OPCODES as _OPCODES  # noqa: E402
+
 _OP_HPM = _OPCODES["H_PREFETCH_M"]
 _OP_HPV = _OPCODES["H_PREFETCH_V"]
 _OP_HSV = _OPCODES["H_STORE_V"]

@@ -29,14 +29,28 @@ name            dtype / shape                           meaning
 The loop stack depth is ``ctrl[CTRL_LOOP_DEPTH]``. The architecture has no depth limit; the arrays
 start at LOOP_CAP records and the machine grows them (and resumes) if a program needs more.
 """
+
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .config import HardwareConfig
 
-__all__ = ["MachineState", "CTRL_SCALE", "CTRL_STRIDE", "CTRL_V_MASK", "CTRL_PC", "CTRL_LOOP_DEPTH",
-           "N_CTRL", "LOOP_CAP"]
+if TYPE_CHECKING:
+    from .timing import TimingState
+
+__all__ = [
+    "MachineState",
+    "CTRL_SCALE",
+    "CTRL_STRIDE",
+    "CTRL_V_MASK",
+    "CTRL_PC",
+    "CTRL_LOOP_DEPTH",
+    "N_CTRL",
+    "LOOP_CAP",
+]
 
 CTRL_SCALE = 0
 CTRL_STRIDE = 1
@@ -52,6 +66,7 @@ class MachineState:
 
     def __init__(self, cfg: HardwareConfig, hbm=None):
         from .hbm import Hbm  # numerics/hbm module (sparse storage)
+
         self.cfg = cfg
         M, V, B, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
         self.gp = np.zeros(16, dtype=np.uint32)
@@ -74,21 +89,31 @@ class MachineState:
         #: :class:`plena_sim.timing.TimingState` of the current run (cycles, scoreboard, HBM bank state,
         #: trace ring); created by the first execute, persists across resumed calls, reset by
         #: :meth:`reset_timing` (``Machine.run`` does so unless ``resume=True``)
-        self.timing = None
+        self.timing: TimingState | None = None
 
-    def ensure_timing(self, mode=None, trace_capacity=None, backend: str = "numba"):
+    def ensure_timing(
+        self, mode: str | None = None, trace_capacity: int | None = None, backend: str = "numba"
+    ) -> TimingState:
         """The current TimingState, or a fresh one if there is none or the requested timing mode,
         trace capacity or backend kind differs (``None`` = keep the current / default)."""
         from .timing import TimingState
+
         t = self.timing
         is_ref = backend == "reference"
-        if (t is None or (mode is not None and t.mode != mode)
-                or (trace_capacity is not None and t.trace_capacity != int(trace_capacity))
-                or hasattr(t, "py_hstats") != is_ref):
+        if (
+            t is None
+            or (mode is not None and t.mode != mode)
+            or (trace_capacity is not None and t.trace_capacity != int(trace_capacity))
+            or hasattr(t, "py_hstats") != is_ref
+        ):
             keep_mode = t.mode if t is not None else "serial"
             keep_cap = t.trace_capacity if t is not None else 0
-            t = TimingState(self.cfg, mode if mode is not None else keep_mode,
-                            int(trace_capacity) if trace_capacity is not None else keep_cap, backend)
+            t = TimingState(
+                self.cfg,
+                mode if mode is not None else keep_mode,
+                int(trace_capacity) if trace_capacity is not None else keep_cap,
+                backend,
+            )
             self.timing = t
         return t
 
@@ -110,17 +135,29 @@ class MachineState:
         d = int(self.ctrl[CTRL_LOOP_DEPTH])
         return [(int(self.loop_start[k]), int(self.loop_reg[k]), int(self.loop_count[k])) for k in range(d)]
 
-    ARRAYS = ("gp", "fp", "areg", "ctrl", "vram", "mram", "fp_sram", "int_sram",
-              "m_accum", "v_accum", "hm_accum", "hv_accum")
+    ARRAYS = (
+        "gp",
+        "fp",
+        "areg",
+        "ctrl",
+        "vram",
+        "mram",
+        "fp_sram",
+        "int_sram",
+        "m_accum",
+        "v_accum",
+        "hm_accum",
+        "hv_accum",
+    )
 
 
 class Outcome:
     """What one execution backend reports (the Numba core and the reference return the same thing).
 
-    ``retired``: instructions retired; ``fault``: None or the int64 fault record (faults.py slots);
-    ``by_opcode``: int64[64] retired count per opcode; ``cycles``: cycles this call added in the timing mode
-of ``state.timing`` (serial or overlap; totals, busy time, stalls and HBM counters live there);
-    ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``).
+        ``retired``: instructions retired; ``fault``: None or the int64 fault record (faults.py slots);
+        ``by_opcode``: int64[64] retired count per opcode; ``cycles``: cycles this call added in the timing mode
+    of ``state.timing`` (serial or overlap; totals, busy time, stalls and HBM counters live there);
+        ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``).
     """
 
     __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters")
@@ -133,5 +170,4 @@ of ``state.timing`` (serial or overlap; totals, busy time, stalls and HBM counte
         self.counters = dict(counters or {})
 
     def __repr__(self) -> str:
-        return (f"Outcome(retired={self.retired}, fault={self.fault}, cycles={self.cycles}, "
-                f"counters={self.counters})")
+        return f"Outcome(retired={self.retired}, fault={self.fault}, cycles={self.cycles}, counters={self.counters})"

@@ -28,36 +28,71 @@ touch, so untouched rows cost nothing). A resource set is a list of ``(start, co
 Trace record (int64[REC_N], one per retired instruction, ring buffer of capacity ``cap``; record ``k``
 is at ``tbuf[k % cap]``, ``tcount[0]`` = records written): see the ``RC_*`` slots.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from isa.table import TOPK_POLICIES
-from isa.encoding import (  # noqa: F401
-    OP_M_MM, OP_M_TMM, OP_M_BMM, OP_M_BTMM, OP_M_BMM_WO, OP_M_MM_WO, OP_M_MV, OP_M_TMV, OP_M_BMV,
-    OP_M_BTMV, OP_M_MV_WO, OP_M_BMV_WO, OP_V_ADD_VV, OP_V_ADD_VF, OP_V_SUB_VV, OP_V_SUB_VF,
-    OP_V_MUL_VV, OP_V_MUL_VF, OP_V_EXP_V, OP_V_RECI_V, OP_V_RED_SUM, OP_V_RED_MAX, OP_S_ADD_FP,
-    OP_S_SUB_FP, OP_S_MAX_FP, OP_S_MUL_FP, OP_S_EXP_FP, OP_S_RECI_FP, OP_S_SQRT_FP, OP_S_LD_FP,
-    OP_S_ST_FP, OP_S_MAP_V_FP, OP_S_ADD_INT, OP_S_ADDI_INT, OP_S_SUB_INT, OP_S_MUL_INT, OP_S_LUI_INT,
-    OP_S_LD_INT, OP_S_ST_INT, OP_H_PREFETCH_M, OP_H_PREFETCH_V, OP_H_STORE_V, OP_C_SET_ADDR_REG,
-    OP_C_SET_SCALE_REG, OP_C_SET_STRIDE_REG, OP_C_SET_V_MASK_REG, OP_C_LOOP_START, OP_C_LOOP_END,
-    OP_V_SHFT_V, OP_C_BREAK, OP_V_MAX_VF, OP_V_MIN_VF, OP_V_TOPK, UNIT_NAMES, opcode_units,
+from isa.encoding import (
+    ALU_BMM,
+    ALU_BMV,
+    ALU_BTMV,
+    ALU_LOAD,
+    ALU_MM,
+    ALU_MV,
+    ALU_PREFETCH_M,
+    ALU_PREFETCH_V,
+    ALU_TMM,
+    ALU_TMV,
+    FAM_BMAT,
+    FAM_DMA,
+    FAM_FPMEM,
+    FAM_INTMEM,
+    FAM_MAPV,
+    FAM_MAT,
+    FAM_REDUCE,
+    FAM_SHIFT,
+    FAM_TOPK,
+    FAM_VBIN,
+    FAM_VUNARY,
+    FAM_WO,
+    N_OPCODES,
+    UNIT_NAMES,
+    opcode_alus,
+    opcode_families,
+    opcode_units,
 )
+from isa.table import INSTRUCTIONS, TOPK_POLICIES
 
-__all__ = ["TIMING_MODES", "TimingState", "MODE_SERIAL", "MODE_OVERLAP", "REC_FIELDS", "REC_N",
-           "resources_py", "resources_nb", "sb_issue_py", "sb_issue_nb", "sb_commit_py", "sb_commit_nb",
-           "dest_reg_py", "dest_reg_nb", "UNIT_OF", "check_mode"]
+__all__ = [
+    "TIMING_MODES",
+    "TimingState",
+    "MODE_SERIAL",
+    "MODE_OVERLAP",
+    "REC_FIELDS",
+    "REC_N",
+    "resources_py",
+    "resources_nb",
+    "sb_issue_py",
+    "sb_issue_nb",
+    "sb_commit_py",
+    "sb_commit_nb",
+    "dest_reg_py",
+    "dest_reg_nb",
+    "UNIT_OF",
+    "check_mode",
+]
 
 TIMING_MODES = ("serial", "overlap")
 MODE_SERIAL = 0
 MODE_OVERLAP = 1
 
 # ---- ts slots
-T_CYCLES = 0        # serial: running total; overlap: max done so far
-T_LAST_ISSUE = 1    # issue cycle of the last retired instruction (-1 before the first)
-T_UNIT_FREE = 2     # + unit (5 slots)
-T_BUSY = 7          # + unit (5 slots)
+T_CYCLES = 0  # serial: running total; overlap: max done so far
+T_LAST_ISSUE = 1  # issue cycle of the last retired instruction (-1 before the first)
+T_UNIT_FREE = 2  # + unit (5 slots)
+T_BUSY = 7  # + unit (5 slots)
 T_STALL_UNIT = 12
 T_STALL_DATA = 13
 T_MODE = 14
@@ -85,7 +120,7 @@ TC_BA = 3
 TC_PM = 4
 TC_PV = 5
 TC_PW = 6
-TC_MX = 7           # + HBM type 0..3 (M weight, M kv, V act, V kv): 1 if MX
+TC_MX = 7  # + HBM type 0..3 (M weight, M kv, V act, V kv): 1 if MX
 TC_VROW_BASE = 11
 TC_MTILE_BASE = 12
 TC_FPW_BASE = 13
@@ -94,19 +129,107 @@ TC_TOTAL = 15
 TC_N = 16
 
 MAX_RANGES = 8
-#: V_TOPK experts E and selections K per policy (isa.table.TOPK_POLICIES)
-_TOPK_E = np.array([e for e, _k in TOPK_POLICIES], dtype=np.int64)
-_TOPK_K = np.array([k for _e, k in TOPK_POLICIES], dtype=np.int64)
+
+# ---- the register part of the resource sets, from the opcode table
+#: register role kinds: a gp / f / a operand, SCALE / STRIDE / VMASK, the innermost loop counter (C_BREAK)
+RK_GP, RK_F, RK_A, RK_LOOP, RK_SCALE, RK_STRIDE, RK_VMASK = range(7)
+_SPECIAL_KIND = {"SCALE": RK_SCALE, "STRIDE": RK_STRIDE, "V_MASK": RK_VMASK, "LOOP": RK_LOOP}
+_OPERAND_KIND = {"gp": RK_GP, "f": RK_F, "a": RK_A}
+_REG_FIELD = {"rd": 0, "rs1": 1, "rs2": 2}
+#: V_TOPK experts / selections per policy (isa.md §6.2)
+TOPK_E = np.array([e for e, _k in TOPK_POLICIES], dtype=np.int64)
+TOPK_K = np.array([k for _e, k in TOPK_POLICIES], dtype=np.int64)
+
+
+def _register_roles():
+    """(reads[op, k, (kind, field)], n_reads, writes[...], n_writes, has rmask, has rstride) from the table."""
+    reads = np.zeros((N_OPCODES, 4, 2), dtype=np.int64)
+    writes = np.zeros((N_OPCODES, 2, 2), dtype=np.int64)
+    n_r = np.zeros(N_OPCODES, dtype=np.int64)
+    n_w = np.zeros(N_OPCODES, dtype=np.int64)
+    rmask = np.zeros(N_OPCODES, dtype=np.int64)
+    rstride = np.zeros(N_OPCODES, dtype=np.int64)
+    for i in INSTRUCTIONS:
+        for o in i.operands:
+            if o.kind in _OPERAND_KIND and o.field in _REG_FIELD:
+                role = (_OPERAND_KIND[o.kind], _REG_FIELD[o.field])
+                if o.name not in i.writes:
+                    reads[i.opcode, n_r[i.opcode]] = role
+                    n_r[i.opcode] += 1
+                if o.name in i.writes or o.name in i.updates:
+                    writes[i.opcode, n_w[i.opcode]] = role
+                    n_w[i.opcode] += 1
+            rmask[i.opcode] |= o.name == "rmask"
+            rstride[i.opcode] |= o.name == "rstride"
+        for w in i.writes:
+            if w in _SPECIAL_KIND:
+                writes[i.opcode, n_w[i.opcode]] = (_SPECIAL_KIND[w], 0)
+                n_w[i.opcode] += 1
+    return reads, n_r, writes, n_w, rmask, rstride
+
+
+_RREG, _N_RREG, _WREG, _N_WREG, _RMASK, _RSTRIDE = _register_roles()
+_FAM = opcode_families()
+_ALU = opcode_alus()
+_NOOP = np.array(
+    [int(any(i.opcode == o and i.noop_if_rd0 for i in INSTRUCTIONS)) for o in range(N_OPCODES)], dtype=np.int64
+)
+_VF = np.array(
+    [
+        int(any(i.opcode == o and i.family == "vbin" and i.operands[2].kind == "f" for i in INSTRUCTIONS))
+        for o in range(N_OPCODES)
+    ],
+    dtype=np.int64,
+)
 #: most DMA blocks the preallocated per-run scratch holds (see TimingState)
 SCRATCH_CAP = 1 << 16
 
 # ---- trace record slots
-REC_FIELDS = ("seq", "pc", "opcode", "unit", "issue", "start", "end", "reg_kind", "reg_idx", "reg_old",
-              "reg_new", "m1_kind", "m1_start", "m1_count", "m2_kind", "m2_start", "m2_count",
-              "hbm_addr", "hbm_span", "hbm_bytes")
+REC_FIELDS = (
+    "seq",
+    "pc",
+    "opcode",
+    "unit",
+    "issue",
+    "start",
+    "end",
+    "reg_kind",
+    "reg_idx",
+    "reg_old",
+    "reg_new",
+    "m1_kind",
+    "m1_start",
+    "m1_count",
+    "m2_kind",
+    "m2_start",
+    "m2_count",
+    "hbm_addr",
+    "hbm_span",
+    "hbm_bytes",
+)
 REC_N = len(REC_FIELDS)
-(RC_SEQ, RC_PC, RC_OP, RC_UNIT, RC_ISSUE, RC_START, RC_END, RC_RKIND, RC_RIDX, RC_ROLD, RC_RNEW,
- RC_M1K, RC_M1S, RC_M1C, RC_M2K, RC_M2S, RC_M2C, RC_HADDR, RC_HSPAN, RC_HBYTES) = range(REC_N)
+(
+    RC_SEQ,
+    RC_PC,
+    RC_OP,
+    RC_UNIT,
+    RC_ISSUE,
+    RC_START,
+    RC_END,
+    RC_RKIND,
+    RC_RIDX,
+    RC_ROLD,
+    RC_RNEW,
+    RC_M1K,
+    RC_M1S,
+    RC_M1C,
+    RC_M2K,
+    RC_M2S,
+    RC_M2C,
+    RC_HADDR,
+    RC_HSPAN,
+    RC_HBYTES,
+) = range(REC_N)
 #: register kinds of a trace record
 REG_NONE, REG_GP, REG_FP, REG_A, REG_SCALE, REG_STRIDE, REG_VMASK = range(7)
 REG_KIND_NAMES = ("", "gp", "f", "a", "SCALE", "STRIDE", "V_MASK")
@@ -126,6 +249,7 @@ def check_mode(mode) -> int:
 
 # =============================================================================== scoreboard (shared source)
 
+
 @njit(cache=True)
 def _put(table, n, resource, count, step):
     """Append one resource range (first resource, count, step) to a read/write set; returns n + 1."""
@@ -138,213 +262,143 @@ def _put(table, n, resource, count, step):
 def resources_py(o, rd, rs1, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, aux, cv, rr, wr):
     """Read / write sets of one instruction (timing.md §4 table) as ranges ``(start, count, step)``
     in ``rr`` / ``wr``; returns ``(n_read_ranges, n_write_ranges)``. ``g_*`` = gp values at issue;
-    ``aux`` = the loop register of the innermost record (C_BREAK)."""
+    ``aux`` = the loop register of the innermost record (C_BREAK). The register part comes from the
+    opcode table (``_RREG`` / ``_WREG``), the memory part from the family. The helpers are compiled
+    (callable from both the reference's Python and the core's njit copy of this function)."""
+    if _NOOP[o] != 0 and rd == 0:
+        return 0, 0  # zero-latency no-op: no resources
+    nr, nw = _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr)
+    fam = _FAM[o]
+    if fam in (FAM_MAT, FAM_BMAT):
+        return _matrix_sets(_ALU[o], rd, g_rd, g_rs1, g_rs2, cv, rr, nr, wr, nw)
+    if fam == FAM_WO:
+        return _writeout_sets(_ALU[o], rs1, imm18, g_rd, g_rs1, cv, rr, nr, wr, nw)
+    return _memory_sets(fam, _ALU[o], rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, _VF[o], cv, rr, nr, wr, nw)
+
+
+@njit(cache=True)
+def _register_sets(o, rd, rs1, rs2, rs3, aux, rr, wr):
+    """The register reads and writes of the table's operand roles (gp0 / f0 are no resources)."""
     nr = 0
     nw = 0
+    for k in range(_N_RREG[o]):
+        res = _reg_resource(_RREG[o, k, 0], _RREG[o, k, 1], rd, rs1, rs2, aux)
+        if res >= 0:
+            nr = _put(rr, nr, res, 1, 1)
+    if _RMASK[o] != 0 and rs3 != 0:
+        nr = _put(rr, nr, RS_VMASK, 1, 1)
+    if _RSTRIDE[o] != 0 and rs3 == 1:
+        nr = _put(rr, nr, RS_STRIDE, 1, 1)
+    for k in range(_N_WREG[o]):
+        res = _reg_resource(_WREG[o, k, 0], _WREG[o, k, 1], rd, rs1, rs2, aux)
+        if res >= 0:
+            nw = _put(wr, nw, res, 1, 1)
+    return nr, nw
+
+
+@njit(cache=True)
+def _reg_resource(kind, fld, rd, rs1, rs2, aux):
+    """Resource index of a register role (-1 for gp0 / f0); ``fld`` 0/1/2 = rd/rs1/rs2."""
+    if kind >= RK_SCALE:
+        return RS_SCALE + (kind - RK_SCALE)  # SCALE, STRIDE, VMASK
+    idx = aux if kind == RK_LOOP else (rd if fld == 0 else (rs1 if fld == 1 else rs2))
+    if kind == RK_A:
+        return RS_A + idx
+    if idx <= 0:
+        return -1
+    return (RS_FP if kind == RK_F else RS_GP) + idx
+
+
+@njit(cache=True)
+def _matrix_sets(alu, rd, g_rd, g_rs1, g_rs2, cv, rr, nr, wr, nw):
+    """M_MM/M_TMM/M_MV/M_TMV/M_B*: the tile, the vector rows and the accumulator."""
+    M = cv[TC_M]
+    m, v = (g_rs2, g_rs1) if alu == ALU_TMM else (g_rs1, g_rs2)
+    if alu in (ALU_BMV, ALU_BTMV):
+        m = m + g_rd
+        acc, nv = RS_ACC_HV, 1
+    elif alu in (ALU_MM, ALU_TMM):
+        acc, nv = RS_ACC_M, cv[TC_B]
+    elif alu in (ALU_MV, ALU_TMV):
+        acc, nv = RS_ACC_V, 1
+    else:
+        acc, nv = RS_ACC_HM, M
+    nr = _put(rr, nr, cv[TC_MTILE_BASE] + m // (M * M), 1, 1)
+    nr = _put(rr, nr, cv[TC_VROW_BASE] + v // cv[TC_V], nv, 1)
+    nr = _put(rr, nr, acc, 1, 1)
+    nw = _put(wr, nw, acc, 1, 1)
+    return nr, nw
+
+
+@njit(cache=True)
+def _writeout_sets(alu, rs1, imm18, g_rd, g_rs1, cv, rr, nr, wr, nw):
+    """M_*_WO: the accumulator and the VRAM rows written (M_MM_WO / M_MV_WO also read them: lanes merge)."""
     M = cv[TC_M]
     V = cv[TC_V]
-    MM = M * M
     VB = cv[TC_VROW_BASE]
-    if o == OP_M_MM or o == OP_M_TMM or o == OP_M_MV or o == OP_M_TMV or o == OP_M_BMM \
-            or o == OP_M_BTMM or o == OP_M_BMV or o == OP_M_BTMV:
-        if o == OP_M_TMM:
-            m = g_rs2
-            v = g_rs1
-        else:
-            m = g_rs1
-            v = g_rs2
-        if o == OP_M_BMV or o == OP_M_BTMV:
-            m = m + g_rd
-            if rd != 0:
-                nr = _put(rr, nr, RS_GP + rd, 1, 1)
-            acc = RS_ACC_HV
-            nv = 1
-        elif o == OP_M_MM or o == OP_M_TMM:
-            acc = RS_ACC_M
-            nv = cv[TC_B]
-        elif o == OP_M_MV or o == OP_M_TMV:
-            acc = RS_ACC_V
-            nv = 1
-        else:
-            acc = RS_ACC_HM
-            nv = M
-        if rs1 != 0:
-            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
-        if rs2 != 0:
-            nr = _put(rr, nr, RS_GP + rs2, 1, 1)
-        nr = _put(rr, nr, cv[TC_MTILE_BASE] + m // MM, 1, 1)
-        nr = _put(rr, nr, VB + v // V, nv, 1)
-        nr = _put(rr, nr, acc, 1, 1)
-        nw = _put(wr, nw, acc, 1, 1)
-        return nr, nw
-    if o == OP_M_MM_WO or o == OP_M_MV_WO or o == OP_M_BMM_WO or o == OP_M_BMV_WO:
-        if rd != 0:
-            nr = _put(rr, nr, RS_GP + rd, 1, 1)
-        addr = g_rd + imm18
-        vo = addr % M
-        if o == OP_M_MM_WO:
-            acc = RS_ACC_M
-            s = 1
-            if rs1 != 0:
-                s = g_rs1
-                nr = _put(rr, nr, RS_GP + rs1, 1, 1)
-            start = VB + (addr - vo) // V
-            cnt = cv[TC_B]
-            step = (M * s) // V
-            rdrow = True
-        elif o == OP_M_MV_WO:
-            acc = RS_ACC_V
-            start = VB + (addr - vo) // V
-            cnt = 1
-            step = 1
-            rdrow = True
-        elif o == OP_M_BMM_WO:
-            acc = RS_ACC_HM
-            start = VB + addr // V
-            cnt = cv[TC_BA] * M
-            step = 1
-            rdrow = False
-        else:
-            acc = RS_ACC_HV
-            start = VB + addr // V
-            cnt = cv[TC_BA]
-            step = 1
-            rdrow = False
-        nr = _put(rr, nr, acc, 1, 1)
-        if rdrow:
-            nr = _put(rr, nr, start, cnt, step)
-        nw = _put(wr, nw, start, cnt, step)
-        nw = _put(wr, nw, acc, 1, 1)
-        return nr, nw
-    if o == OP_V_ADD_VV or o == OP_V_SUB_VV or o == OP_V_MUL_VV or o == OP_V_ADD_VF \
-            or o == OP_V_SUB_VF or o == OP_V_MUL_VF or o == OP_V_MAX_VF or o == OP_V_MIN_VF \
-            or o == OP_V_EXP_V or o == OP_V_RECI_V or o == OP_V_SHFT_V:
-        vv = o == OP_V_ADD_VV or o == OP_V_SUB_VV or o == OP_V_MUL_VV
-        vf = o == OP_V_ADD_VF or o == OP_V_SUB_VF or o == OP_V_MUL_VF or o == OP_V_MAX_VF \
-            or o == OP_V_MIN_VF
-        for g in (rd, rs1):
-            if g != 0:
-                nr = _put(rr, nr, RS_GP + g, 1, 1)
-        if (vv or o == OP_V_SHFT_V) and rs2 != 0:
-            nr = _put(rr, nr, RS_GP + rs2, 1, 1)
-        if vf and rs2 != 0:
-            nr = _put(rr, nr, RS_FP + rs2, 1, 1)
+    addr = g_rd + imm18
+    vo = addr % M
+    if alu == ALU_MM:
+        s = g_rs1 if rs1 != 0 else 1
+        acc, start, cnt, step, rdrow = RS_ACC_M, VB + (addr - vo) // V, cv[TC_B], (M * s) // V, True
+    elif alu == ALU_MV:
+        acc, start, cnt, step, rdrow = RS_ACC_V, VB + (addr - vo) // V, 1, 1, True
+    elif alu == ALU_BMM:
+        acc, start, cnt, step, rdrow = RS_ACC_HM, VB + addr // V, cv[TC_BA] * M, 1, False
+    else:
+        acc, start, cnt, step, rdrow = RS_ACC_HV, VB + addr // V, cv[TC_BA], 1, False
+    nr = _put(rr, nr, acc, 1, 1)
+    if rdrow:
+        nr = _put(rr, nr, start, cnt, step)
+    nw = _put(wr, nw, start, cnt, step)
+    nw = _put(wr, nw, acc, 1, 1)
+    return nr, nw
+
+
+@njit(cache=True)
+def _memory_sets(fam, alu, rs2, rs3, f1, imm18, g_rd, g_rs1, g_rs2, vf, cv, rr, nr, wr, nw):
+    """The memory part of the vector, scalar, DMA and control families."""
+    V = cv[TC_V]
+    VB = cv[TC_VROW_BASE]
+    if fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):
         nr = _put(rr, nr, VB + g_rs1 // V, 1, 1)
-        if vv:
+        if fam == FAM_VBIN and vf == 0:
             nr = _put(rr, nr, VB + g_rs2 // V, 1, 1)
-        if o != OP_V_SHFT_V and rs3 != 0:
-            nr = _put(rr, nr, RS_VMASK, 1, 1)
         nw = _put(wr, nw, VB + g_rd // V, 1, 1)
-        return nr, nw
-    if o == OP_V_RED_SUM or o == OP_V_RED_MAX:
-        if rd == 0:
-            return nr, nw
-        if rs1 != 0:
-            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
+    elif fam == FAM_REDUCE:
         nr = _put(rr, nr, VB + g_rs1 // V, 1, 1)
-        if rs3 != 0:
-            nr = _put(rr, nr, RS_VMASK, 1, 1)
-        nr = _put(rr, nr, RS_FP + rd, 1, 1)
-        nw = _put(wr, nw, RS_FP + rd, 1, 1)
-        return nr, nw
-    if o == OP_V_TOPK:
-        E = _TOPK_E[rs3 & 1]
-        K = _TOPK_K[rs3 & 1]
-        for g in (rd, rs1, rs2):
-            if g != 0:
-                nr = _put(rr, nr, RS_GP + g, 1, 1)
-        nr = _put(rr, nr, VB + g_rs1 // V, (E + V - 1) // V, 1)
-        nw = _put(wr, nw, cv[TC_FPW_BASE] + g_rd, K, 1)
-        nw = _put(wr, nw, cv[TC_INTW_BASE] + g_rs2, K, 1)
-        return nr, nw
-    if o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP \
-            or o == OP_S_EXP_FP or o == OP_S_RECI_FP or o == OP_S_SQRT_FP:
-        if rd == 0:
-            return nr, nw
-        if rs1 != 0:
-            nr = _put(rr, nr, RS_FP + rs1, 1, 1)
-        if (o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP) and rs2 != 0:
-            nr = _put(rr, nr, RS_FP + rs2, 1, 1)
-        nw = _put(wr, nw, RS_FP + rd, 1, 1)
-        return nr, nw
-    if o == OP_S_LD_FP or o == OP_S_ST_FP or o == OP_S_LD_INT or o == OP_S_ST_INT:
-        if rs1 != 0:
-            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
-        addr = g_rs1 + imm18
-        isfp = o == OP_S_LD_FP or o == OP_S_ST_FP
-        word = (cv[TC_FPW_BASE] if isfp else cv[TC_INTW_BASE]) + addr
-        reg = (RS_FP if isfp else RS_GP) + rd
-        if o == OP_S_LD_FP or o == OP_S_LD_INT:
+    elif fam == FAM_TOPK:
+        nr = _put(rr, nr, VB + g_rs1 // V, (TOPK_E[rs3 & 1] + V - 1) // V, 1)
+        nw = _put(wr, nw, cv[TC_FPW_BASE] + g_rd, TOPK_K[rs3 & 1], 1)
+        nw = _put(wr, nw, cv[TC_INTW_BASE] + g_rs2, TOPK_K[rs3 & 1], 1)
+    elif fam in (FAM_FPMEM, FAM_INTMEM):
+        word = (cv[TC_FPW_BASE] if fam == FAM_FPMEM else cv[TC_INTW_BASE]) + g_rs1 + imm18
+        if alu == ALU_LOAD:
             nr = _put(rr, nr, word, 1, 1)
-            if rd != 0:
-                nw = _put(wr, nw, reg, 1, 1)
         else:
-            if rd != 0:
-                nr = _put(rr, nr, reg, 1, 1)
             nw = _put(wr, nw, word, 1, 1)
-        return nr, nw
-    if o == OP_S_MAP_V_FP:
-        for g in (rd, rs1):
-            if g != 0:
-                nr = _put(rr, nr, RS_GP + g, 1, 1)
+    elif fam == FAM_MAPV:
         nr = _put(rr, nr, cv[TC_FPW_BASE] + g_rs1 + imm18, V, 1)
         nw = _put(wr, nw, VB + g_rd // V, 1, 1)
-        return nr, nw
-    if o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT or o == OP_S_ADDI_INT \
-            or o == OP_S_LUI_INT:
-        if o != OP_S_LUI_INT and rs1 != 0:
-            nr = _put(rr, nr, RS_GP + rs1, 1, 1)
-        if (o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT) and rs2 != 0:
-            nr = _put(rr, nr, RS_GP + rs2, 1, 1)
-        if rd != 0:
-            nw = _put(wr, nw, RS_GP + rd, 1, 1)
-        return nr, nw
-    if o == OP_H_PREFETCH_M or o == OP_H_PREFETCH_V or o == OP_H_STORE_V:
-        for g in (rd, rs1):
-            if g != 0:
-                nr = _put(rr, nr, RS_GP + g, 1, 1)
-        nr = _put(rr, nr, RS_A + rs2, 1, 1)
-        if o == OP_H_PREFETCH_M:
-            t = 0 if f1 == 0 else 1
-        else:
-            t = 2 if f1 == 0 else 3
-        if cv[TC_MX + t] != 0:
-            nr = _put(rr, nr, RS_SCALE, 1, 1)
-        if rs3 == 1:
-            nr = _put(rr, nr, RS_STRIDE, 1, 1)
-        if o == OP_H_PREFETCH_M:
-            nw = _put(wr, nw, cv[TC_MTILE_BASE] + g_rd // MM, cv[TC_PM] // M, 1)
-        elif o == OP_H_PREFETCH_V:
-            nw = _put(wr, nw, VB + g_rd // V, cv[TC_PV], 1)
-        else:
-            nr = _put(rr, nr, VB + g_rd // V, cv[TC_PW], 1)
-        return nr, nw
-    if o == OP_C_SET_ADDR_REG:
-        for g in (rs1, rs2):
-            if g != 0:
-                nr = _put(rr, nr, RS_GP + g, 1, 1)
-        nw = _put(wr, nw, RS_A + rd, 1, 1)
-        return nr, nw
-    if o == OP_C_SET_SCALE_REG or o == OP_C_SET_STRIDE_REG or o == OP_C_SET_V_MASK_REG:
-        if rd != 0:
-            nr = _put(rr, nr, RS_GP + rd, 1, 1)
-        if o == OP_C_SET_SCALE_REG:
-            wr[nw, 0] = RS_SCALE
-        elif o == OP_C_SET_STRIDE_REG:
-            wr[nw, 0] = RS_STRIDE
-        else:
-            wr[nw, 0] = RS_VMASK
-        wr[nw, 1] = 1
-        wr[nw, 2] = 1
-        nw += 1
-        return nr, nw
-    if o == OP_C_LOOP_START or o == OP_C_LOOP_END or o == OP_C_BREAK:
-        g = aux if o == OP_C_BREAK else rd
-        if g != 0:
-            if o == OP_C_LOOP_END:
-                nr = _put(rr, nr, RS_GP + g, 1, 1)
-            nw = _put(wr, nw, RS_GP + g, 1, 1)
-        return nr, nw
+    elif fam == FAM_DMA:
+        nr, nw = _dma_sets(alu, f1, g_rd, cv, rr, nr, wr, nw)
+    return nr, nw
+
+
+@njit(cache=True)
+def _dma_sets(alu, f1, g_rd, cv, rr, nr, wr, nw):
+    """H_*: SCALE when the HBM type is MX, then the SRAM rows or tiles moved."""
+    M = cv[TC_M]
+    V = cv[TC_V]
+    t = (0 if alu == ALU_PREFETCH_M else 2) + (0 if f1 == 0 else 1)
+    if cv[TC_MX + t] != 0:
+        nr = _put(rr, nr, RS_SCALE, 1, 1)
+    if alu == ALU_PREFETCH_M:
+        nw = _put(wr, nw, cv[TC_MTILE_BASE] + g_rd // (M * M), cv[TC_PM] // M, 1)
+    elif alu == ALU_PREFETCH_V:
+        nw = _put(wr, nw, cv[TC_VROW_BASE] + g_rd // V, cv[TC_PV], 1)
+    else:
+        nr = _put(rr, nr, cv[TC_VROW_BASE] + g_rd // V, cv[TC_PW], 1)
     return nr, nw
 
 
@@ -406,29 +460,24 @@ def sb_commit_py(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone):
 
 
 def dest_reg_py(o, rd, aux):
-    """(REG_* kind, index) of the architectural register an instruction writes (for the trace)."""
-    if o == OP_S_ADD_INT or o == OP_S_SUB_INT or o == OP_S_MUL_INT or o == OP_S_ADDI_INT \
-            or o == OP_S_LUI_INT or o == OP_S_LD_INT or o == OP_C_LOOP_START or o == OP_C_LOOP_END:
-        return (REG_GP, rd) if rd != 0 else (REG_NONE, 0)
-    if o == OP_C_BREAK:
-        return (REG_GP, aux) if aux > 0 else (REG_NONE, 0)
-    if o == OP_S_ADD_FP or o == OP_S_SUB_FP or o == OP_S_MAX_FP or o == OP_S_MUL_FP or o == OP_S_EXP_FP \
-            or o == OP_S_RECI_FP or o == OP_S_SQRT_FP or o == OP_S_LD_FP or o == OP_V_RED_SUM \
-            or o == OP_V_RED_MAX:
-        return (REG_FP, rd) if (rd != 0 and rd < 8) else (REG_NONE, 0)
-    if o == OP_C_SET_ADDR_REG:
-        return REG_A, rd
-    if o == OP_C_SET_SCALE_REG:
-        return REG_SCALE, 0
-    if o == OP_C_SET_STRIDE_REG:
-        return REG_STRIDE, 0
-    if o == OP_C_SET_V_MASK_REG:
-        return REG_VMASK, 0
-    return REG_NONE, 0
+    """(REG_* kind, index) of the architectural register an instruction writes (for the trace): the first
+    written (or updated) register role of the opcode table."""
+    if _N_WREG[o] == 0:
+        return REG_NONE, 0
+    kind = _WREG[o, 0, 0]
+    if kind >= RK_SCALE:
+        return REG_SCALE + (kind - RK_SCALE), 0
+    idx = aux if kind == RK_LOOP else rd  # every written operand register is in rd
+    if kind == RK_A:
+        return REG_A, idx
+    if idx <= 0 or (kind == RK_F and idx >= 8):
+        return REG_NONE, 0
+    return (REG_FP if kind == RK_F else REG_GP), idx
 
 
-def trace_record_py(tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv,
-                    hbm_addr, hbm_span, hbm_bytes):
+def trace_record_py(
+    tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv, hbm_addr, hbm_span, hbm_bytes
+):
     """Append one record (REC_FIELDS) to the ring ``tbuf``; ``wr[:nw]`` = the instruction's write set."""
     cap = tbuf.shape[0]
     r = tbuf[tcount[0] % cap]
@@ -482,12 +531,20 @@ dest_reg_nb = njit(cache=True)(dest_reg_py)
 
 # =============================================================================== per-run state
 
+
 class TimingState:
     """All timing state of one run (see the module docstring)."""
 
     def __init__(self, cfg, mode: str = "serial", trace_capacity: int = 0, backend: str = "numba"):
-        from .hbm_timing import (dma_geometry_table, max_dma_blocks, new_dma_scratch, new_stats,
-                                 new_timing_state, timing_params)
+        from .hbm_timing import (
+            dma_geometry_table,
+            max_dma_blocks,
+            new_dma_scratch,
+            new_stats,
+            new_timing_state,
+            timing_params,
+        )
+
         self.cfg = cfg
         self.mode = mode
         self.mode_code = check_mode(mode)
@@ -507,7 +564,7 @@ class TimingState:
         # huge P_* gets a one-off scratch inside the run loop for an instruction that needs more)
         self.max_blocks = min(max_dma_blocks(cfg, self.params), SCRATCH_CAP)
         self.blocks, self.hset, self.work = new_dma_scratch(self.params, self.max_blocks)
-        self.payload = np.zeros(2, dtype=np.int64)      # exact bytes read / written (H_*)
+        self.payload = np.zeros(2, dtype=np.int64)  # exact bytes read / written (H_*)
         cap = int(trace_capacity)
         if cap < 0:
             raise ValueError("trace capacity must be >= 0")
@@ -516,6 +573,7 @@ class TimingState:
         self.tcount = np.zeros(1, dtype=np.int64)
         if backend == "reference":
             from .hbm_timing import PyTimingState, new_stats_py
+
             self.py_hbm = PyTimingState(self.params)
             self.py_hstats = new_stats_py(self.params)
 
@@ -544,6 +602,7 @@ class TimingState:
     def hbm_counts(self) -> dict:
         """hbm_timing.stats_dict of this run (either backend)."""
         from .hbm_timing import stats_dict
+
         if hasattr(self, "py_hstats"):
             d = dict(self.py_hstats)
             d["per_channel_requests"] = [int(x) for x in d["per_channel_requests"]]

@@ -46,3 +46,17 @@ def test_table_itself_defines_them():
 def test_generated_markdown_reference_is_up_to_date():
     doc = ROOT / "docs" / "isa_reference.md"
     assert doc.read_text() == opcode_markdown(), "regenerate with: plena-sim isa --markdown > docs/isa_reference.md"
+
+
+OPCODE_COMPARE = re.compile(r"[=!]=\s*_?OP_[A-Z_]+|\bin\s*\(\s*_?OP_")
+
+
+def test_core_dispatches_on_families_not_opcodes():
+    """The simulator compares opcode numbers by hand at most a few times (the table's family and operation
+    codes drive dispatch, checks and resources); the limit of the architecture issue is 40."""
+    hits = []
+    for p in sorted((ROOT / "plena_sim").rglob("*.py")):
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            hits += [f"{p.relative_to(ROOT)}:{n}" for _ in OPCODE_COMPARE.finditer(line.split("#", 1)[0])]
+    assert len(hits) <= 40, hits
+    assert not [h for h in hits if h.startswith("plena_sim/core/") or h.startswith("plena_sim/timing.py")], hits

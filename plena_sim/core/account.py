@@ -1,0 +1,158 @@
+"""Cycle accounting and the trace ring of one retired instruction (timing.md §3-§5).
+
+One job: charge the instruction's latency (serial: Σ latencies; overlap: the §4 scoreboard of
+:mod:`plena_sim.timing`; H_*: the HBM bank model of :mod:`plena_sim.hbm_timing`, started at the issue
+cycle) and append its trace record.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, FAM_DMA
+
+from .. import timing as TM
+from ..hbm_timing import (
+    EMPTY,
+    G_ELEM_LEN,
+    G_ROWS,
+    G_SCALE_LEN,
+    HST_READ_REQUESTS,
+    HST_WRITE_REQUESTS,
+    PRM_BURST_BYTES,
+    PRM_CHANNELS,
+    W_N,
+    dma_instruction,
+)
+from ..state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
+from ..timing import (
+    MODE_SERIAL,
+    REG_A,
+    REG_FP,
+    REG_GP,
+    REG_SCALE,
+    REG_STRIDE,
+    REG_VMASK,
+    T_BUSY,
+    T_CYCLES,
+)
+
+
+@njit(cache=True)
+def reg_value(kind, idx, gp, fp, areg, ctrl):
+    """Current value of a register named by a trace REG_* kind (bf16 bits for f, raw u64 for a)."""
+    if kind == REG_GP:
+        return np.int64(gp[idx])
+    if kind == REG_FP:
+        return np.int64(fp[idx])
+    if kind == REG_A:
+        return np.int64(areg[idx])
+    if kind == REG_SCALE:
+        return ctrl[CTRL_SCALE]
+    if kind == REG_STRIDE:
+        return ctrl[CTRL_STRIDE]
+    if kind == REG_VMASK:
+        return ctrl[CTRL_V_MASK]
+    return np.int64(0)
+
+
+@njit(cache=True)
+def _geom_row(alu, f1, geom):
+    gi = 0 if alu == ALU_PREFETCH_M else (1 if alu == ALU_PREFETCH_V else 2)
+    return geom[gi, 0 if f1 == 0 else 1]
+
+
+@njit(cache=True)
+def _hbm_latency(alu, f, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work):
+    """HBM-model latency of a retired H_* instruction started at cycle ``t0`` (timing.md §5)."""
+    gr = _geom_row(alu, f[4], geom)
+    pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[G_ELEM_LEN]
+    base = np.int64(areg[f[2]])
+    lat = dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, blocks, hset, work)
+    if lat >= 0:
+        return lat
+    # the preallocated scratch (capped, see TimingState) is too small for this instruction: use a one-off
+    # scratch of the geometry bound (only configurations with huge P_* / rows get here)
+    burst = hp[PRM_BURST_BYTES]
+    per_row = (gr[G_ELEM_LEN] + burst - 1) // burst + 1
+    if gr[G_SCALE_LEN] > 0:
+        per_row += (gr[G_SCALE_LEN] + burst - 1) // burst + 1
+    nb = gr[G_ROWS] * per_row
+    size = np.int64(16)
+    while size < 2 * nb:
+        size *= 2
+    b2 = np.zeros(nb, dtype=np.int64)
+    h2 = np.full(size, EMPTY, dtype=np.int64)
+    w2 = np.zeros((W_N, max(nb, hp[PRM_CHANNELS] + 1)), dtype=np.int64)
+    return dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, b2, h2, w2)
+
+
+@njit(cache=True)
+def account_serial(ts, unit, lat):
+    """timing.md §3: issue = the running total; returns the issue cycle. (The run loop writes these lines out for
+    the fixed-latency instructions: a call per instruction would cost more than the work.)"""
+    issue = ts[T_CYCLES]
+    ts[T_CYCLES] = issue + lat
+    ts[TM.T_LAST_ISSUE] = issue
+    if unit >= 0:
+        ts[T_BUSY + unit] += lat
+    return issue
+
+
+@njit(cache=True)
+def account_overlap(o, f, g, aux, unit, lat, tim):
+    """timing.md §4: issue when every resource read is ready and every one written is done; returns it.
+    ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue."""
+    ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
+    nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
+    issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+    TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
+    return issue
+
+
+@njit(cache=True)
+def account_dma(o, alu, f, g, aux, unit, areg, ctrl, tim):
+    """Timing of one retired H_* instruction, started at its issue cycle: returns (issue cycle, latency)."""
+    ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
+    hp, geom, ch, bank, hstats, blocks, hset, work = tim[5]
+    if ts[TM.T_MODE] == MODE_SERIAL:
+        start = ts[T_CYCLES]
+        lat = _hbm_latency(alu, f, g[1], start, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)
+        return account_serial(ts, unit, lat), lat
+    nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
+    issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+    lat = _hbm_latency(alu, f, g[1], issue, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)
+    TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
+    return issue, lat
+
+
+@njit(cache=True)
+def trace_before(o, rd, aux, regs, tim):
+    """(kind, index, value before, HBM requests so far) of the register the instruction writes."""
+    gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
+    hstats = tim[5][4]
+    rkind, ridx = TM.dest_reg_nb(o, rd, aux)
+    requests = hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS]
+    return rkind, ridx, reg_value(rkind, ridx, gp, fp, areg, ctrl), requests
+
+
+@njit(cache=True)
+def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, tim):
+    """Append the trace record of a retired instruction (timing.REC_FIELDS); H_*: with its HBM span.
+    ``reg`` = :func:`trace_before`'s (kind, index, value before, HBM requests before)."""
+    gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
+    cv, tbuf, tcount, rr, wr = tim[3], tim[6], tim[7], tim[8], tim[9]
+    hp, geom, hstats = tim[5][0], tim[5][1], tim[5][4]
+    new = reg_value(reg[0], reg[1], gp, fp, areg, ctrl)
+    _nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
+    haddr, hspan, hbytes = np.int64(0), np.int64(0), np.int64(0)
+    if fam == FAM_DMA:
+        gr = _geom_row(alu, f[4], geom)
+        pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[G_ELEM_LEN]
+        haddr = np.int64(areg[f[2]]) + g[1]
+        hspan = (gr[G_ROWS] - 1) * pitch + gr[G_ELEM_LEN]
+        hbytes = (hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS] - reg[3]) * hp[PRM_BURST_BYTES]
+    TM.trace_record_nb(
+        tbuf, tcount, seq, pc, o, unit, issue, lat, reg[0], reg[1], reg[2], new, nw, wr, cv, haddr, hspan, hbytes
+    )

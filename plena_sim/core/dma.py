@@ -1,0 +1,213 @@
+"""DMA unit (memory.md §5, isa.md §6.5): H_PREFETCH_M, H_PREFETCH_V, H_STORE_V.
+
+One job: move rows between the sparse HBM and MRAM / VRAM with MX or plain encode / decode, after every
+alignment and bounds check (precise faults). A store that needs more spare HBM pool pages returns
+``RUN_NEED_PAGES`` before it changes anything. IL-AREG is a static check (:mod:`.static`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, ALU_STORE_V
+
+from ..faults import R_AL_MTILE, R_AL_MX, R_AL_VROW, R_BD_HBM, R_BD_MTILE, R_BD_VROW
+from ..hbm import hbm_missing_pages_after, hbm_read, hbm_write
+from ..numerics import (
+    bf16_bits_to_f32,
+    f32_to_bf16_bits,
+    mx_decode_row,
+    mx_encode_row,
+    plain_decode_row,
+    plain_encode_row,
+)
+from ..state import CTRL_SCALE, CTRL_STRIDE
+from .common import fault, sat_add
+from .slots import (
+    CFG_HBM_SIZE,
+    CFG_M,
+    CFG_NTILES,
+    CFG_PM,
+    CFG_PV,
+    CFG_PW,
+    CFG_V,
+    CFG_VROWS,
+    FMT_BLOCK,
+    FMT_E,
+    FMT_EB,
+    FMT_MT,
+    FMT_MX,
+    OPND_RD,
+    OPND_RS1,
+    OPND_RS2,
+    RUN_NEED_PAGES,
+    RUN_OK,
+    STAT_HBM_RD,
+    STAT_HBM_WR,
+    STAT_MX_NAN,
+    STAT_MX_SAT,
+)
+
+
+@njit(cache=True)
+def _geometry(alu, f1, rs3, ctrl, cfg, fmt):
+    """(HBM type row, row length L, rows P, row bytes, block bytes, scale bytes per row, pitch, element bytes);
+    :func:`transfer` appends (is MX, exponent bits, mantissa bits, block elements) as the geometry tuple."""
+    if alu == ALU_PREFETCH_M:
+        t = 0 if f1 == 0 else 1
+        L = cfg[CFG_M]
+        P = cfg[CFG_PM]
+    else:
+        t = 2 if f1 == 0 else 3
+        L = cfg[CFG_V]
+        P = cfg[CFG_PV] if alu == ALU_PREFETCH_V else cfg[CFG_PW]
+    eb = fmt[t, FMT_EB]
+    row_bytes = L * eb
+    nsc = L // fmt[t, FMT_BLOCK] if fmt[t, FMT_MX] != 0 else np.int64(0)
+    pitch = ctrl[CTRL_STRIDE] if rs3 == 1 else row_bytes
+    return t, L, P, row_bytes, eb * fmt[t, FMT_BLOCK], nsc, pitch, eb
+
+
+@njit(cache=True)
+def _sram_checks(alu, pc, dst, P, is_mx, off0, pitch, blk, cfg, frec):
+    """AL of the SRAM destination and of the MX row offsets, then BD of the SRAM side."""
+    M, V = cfg[CFG_M], cfg[CFG_V]
+    MM = M * M
+    if alu == ALU_PREFETCH_M:
+        if dst % MM != 0:
+            return fault(frec, R_AL_MTILE, pc, OPND_RD, dst, -1, MM, dst % MM, 0)
+    elif dst % V != 0:
+        return fault(frec, R_AL_VROW, pc, OPND_RD, dst, -1, V, dst % V, 0)
+    if is_mx:
+        for i in range(P):
+            oi = off0 + i * pitch
+            if oi % blk != 0:
+                return fault(frec, R_AL_MX, pc, OPND_RS1, oi, i, blk, oi % blk, pitch)
+            if pitch % blk == 0:
+                break  # every later row offset is aligned too
+    if alu == ALU_PREFETCH_M:
+        t0, nt, NT = dst // MM, P // M, cfg[CFG_NTILES]
+        if t0 + nt > NT:
+            k = NT - t0 if t0 < NT else np.int64(0)
+            return fault(frec, R_BD_MTILE, pc, OPND_RD, t0 + k, k, NT, dst + k * MM, 0)
+    else:
+        r0, nrows = dst // V, cfg[CFG_VROWS]
+        if r0 + P > nrows:
+            k = nrows - r0 if nrows > r0 else np.int64(0)
+            return fault(frec, R_BD_VROW, pc, OPND_RD, r0 + k, k, nrows, dst + k * V, 0)
+    return RUN_OK
+
+
+@njit(cache=True)
+def _hbm_checks(pc, base_u, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc, hbm_size, frec):
+    """BD-HBM of every row's element and scale range (exact: a base >= HBM_SIZE faults on its first range)."""
+    if base_u >= np.uint64(hbm_size):
+        return fault(frec, R_BD_HBM, pc, OPND_RS2, sat_add(base_u, off0), 0, hbm_size, 0, row_bytes)
+    base = np.int64(base_u)
+    for i in range(P):
+        oi = off0 + i * pitch
+        ea = base + oi
+        if ea + row_bytes > hbm_size:
+            return fault(frec, R_BD_HBM, pc, OPND_RS2, ea, i, hbm_size, 0, row_bytes)
+        if is_mx:
+            sa = base + scale_reg + oi // blk
+            if sa + nsc > hbm_size:
+                return fault(frec, R_BD_HBM, pc, OPND_RS2, sa, i, hbm_size, 1, nsc)
+    return RUN_OK
+
+
+@njit(cache=True)
+def _missing_pages(page_index, base, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc):
+    """Pool pages a store would add (rows ascend, pitch >= 0: each page counted once per stream)."""
+    missing = np.int64(0)
+    last_e = np.int64(-1)
+    last_s = np.int64(-1)
+    for i in range(P):
+        oi = off0 + i * pitch
+        m_e, last_e = hbm_missing_pages_after(page_index, base + oi, row_bytes, last_e)
+        missing += m_e
+        if is_mx:
+            m_s, last_s = hbm_missing_pages_after(page_index, base + scale_reg + oi // blk, nsc, last_s)
+            missing += m_s
+    return missing
+
+
+@njit(cache=True)
+def _store(hbm, vram, r0, P, V, base, off0, pitch, g, scale_reg, bufs, stats):
+    """H_STORE_V effects: encode P VRAM rows into HBM (element bytes, then MX scales)."""
+    page_index, pages, meta = hbm
+    ebuf, sbuf, fbuf, counts = bufs
+    L, row_bytes, blk, nsc, eb = g[1], g[3], g[4], g[5], g[7]
+    is_mx, E, Mt, kb = g[8] != 0, g[9], g[10], g[11]
+    eb_row, sb_row, f_row = ebuf[:row_bytes], sbuf[:nsc], fbuf[:L]
+    counts[0] = 0
+    counts[1] = 0
+    for i in range(P):
+        for j in range(V):
+            f_row[j] = bf16_bits_to_f32(vram[r0 + i, j])
+        oi = off0 + i * pitch
+        if is_mx:
+            mx_encode_row(f_row, E, Mt, kb, eb_row, sb_row, counts)
+        else:
+            plain_encode_row(f_row, E, Mt, eb, eb_row)
+        hbm_write(page_index, pages, meta, base + oi, eb_row)
+        if is_mx:
+            hbm_write(page_index, pages, meta, base + scale_reg + oi // blk, sb_row)
+    stats[STAT_MX_NAN] += counts[0]
+    stats[STAT_MX_SAT] += counts[1]
+    stats[STAT_HBM_WR] += P * (row_bytes + nsc)
+
+
+@njit(cache=True)
+def _load(alu, hbm, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, bufs, stats):
+    """H_PREFETCH_M / H_PREFETCH_V effects: decode P rows into MRAM (exact f32) or VRAM (bf16)."""
+    page_index, pages, meta = hbm
+    ebuf, sbuf, fbuf, _counts = bufs
+    L, row_bytes, blk, nsc, eb = g[1], g[3], g[4], g[5], g[7]
+    is_mx, E, Mt, kb = g[8] != 0, g[9], g[10], g[11]
+    eb_row, sb_row, f_row = ebuf[:row_bytes], sbuf[:nsc], fbuf[:L]
+    for i in range(P):
+        oi = off0 + i * pitch
+        hbm_read(page_index, pages, meta, base + oi, eb_row)
+        if is_mx:
+            hbm_read(page_index, pages, meta, base + scale_reg + oi // blk, sb_row)
+            mx_decode_row(eb_row, sb_row, E, Mt, kb, f_row)
+        else:
+            plain_decode_row(eb_row, E, Mt, eb, f_row)
+        if alu == ALU_PREFETCH_M:
+            tl, rr = dst // (M * M) + i // M, i % M
+            for j in range(M):
+                mram[tl, rr, j] = f_row[j]
+        else:
+            r = dst // V + i
+            for j in range(V):
+                vram[r, j] = f32_to_bf16_bits(f_row[j])
+    stats[STAT_HBM_RD] += P * (row_bytes + nsc)
+
+
+@njit(cache=True)
+def transfer(alu, pc, f, gp, areg, ctrl, mem, cfg, fmt, stats, frec, need, scr):
+    """The ``dma`` family: the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; ``mem`` / ``scr`` =
+    the run loop's tuples (HBM = (page_index, pages, meta); DMA buffers = (ebuf, sbuf, fbuf, counts))."""
+    rd, rs1, rs2, rs3, f1, _imm = f
+    vram, mram, hbm, bufs = mem[0], mem[1], mem[4], scr[3]
+    t, L, P, row_bytes, blk, nsc, pitch, eb = _geometry(alu, f1, rs3, ctrl, cfg, fmt)
+    is_mx = fmt[t, FMT_MX] != 0
+    g = (t, L, P, row_bytes, blk, nsc, pitch, eb, np.int64(is_mx), fmt[t, FMT_E], fmt[t, FMT_MT], fmt[t, FMT_BLOCK])
+    off0, dst, scale_reg = np.int64(gp[rs1]), np.int64(gp[rd]), ctrl[CTRL_SCALE]
+    st = _sram_checks(alu, pc, dst, P, is_mx, off0, pitch, blk, cfg, frec)
+    if st == RUN_OK:
+        st = _hbm_checks(pc, areg[rs2], off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc, cfg[CFG_HBM_SIZE], frec)
+    if st != RUN_OK:
+        return st
+    base = np.int64(areg[rs2])
+    if alu == ALU_STORE_V:
+        missing = _missing_pages(hbm[0], base, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc)
+        if missing > 0 and hbm[2][0] + missing > hbm[1].shape[0]:
+            need[0] = missing
+            return RUN_NEED_PAGES
+        _store(hbm, vram, dst // cfg[CFG_V], P, cfg[CFG_V], base, off0, pitch, g, scale_reg, bufs, stats)
+    else:
+        _load(alu, hbm, vram, mram, dst, P, cfg[CFG_M], cfg[CFG_V], base, off0, pitch, g, scale_reg, bufs, stats)
+    return RUN_OK

@@ -1,0 +1,234 @@
+"""The Python side of the core: build the state tuples, call the run loop, grow arrays it asks for.
+
+One job: :func:`execute` (the backend contract shared with :func:`plena_sim.reference.execute`) and
+:func:`warm_up` (compile or load the JIT cache once per process).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import numpy as np
+
+from isa.encoding import N_OPCODES, decode_program, encode
+from isa.program import Program
+from isa.table import TOPK_POLICIES
+
+from .. import timing as TM
+from ..faults import FAULT_RECORD_LEN, R_IL_OPC
+from ..latency import latency_table
+from ..state import CTRL_PC, MachineState, Outcome
+from .common import fault
+from .loop import run
+from .slots import (
+    CFG_B,
+    CFG_BA,
+    CFG_FPS,
+    CFG_H,
+    CFG_HBM_SIZE,
+    CFG_INTS,
+    CFG_M,
+    CFG_MAXLOOP,
+    CFG_NTILES,
+    CFG_PM,
+    CFG_PV,
+    CFG_PW,
+    CFG_V,
+    CFG_VROWS,
+    COUNTER_NAMES,
+    FMT_BLOCK,
+    FMT_E,
+    FMT_EB,
+    FMT_MT,
+    FMT_MX,
+    HBM_TYPES,
+    N_CFG,
+    N_FMT,
+    N_STATS,
+    OPND_NONE,
+    RUN_FAULT,
+    RUN_GROW_LOOP,
+    RUN_NEED_PAGES,
+    RUN_STATIC,
+    STAT_MACS,
+    STAT_RETIRED,
+)
+from .static import TAB_VALID, WORD_FIELDS, opcode_tables, static_fault
+
+__all__ = ["execute", "warm_up", "jit_seconds", "COUNTER_NAMES"]
+
+
+def _cfg_vector(cfg) -> np.ndarray:
+    c = np.zeros(N_CFG, dtype=np.int64)
+    c[CFG_M], c[CFG_V], c[CFG_B], c[CFG_H], c[CFG_BA] = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
+    c[CFG_VROWS], c[CFG_NTILES] = cfg.VECTOR_SRAM_SIZE, cfg.mram_tiles
+    c[CFG_FPS], c[CFG_INTS], c[CFG_HBM_SIZE] = cfg.FP_SRAM_SIZE, cfg.INT_SRAM_SIZE, cfg.HBM_SIZE
+    c[CFG_PM], c[CFG_PV], c[CFG_PW] = cfg.P_M, cfg.P_V, cfg.P_W
+    c[CFG_MAXLOOP] = cfg.MAX_LOOP_INSTRUCTIONS
+    return c
+
+
+def _formats(cfg) -> np.ndarray:
+    fmt = np.zeros((len(HBM_TYPES), N_FMT), dtype=np.int64)
+    for t, name in enumerate(HBM_TYPES):
+        ty = cfg.hbm_type(name)
+        data = ty.elem if ty.is_mx else ty.data
+        fmt[t, FMT_MX] = int(ty.is_mx)
+        fmt[t, FMT_E], fmt[t, FMT_MT] = data.exponent, data.mantissa
+        fmt[t, FMT_BLOCK] = ty.block if ty.is_mx else 1
+        fmt[t, FMT_EB] = ty.elem_bytes
+    return fmt
+
+
+def _params(cfg) -> tuple:
+    """(cfg vector, HBM formats, latency table, MACs per opcode, opcode tables, BMM_SCALE) of ``cfg``."""
+    tabs = opcode_tables()
+    macs = tabs.macs(cfg.MLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT)
+    lat = np.ascontiguousarray(latency_table(cfg), dtype=np.int64)
+    return (_cfg_vector(cfg), _formats(cfg), lat, macs, tabs.arrays, float(cfg.BMM_SCALE))
+
+
+#: V_TOPK scratch sizes (the largest policy)
+_MAX_E = max(e for e, _k in TOPK_POLICIES)
+_MAX_K = max(k for _e, k in TOPK_POLICIES)
+
+
+def _scratch(cfg) -> tuple:
+    W = max(cfg.MLEN, cfg.VLEN)
+    bufs = (
+        np.empty(W * 4, dtype=np.uint8),
+        np.empty(W, dtype=np.uint8),
+        np.empty(W, dtype=np.float32),
+        np.zeros(2, dtype=np.int64),
+    )
+    return (
+        np.empty(W, dtype=np.float32),
+        np.empty((W, W), dtype=np.float64),
+        np.empty((W, W), dtype=np.float64),
+        bufs,
+        np.empty(_MAX_E, dtype=np.float32),
+        np.empty(_MAX_E, dtype=np.bool_),
+        np.empty(_MAX_K, dtype=np.int64),
+        np.empty(_MAX_K, dtype=np.float32),
+    )
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _program(program_words) -> tuple:
+    if isinstance(program_words, Program):
+        program_words = program_words.words
+    dec = decode_program(program_words)
+    return (_i64(dec["opcode"]), _i64(dec["word"]), tuple(_i64(dec[k]) for k in WORD_FIELDS))
+
+
+def _timing(tm) -> tuple:
+    hbm_tm = (tm.hp, tm.geom, tm.ch, tm.bank, tm.hstats, tm.blocks, tm.hset, tm.work)
+    rr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
+    wr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
+    return (tm.ts, tm.ready, tm.rdone, tm.cv, TM.UNIT_OF, hbm_tm, tm.tbuf, tm.tcount, rr, wr)
+
+
+def execute(
+    state: MachineState,
+    program_words,
+    max_instructions: int = 10**9,
+    timing: str | None = None,
+    trace_capacity: int | None = None,
+) -> Outcome:
+    """Run ``program_words`` on ``state`` (from ``state.ctrl[CTRL_PC]``) with the Numba core.
+
+    Returns an :class:`~plena_sim.state.Outcome`: instructions retired, the fault record (or None),
+    retired count per opcode, the cycles this call added (timing.md §3 / §4 for ``timing`` =
+    ``"serial"`` / ``"overlap"``; None keeps the mode of ``state.timing``, default serial) and the
+    counters :data:`COUNTER_NAMES`. Timing state (cycles, scoreboard, HBM banks, trace ring of
+    ``trace_capacity`` records) lives in ``state.timing`` and persists across calls until
+    ``state.reset_timing()``. ``state`` is mutated in place (loop-stack arrays and the HBM page pool
+    may be replaced by larger ones)."""
+    prog = _program(program_words)
+    par = _params(state.cfg)
+    tm = state.ensure_timing(timing, trace_capacity, "numba")
+    cyc0 = int(tm.ts[TM.T_CYCLES])
+    out = (
+        np.zeros(N_STATS, dtype=np.int64),
+        np.zeros(N_OPCODES, dtype=np.int64),
+        np.zeros(FAULT_RECORD_LEN, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
+    scr, tim = _scratch(state.cfg), _timing(tm)
+    while True:
+        hbm = state.hbm
+        regs = (state.gp, state.fp, state.areg, state.ctrl, (state.loop_start, state.loop_reg, state.loop_count))
+        mem = (state.vram, state.mram, state.fp_sram, state.int_sram, (hbm.page_index, hbm.pages, hbm.meta))
+        accs = (state.m_accum, state.v_accum, state.hm_accum, state.hv_accum)
+        st = run(prog, regs, mem, accs, par, tim, out, scr, int(max_instructions), np.int64(tm.trace_capacity))
+        if st == RUN_GROW_LOOP:
+            state.grow_loop_stack()
+        elif st == RUN_NEED_PAGES:
+            hbm.reserve(int(out[3][0]))
+        else:
+            break
+    if st == RUN_STATIC:
+        st = _static_fault(out[2], int(state.ctrl[CTRL_PC]), prog, par)
+    stats = out[0]
+    fault = tuple(int(x) for x in out[2]) if st == RUN_FAULT else None
+    counters = {name: int(stats[STAT_MACS + k]) for k, name in enumerate(COUNTER_NAMES)}
+    return Outcome(int(stats[STAT_RETIRED]), fault, out[1], int(tm.ts[TM.T_CYCLES]) - cyc0, counters)
+
+
+def _static_fault(frec: np.ndarray, pc: int, prog: tuple, par: tuple) -> int:
+    """The fault record of the word at ``pc``: not an instruction (IL-OPC), or its first failing static check."""
+    op, word, words = prog
+    o = int(op[pc])
+    if par[4][TAB_VALID][o] == 0:
+        return int(fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0))
+    return int(static_fault(frec, pc, o, words, par[4], par[0]))
+
+
+def _warm_up_program() -> list[int]:
+    return [
+        encode("S_ADDI_INT", rd=1, rs1=0, imm18=1),
+        encode("C_LOOP_START", rd=2, imm22=2),
+        encode("V_ADD_VV", rd=0, rs1=0, rs2=0),
+        encode("H_STORE_V", rd=0, rs1=0, rs2=0),
+        encode("H_PREFETCH_V", rd=0, rs1=0, rs2=0),
+        encode("H_PREFETCH_M", rd=0, rs1=0, rs2=0),
+        encode("M_MM", rs1=0, rs2=0),
+        encode("M_MM_WO", rd=0, imm18=0),
+        encode("C_LOOP_END", rd=2),
+    ]
+
+
+@lru_cache(maxsize=1)
+def jit_seconds() -> float:
+    """Seconds the first :func:`warm_up` of this process took (JIT compile or cache load)."""
+    from ..config import load_config
+
+    t0 = time.perf_counter()
+    cfg = load_config(
+        overrides={
+            "MLEN": 16,
+            "VLEN": 16,
+            "BLEN": 4,
+            "HLEN": 4,
+            "BROADCAST_AMOUNT": 4,
+            "VECTOR_SRAM_SIZE": 64,
+            "MATRIX_SRAM_SIZE": 64,
+            "HBM_SIZE": 1 << 20,
+            "HBM_M_Prefetch_Amount": 16,
+        }
+    )
+    state = MachineState(cfg)
+    execute(state, _warm_up_program(), timing="serial", trace_capacity=0)
+    state.reset_timing()
+    state.ctrl[CTRL_PC] = 0
+    execute(state, _warm_up_program(), timing="overlap", trace_capacity=4)
+    return time.perf_counter() - t0
+
+
+def warm_up(cfg=None) -> float:
+    """Compile (or load from the cache) every specialisation of the core; returns :func:`jit_seconds`."""
+    return jit_seconds()
