@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, load_imm
 from .asm import fp as F
 from .asm import gp as G
@@ -72,7 +72,7 @@ def emit_activation(asm: Asm, plan: ActivationPlan, *, gp: Sequence[int], fp: Se
     asm.comment(f"{KERNEL}: constants")
     asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
     if plan.kind == "gelu":
-        asm.S_LD_FP(F(fAlpha), G(0), SLOT["ONE"] if faults.active("gelu_alpha_one") else SLOT["GELU_ALPHA"])
+        asm.S_LD_FP(F(fAlpha), G(0), SLOT["ONE"] if mutation_hooks.active("gelu_alpha_one") else SLOT["GELU_ALPHA"])
     load_imm(asm, gX, plan.src_base)
     if plan.dst_base != plan.src_base:
         load_imm(asm, gY, plan.dst_base)

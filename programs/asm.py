@@ -18,7 +18,7 @@ from typing import Protocol
 from isa.assembler import _LineError, assemble_line_cached
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
-from . import faults
+from . import mutation_hooks
 
 __all__ = ["Asm", "AsmSink", "gp", "fp", "areg", "load_imm", "add_imm", "IMM18_LIMIT", "LUI_LIMIT"]
 
@@ -134,10 +134,10 @@ def load_imm(asm: AsmSink, r: int, v: int) -> None:
         raise ValueError(f"load_imm: value {v} is outside 0..2^32-1")
     if r == 0:
         raise ValueError("load_imm: destination must not be gp0")
-    if faults.active("raw_large_immediate"):
+    if mutation_hooks.active("raw_large_immediate"):
         asm.S_ADDI_INT(gp(r), gp(0), v)  # mutation: raises in Asm when v >= 2^18
         return
-    if faults.active("truncated_immediate"):
+    if mutation_hooks.active("truncated_immediate"):
         asm.S_ADDI_INT(gp(r), gp(0), v & (IMM18_LIMIT - 1))
         return
     if v < IMM18_LIMIT:

@@ -17,7 +17,7 @@ from plena_sim.config import HardwareConfig
 
 from .asm import IMM18_LIMIT, Asm, load_imm
 from .asm import gp as _g
-from .hbm import ceil_div, round_up, row_pad
+from .hbm_tensors import ceil_div, round_up, row_pad
 
 __all__ = [
     "Regions",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, load_imm
 from .asm import gp as G
 from .common import Region, check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
@@ -71,7 +71,7 @@ def emit_add_rows(asm: Asm, plan: AddRowsPlan, *, gp: Sequence[int], fp: Sequenc
     asm.V_ADD_VV(G(gO), G(gA), G(gB), 0)
     asm.S_ADDI_INT(G(gA), G(gA), V)
     asm.S_ADDI_INT(G(gB), G(gB), V)
-    if not faults.active("add_dst_not_advancing"):
+    if not mutation_hooks.active("add_dst_not_advancing"):
         asm.S_ADDI_INT(G(gO), G(gO), V)
     asm.C_LOOP_END(G(gC))
     asm.end(KERNEL)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, areg, load_imm
 from .asm import fp as F
 from .asm import gp as G
@@ -33,7 +33,7 @@ from .common import (
     step_adder,
     take_regs,
 )
-from .hbm import HbmTensor
+from .hbm_tensors import HbmTensor
 
 __all__ = ["EmbeddingPlan", "plan_embedding", "emit_embedding"]
 
@@ -148,7 +148,7 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
     V, t, cfg = plan.V, plan.table, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
     step = plan.pitch * V
-    direct = faults.active("embedding_direct_prefetch")
+    direct = mutation_hooks.active("embedding_direct_prefetch")
     asm.begin(KERNEL, T=plan.T, vocab=plan.vocab, hidden=plan.hidden, ids=plan.ids_base, out=plan.out_base)
     asm.comment(f"{KERNEL}: table SCALE/STRIDE, row bytes, constants")
     load_imm(asm, gRow, t.scale_offset)

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .activation import ActivationPlan, emit_activation, plan_activation
 from .asm import Asm, load_imm
 from .asm import fp as F
 from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_disjoint, need_int, need_multiple, rp, take_regs
-from .hbm import HbmTensor
+from .hbm_tensors import HbmTensor
 from .linear import GP_NEEDED as LIN_GP
 from .linear import LinearPlan, emit_linear_core, plan_linear
 
@@ -112,7 +112,7 @@ def _plan(
     need_int(kernel, "pitch", pitch, 1)
     need_int(kernel, "ws_base", ws_base, 0)
     need_multiple(kernel, "ws_base", ws_base, V, "VLEN")
-    ws = 0 if faults.active("ffn_workspace_overlap") else ws_base
+    ws = 0 if mutation_hooks.active("ffn_workspace_overlap") else ws_base
     inter_only = kernel == "ffn_intermediate"
     n_ws = ffn_workspace_rows(
         config,
@@ -175,7 +175,7 @@ def _plan(
         regions["ws"] = (ws_base // V + n_blk, n_ws - n_blk, "scratch")
     else:
         regions["ws"] = (ws_base // V, n_ws, "scratch")
-    if not faults.active("ffn_workspace_overlap"):
+    if not mutation_hooks.active("ffn_workspace_overlap"):
         check_disjoint(kernel, regions)
     mram = (mram_tile0, max(p.mram_tiles[1] for p in (gate, up) + ((down,) if down else ())))
     slack = {"wg": hidden * inter, "wu": hidden * inter}
@@ -301,7 +301,7 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int]) -> None
     emit_linear_core(asm, plan.up, regs, lb)
     n_blk = (plan.inter // V) * plan.pitch
     act = plan.act
-    if faults.active("silu_on_up"):
+    if mutation_hooks.active("silu_on_up"):
         act = plan_activation(
             plan.cfg, kind="silu", src_base=plan.u_base, dst_base=plan.u_base, nrows=n_blk, t_base=plan.t_base
         )

@@ -32,10 +32,10 @@ import numpy as np
 
 from plena_sim.config import HardwareConfig, MxType
 
-from . import faults
+from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, add_imm, areg, fp, gp, load_imm
 from .common import Footprint, Region, check_disjoint, check_fp_range, take_regs
-from .hbm import HbmTensor, ceil_div, round_up, row_pad
+from .hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
 
 __all__ = [
     "SUPPORTS_HEAD_DIM_CHUNKS",
@@ -600,14 +600,14 @@ def _fp_state(
         return _FpState(the_path, pb.ratio, cfg.MLEN, 0, 0)
     F = fp_state_base
     _int(K, "fp_state_base", F, 0)
-    if faults.active("fp_state_overlap"):
+    if mutation_hooks.active("fp_state_overlap"):
         F = 3  # mutation: state over the constants, no range check
     elif F < 16:
         _fail(K, "fp_state_base", F, "must be >= 16 (slots 0-15 are constants)")
     room = cfg.FP_SRAM_SIZE - F
     the_path, nh, qrows = _choose_path(K, cfg, path, pb.legal, pb.ratio, pb.nc, room, pb.q_len, F)
     fp_size = 3 * qrows * nh
-    if not faults.active("fp_state_overlap"):
+    if not mutation_hooks.active("fp_state_overlap"):
         check_fp_range(K, F, fp_size, cfg, dict(fp_reserved or {}))
     return _FpState(the_path, nh, qrows, F, fp_size)
 
@@ -705,7 +705,7 @@ def _vram_layout(pb: _Problem, st: _FpState, o_base: int, o_rows_p: int | None, 
 
 def _past_causal_edge(c0: int, q0: int, br: int, off: int) -> bool:
     """Whether kv tile ``c0..`` and every later one are fully masked for q rows ``q0 .. q0+br-1``."""
-    if faults.active("causal_break_early"):
+    if mutation_hooks.active("causal_break_early"):
         return c0 >= q0 + off
     return c0 > q0 + br - 1 + off
 
@@ -713,7 +713,7 @@ def _past_causal_edge(c0: int, q0: int, br: int, off: int) -> bool:
 def _flash_tile(t: int, c0: int, bc: int, M: int, q0: int, br: int, off: int, causal: bool) -> TileStep:
     """Kv tile ``t`` of flash attention with its additive mask rows: the tail (``bc < M``) and the causal
     edge allow ``mask_n[r]`` leading columns of row r."""
-    bcm = M if faults.active("tail_mask_missing") else bc
+    bcm = M if mutation_hooks.active("tail_mask_missing") else bc
     masked = bcm < M or (causal and q0 + off - c0 + 1 < M)
     ns: tuple[int, ...] = ()
     if masked:
@@ -727,9 +727,9 @@ def _flash_tile(t: int, c0: int, bc: int, M: int, q0: int, br: int, off: int, ca
 def _block_tiles(pb: _Problem, q0: int, br: int) -> tuple[TileStep, ...]:
     """The kv tiles a block of q rows ``q0 .. q0+br-1`` visits, increasing, fully masked tiles cut off."""
     M = pb.cfg.MLEN
-    causal = pb.causal and not faults.active("causal_ignored")
-    off = 0 if faults.active("causal_offset_zero") else pb.off
-    n_tiles = pb.kv_len // M if faults.active("tail_tile_dropped") else pb.Tk
+    causal = pb.causal and not mutation_hooks.active("causal_ignored")
+    off = 0 if mutation_hooks.active("causal_offset_zero") else pb.off
+    n_tiles = pb.kv_len // M if mutation_hooks.active("tail_tile_dropped") else pb.Tk
     tiles = []
     for t in range(n_tiles):
         c0 = t * M
@@ -751,7 +751,7 @@ def _schedule(pb: _Problem, st: _FpState, Tq: int) -> tuple[Block, ...]:
             for i in range(Tq):
                 q0 = i * st.qrows
                 br = min(st.qrows, pb.q_len - q0)
-                q0m = 0 if faults.active("q_tile_index_ignored") else q0
+                q0m = 0 if mutation_hooks.active("q_tile_index_ignored") else q0
                 heads_all = [g * pb.ratio + j for j in range(pb.ratio)]
                 for s in range(0, pb.ratio, st.nh):
                     blocks.append(Block(b, g, i, q0, br, tuple(heads_all[s : s + st.nh]), _block_tiles(pb, q0m, br)))
@@ -1095,12 +1095,12 @@ class _Base:
         p, a = self.p, self.a
         V, Pv = self.V, self.Pv
         self.set_scale_stride(self.q.scale_offset, p.hq * p.d * p.eb_q)
-        q0 = 0 if faults.active("q_tile_index_ignored") else blk.q0
+        q0 = 0 if mutation_hooks.active("q_tile_index_ignored") else blk.q0
         npf = ceil_div(blk.br, Pv)
         staged = [(0, blk.heads[0])] if p.batched else list(enumerate(blk.heads))
         for j, h in staged:
             g_off = 0
-            if faults.active("q_group_offset_doubled"):
+            if mutation_hooks.active("q_group_offset_doubled"):
                 g_off = blk.g * p.ratio  # column 2*g*ratio*d instead of g*ratio*d (+j)
             for c in range(p.nc):
                 self.li(self.t0, self.qslot(j, c))
@@ -1110,7 +1110,7 @@ class _Base:
                     if k + 1 < npf:
                         self.addi(self.t0, self.t0, Pv * V)
                         add_imm(a, self.t1, self.t1, Pv * p.hq * p.d * p.eb_q, self.p1)
-        if p.path == "per_head" and p.d < V and not faults.active("q_lanes_not_zeroed"):
+        if p.path == "per_head" and p.d < V and not mutation_hooks.active("q_lanes_not_zeroed"):
             self.li(self.p2, p.rows["keep"])
             for j, _h in staged:
                 self.li(self.p1, self.qslot(j, 0))
@@ -1121,21 +1121,21 @@ class _Base:
     # ---- K/V prefetch of tile t (§3.4)
     def kv_offset(self, blk: Block, t: int, c: int) -> int:
         p = self.p
-        M = 64 if faults.active("hardcoded_tile_64") else self.M
-        base_b = 0 if faults.active("batch_base_missing") else p.kv_base_b(blk.b)
-        pitch = p.kv_row_elems if faults.active("tile_step_not_batch_aware") else p.R
-        step = 0 if faults.active("kv_tile_offset_ignored") else t * M * pitch
+        M = 64 if mutation_hooks.active("hardcoded_tile_64") else self.M
+        base_b = 0 if mutation_hooks.active("batch_base_missing") else p.kv_base_b(blk.b)
+        pitch = p.kv_row_elems if mutation_hooks.active("tile_step_not_batch_aware") else p.R
+        step = 0 if mutation_hooks.active("kv_tile_offset_ignored") else t * M * pitch
         return (base_b + step + blk.g * p.d + c * self.M) * p.eb_kv
 
     def kv_scale_stride(self) -> None:
         p = self.p
-        scale = None if faults.active("stale_scale") else self.k.scale_offset
-        stride = None if faults.active("stale_stride") else p.R * p.eb_kv
+        scale = None if mutation_hooks.active("stale_scale") else self.k.scale_offset
+        stride = None if mutation_hooks.active("stale_stride") else p.R * p.eb_kv
         self.set_scale_stride(scale, stride)
 
     def prefetch_kv(self, blk: Block, t: int, with_v: bool) -> None:
         a = self.a
-        rs = 0 if faults.active("contiguous_kv_prefetch") else 1
+        rs = 0 if mutation_hooks.active("contiguous_kv_prefetch") else 1
         for c in range(self.p.nc):
             self.li(self.t1, self.kv_offset(blk, t, c))
             self.li(self.t0, self.ktile(c))
@@ -1152,7 +1152,7 @@ class _Base:
         if not p.batched:
             return S
         if p.decode:
-            return S + j * (M * M if faults.active("decode_s_stride_tile") else V)
+            return S + j * (M * M if mutation_hooks.active("decode_s_stride_tile") else V)
         return S + j * M * M
 
     def scores_batched(self) -> None:
@@ -1184,7 +1184,7 @@ class _Base:
                         self.addi(self.t0, self.p2, c * M * M)
                         self.addi(self.t1, self.p1, c * M * V)
                         kq, qq = self.t0, self.t1
-                    if faults.active("tmv_operands_swapped"):
+                    if mutation_hooks.active("tmv_operands_swapped"):
                         a.M_TMV(0, gp(qq), gp(kq))
                     else:
                         a.M_TMV(0, gp(kq), gp(qq))
@@ -1192,7 +1192,7 @@ class _Base:
                 if jb + 1 < nkb:
                     self.addi(self.p2, self.p2, B * M)
             return
-        sum_blocks = faults.active("qkt_sum_key_blocks")
+        sum_blocks = mutation_hooks.active("qkt_sum_key_blocks")
         self.li(self.p1, self.qslot(j, 0))
         self.li(self.p3, S)
         with a.loop(self.l1, ceil_div(br, B), "scores row blocks"):
@@ -1241,7 +1241,7 @@ class _FlashEmitter(_Base):
             self.li(self.t1, p.d)
             a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t1))
             a.V_SUB_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0, 1)
-        if not faults.active("o_not_zeroed"):
+        if not mutation_hooks.active("o_not_zeroed"):
             total = p.o_blocks * p.rows_o_p
             self.li(self.p1, p.o_base)
             done = 0
@@ -1252,7 +1252,7 @@ class _FlashEmitter(_Base):
                     a.S_ADDI_INT(gp(self.p1), gp(self.p1), V)
                 done += n
         a.S_LD_FP(fp(self.f_qk), gp(0), p.qk_slot)
-        if p.batched and not faults.active("bmm_scale_uncorrected"):
+        if p.batched and not mutation_hooks.active("bmm_scale_uncorrected"):
             a.S_LD_FP(fp(self.f_t), gp(0), 6)  # INV_BMM_SCALE borrows f_t
             a.S_MUL_FP(fp(self.f_qk), fp(self.f_qk), fp(self.f_t))
 
@@ -1264,7 +1264,7 @@ class _FlashEmitter(_Base):
             f"q0={blk.q0} br={blk.br} tiles={len(blk.tiles)}"
         )
         self.stage_q(blk)
-        per_tile_reset = faults.active("state_reset_per_tile")
+        per_tile_reset = mutation_hooks.active("state_reset_per_tile")
         if not per_tile_reset:
             self.reset_state(blk)
         self.kv_scale_stride()
@@ -1283,9 +1283,9 @@ class _FlashEmitter(_Base):
                 self.softmax(j, blk.br, ts.masked)
                 self.pv(j, h, blk.br)
                 self.o_update(blk, j, h)
-                if faults.active("normalize_per_tile"):
+                if mutation_hooks.active("normalize_per_tile"):
                     self.normalize(blk, j, h)
-        if not faults.active("normalize_per_tile"):
+        if not mutation_hooks.active("normalize_per_tile"):
             for j, h in enumerate(blk.heads):
                 self.normalize(blk, j, h)
 
@@ -1318,7 +1318,7 @@ class _FlashEmitter(_Base):
     # ---- online softmax (§3.7) over rows < br of head slot j
     def softmax(self, j: int, br: int, masked: bool) -> None:
         a, p, V = self.a, self.p, self.V
-        step = 64 if faults.active("hardcoded_tile_64") else V
+        step = 64 if mutation_hooks.active("hardcoded_tile_64") else V
         Q = p.qrows
         mOff, mresOff, lOff = 3 * Q * j, 3 * Q * j + Q, 3 * Q * j + 2 * Q
         gS, gSt, gMask = self.p1, self.p2, self.p3
@@ -1327,7 +1327,7 @@ class _FlashEmitter(_Base):
         if masked:
             self.li(gMask, p.rows["mask"])
         with a.loop(self.l1, br, "softmax rows"):
-            if not faults.active("qk_scale_missing"):
+            if not mutation_hooks.active("qk_scale_missing"):
                 a.V_MUL_VF(gp(gS), gp(gS), fp(self.f_qk), 0)
             if masked:
                 a.V_ADD_VV(gp(gS), gp(gS), gp(gMask), 0)
@@ -1342,7 +1342,7 @@ class _FlashEmitter(_Base):
             a.V_SUB_VF(gp(gS), gp(gS), fp(self.f_m), 0, 0)
             a.V_EXP_V(gp(gS), gp(gS), 0)
             a.S_LD_FP(fp(self.f_l), gp(gSt), lOff)
-            if not faults.active("mres_not_applied_l"):
+            if not mutation_hooks.active("mres_not_applied_l"):
                 a.S_MUL_FP(fp(self.f_l), fp(self.f_l), fp(self.f_t))
             a.V_RED_SUM(fp(self.f_l), gp(gS), 0)
             a.S_ST_FP(fp(self.f_l), gp(gSt), lOff)
@@ -1356,7 +1356,7 @@ class _FlashEmitter(_Base):
         M, V, B, nc, d = self.M, self.V, self.B, p.nc, p.d
         lane = p.o_lane(h)
         if not p.batched:
-            P = p.rows["s"] + (j * M * M if faults.active("per_head_p_offset") else 0)
+            P = p.rows["s"] + (j * M * M if mutation_hooks.active("per_head_p_offset") else 0)
         else:
             P = self.s_row(j)
         gP, gVt, gPV = self.p1, self.p2, self.p3
@@ -1365,7 +1365,7 @@ class _FlashEmitter(_Base):
         shift = lane % B != 0
         lane_wo = 0 if shift else lane
         if p.decode:
-            step = B * M if faults.active("mv_v_step_row") else B
+            step = B * M if mutation_hooks.active("mv_v_step_row") else B
             self.li(gP, P)
             self.li(gPV, p.rows["pv"] + lane_wo)
             for c in range(nc):
@@ -1379,7 +1379,7 @@ class _FlashEmitter(_Base):
             if shift:
                 self.shift_pv_rows(1, lane)
             return
-        step = B if faults.active("pv_v_step_blen") else B * M
+        step = B if mutation_hooks.active("pv_v_step_blen") else B * M
         self.li(gP, P)
         self.li(gPV, p.rows["pv"] + lane_wo)
         with a.loop(self.l1, ceil_div(br, B), "pv row blocks"):
@@ -1407,7 +1407,7 @@ class _FlashEmitter(_Base):
                 a.S_ADDI_INT(gp(self.p3), gp(self.p3), self.V)
 
     def _o_head(self, blk: Block, h: int) -> int:
-        return h - blk.g * self.p.ratio if faults.active("o_group_offset_missing") else h
+        return h - blk.g * self.p.ratio if mutation_hooks.active("o_group_offset_missing") else h
 
     def set_head_mask(self, h: int) -> None:
         self.li(self.t0, self.p.lane_mask_bits(h))
@@ -1420,7 +1420,7 @@ class _FlashEmitter(_Base):
         if mk:
             self.set_head_mask(h)
         ho = self._o_head(blk, h)
-        no_mres = faults.active("mres_not_applied_o")
+        no_mres = mutation_hooks.active("mres_not_applied_o")
         row0 = blk.b * p.q_len + blk.q0
         gO, gPV, gSt = self.p1, self.p2, self.p3
         for c in range(p.nc):
@@ -1443,7 +1443,7 @@ class _FlashEmitter(_Base):
     def normalize(self, blk: Block, j: int, h: int) -> None:
         a, p, V = self.a, self.p, self.V
         mk = 1 if p.lane_masked else 0
-        if mk and not faults.active("normalize_mask_stale"):
+        if mk and not mutation_hooks.active("normalize_mask_stale"):
             self.set_head_mask(h)
         ho = self._o_head(blk, h)
         row0 = blk.b * p.q_len + blk.q0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import IMM18_LIMIT, Asm, add_imm, areg, load_imm
 from .asm import gp as G
 from .common import (
@@ -32,7 +32,7 @@ from .common import (
     take_regs,
     vector_rows,
 )
-from .hbm import HbmTensor, load_vector, row_pad
+from .hbm_tensors import HbmTensor, load_vector, row_pad
 
 __all__ = [
     "LinearPlan",
@@ -237,7 +237,7 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
     w = plan.w
     eb = w.eb
     tile0 = plan.mram_tile0 * M * M
-    col_step = B if faults.active("linear_col_step_element") else B * M
+    col_step = B if mutation_hooks.active("linear_col_step_element") else B * M
     if plan.loops:
         row_step = step_adder(asm, regs[GP_NEEDED:], B * V)
         col_add = row_step if col_step == B * V else step_adder(asm, (), col_step)
@@ -252,7 +252,7 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
         for ci, chunk in enumerate(plan.chunks):
             asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} prefetch W tiles {chunk[0]}..{chunk[-1]}")
             for kk, kt in enumerate(chunk):
-                row_term = 0 if faults.active("weight_tile_row_ignored") else kt * M * N
+                row_term = 0 if mutation_hooks.active("weight_tile_row_ignored") else kt * M * N
                 load_imm(asm, gT1, tile0 + kk * M * M)
                 load_imm(asm, gT2, (plan.w_offset + row_term + nt * M) * eb)
                 asm.H_PREFETCH_M(G(gT1), G(gT2), areg(w.areg), 1, 0)
@@ -292,7 +292,7 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
                             asm.M_MM(0, G(gT1), G(gT2))
                         load_imm(asm, gT1, dst + g * B * V + j * B)
                         asm.M_MM_WO(G(gT1), G(0), 0)
-            if ci > 0 and not faults.active("ksplit_partial_dropped"):
+            if ci > 0 and not mutation_hooks.active("ksplit_partial_dropped"):
                 asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} Y += split")
                 _add_rows(asm, lb, plan, y_nt, dst, V, plan.y_rows, gLg, gT1, gT2)
         if plan.bias is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, add_imm, load_imm
 from .asm import fp as F
 from .asm import gp as G
@@ -33,7 +33,7 @@ from .common import (
     need_multiple,
     take_regs,
 )
-from .hbm import HbmTensor, ceil_div, round_up
+from .hbm_tensors import HbmTensor, ceil_div, round_up
 from .linear import GP_NEEDED as LIN_GP
 from .linear import LinearPlan, emit_linear_core, plan_linear
 
@@ -140,7 +140,7 @@ def plan_topk(
 def _emit_topk_core(asm: Asm, plan: TopkPlan, regs: Sequence[int], fOne: int, lb: LoopBudget) -> None:
     gF, gI, gRow, gL, gS, gTmp = regs[:6]
     V, k = plan.V, plan.k
-    swapped = faults.active("topk_bases_swapped")
+    swapped = mutation_hooks.active("topk_bases_swapped")
     load_imm(asm, gF, plan.int_out if swapped else plan.fp_out)
     load_imm(asm, gI, plan.fp_out if swapped else plan.int_out)
     load_imm(asm, gRow, plan.logits_base)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, load_imm
 from .asm import fp as F
 from .asm import gp as G
@@ -31,7 +31,7 @@ from .common import (
     take_regs,
     vector_rows,
 )
-from .hbm import HbmTensor, load_vector
+from .hbm_tensors import HbmTensor, load_vector
 
 __all__ = ["NormPlan", "plan_rms_norm", "plan_layer_norm", "emit_rms_norm", "emit_layer_norm"]
 
@@ -186,7 +186,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
         assert plan.beta_base is not None  # _plan requires it with beta
         load_vector(asm, cfg, plan.beta, plan.hidden, plan.beta_base, [gX, gY])
     asm.comment(f"{plan.kernel}: constants EPS, INV_HIDDEN")
-    swapped = faults.active("norm_slots_swapped")
+    swapped = mutation_hooks.active("norm_slots_swapped")
     asm.S_LD_FP(F(fEps), G(0), SLOT["INV_HIDDEN"] if swapped else SLOT["EPS"])
     asm.S_LD_FP(F(fInvH), G(0), SLOT["EPS"] if swapped else SLOT["INV_HIDDEN"])
     # block stride (pitch*V) past the immediate: gBc holds it when there is no beta pointer, else a 10th register
@@ -204,12 +204,12 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     load_imm(asm, gT, plan.t_base)
     asm.comment(f"{plan.kernel}: rows loop")
     with lb.loop(gL, plan.rows, "rows"):
-        one_pass = ln and faults.active("ln_one_pass_variance")
+        one_pass = ln and mutation_hooks.active("ln_one_pass_variance")
         if not ln:
             asm.comment("rms_norm: sum of squares")
             asm.S_ADD_FP(F(fa), F(0), F(0))
             asm.S_ADDI_INT(G(gXc), G(gX), 0)
-            tgt = gXc if faults.active("rms_scratch_aliases_x") else gT
+            tgt = gXc if mutation_hooks.active("rms_scratch_aliases_x") else gT
 
             def sq() -> None:
                 asm.V_MUL_VV(G(tgt), G(gXc), G(gXc), 0)

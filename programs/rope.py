@@ -22,7 +22,7 @@ import numpy as np
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import IMM18_LIMIT, Asm, areg, load_imm
 from .asm import fp as F
 from .asm import gp as G
@@ -38,7 +38,7 @@ from .common import (
     step_adder,
     take_regs,
 )
-from .hbm import HbmTensor, preload_act, row_pad
+from .hbm_tensors import HbmTensor, preload_act, row_pad
 
 __all__ = ["RopePlan", "plan_rope", "emit_rope", "rope_rotation_tile", "SUPPORTS_BLOCK_PATH"]
 
@@ -266,7 +266,7 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
     with lb.loop(gL, plan.nblk * pitch, "rows"):
         asm.V_MUL_VV(G(yr), G(gX), G(gA), 0)
         asm.V_MUL_VV(G(gT), G(gW), G(gB), 0)
-        if faults.active("rope_sign_flipped"):
+        if mutation_hooks.active("rope_sign_flipped"):
             asm.V_SUB_VV(G(yr), G(yr), G(gT), 0)
         else:
             asm.V_ADD_VV(G(yr), G(yr), G(gT), 0)

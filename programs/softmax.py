@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, load_imm
 from .asm import fp as F
 from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
-from .hbm import ceil_div
+from .hbm_tensors import ceil_div
 
 __all__ = ["SoftmaxPlan", "plan_softmax", "emit_softmax", "softmax_scratch_rows"]
 
@@ -99,7 +99,7 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
     fm, fs, fsum = fregs
     V, nb, cfg = plan.V, plan.nb, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
-    masked = bool(plan.tail) and not faults.active("softmax_tail_mask_missing")
+    masked = bool(plan.tail) and not mutation_hooks.active("softmax_tail_mask_missing")
     scaled = plan.scale_slot is not None
     inplace = plan.x_base == plan.y_base
     nfull = nb - 1 if plan.tail else nb

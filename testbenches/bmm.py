@@ -9,7 +9,7 @@ import numpy as np
 
 from plena_sim.config import HardwareConfig
 from programs.common import rp
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 from programs.linear import emit_batched_matmul, plan_batched_matmul
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm

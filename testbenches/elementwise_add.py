@@ -10,7 +10,7 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 from programs.common import rp
 from programs.elementwise import emit_add_rows, plan_add_rows
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 
 from .compare import bf16_decode, bf16_encode
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm

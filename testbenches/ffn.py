@@ -16,7 +16,7 @@ from programs.ffn import (
     plan_ffn_intermediate,
     plan_ffn_swiglu,
 )
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
 from .shapes import hw, resolve_params

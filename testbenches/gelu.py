@@ -10,7 +10,7 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 from programs.activation import emit_activation, plan_activation
 from programs.common import rp
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
 from .shapes import hw, resolve_params

@@ -16,7 +16,7 @@ from plena_sim.config import HardwareConfig
 from plena_sim.numerics import decode_tensor, encode_tensor
 from programs.common import rp
 from programs.elementwise import emit_scale_rows, plan_scale_rows
-from programs.hbm import preload_act, store_act
+from programs.hbm_tensors import preload_act, store_act
 
 from .compare import bf16_decode, bf16_encode
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, HbmBytes, VramCbm

@@ -96,7 +96,7 @@ from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
 from plena_sim.image import ImageBuilder, Placement
 from programs.asm import Asm
-from programs.hbm import HbmTensor, set_addr_regs
+from programs.hbm_tensors import HbmTensor, set_addr_regs
 
 from .compare import CheckResult, Tolerance, compare, tolerance
 

@@ -10,7 +10,7 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 from programs.asm import IMM18_LIMIT
 from programs.common import rp, vector_rows
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 from programs.linear import emit_linear, plan_linear
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm

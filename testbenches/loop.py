@@ -18,7 +18,7 @@ from plena_sim.config import HardwareConfig
 from programs.asm import fp as F
 from programs.asm import gp as G
 from programs.asm import load_imm
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 
 from .harness import GEN_GP, Case, CaseBuilder, CaseSpec, IntWords, VramRows
 

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from plena_sim.config import HardwareConfig
 from programs.common import rp
-from programs.hbm import preload_act, round_up
+from programs.hbm_tensors import preload_act, round_up
 from programs.moe import POLICIES, emit_router_topk, emit_topk, plan_router_topk, plan_topk
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, FpWords, IntWords

@@ -1,7 +1,7 @@
 """The oracle's teeth (kernels.md §6): every codegen mutation and the cases that must expose it.
 
 One table, used by the teeth tests and by ``plena-sim mutants``. A mutation is a fault hook of
-:mod:`programs.faults`; enabling it must make EACH listed case fail -- through a check failure
+:mod:`programs.mutation_hooks`; enabling it must make EACH listed case fail -- through a check failure
 (``mismatch``), a simulator fault (``fault``), an assembler/Asm error (``assembler``) or a plan
 ``ValueError`` (``plan``). :func:`run_mutation` runs one (hook, case) pair and says how it was caught.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from programs import faults
+from programs import mutation_hooks
 
 from . import get as _get
 from .harness import Report, run_case
@@ -183,5 +183,5 @@ def how_caught(rep: Report) -> str:
 
 def run_mutation(hook: str, exp: Exposure, *, backend: str = "numba") -> Report:
     """Run ``exp`` with ``hook`` enabled."""
-    with faults.inject(hook):
+    with mutation_hooks.inject(hook):
         return run_case(exp.testbench, f"{exp.case_id}:{hook}", exp.overrides, exp.variant, backend=backend)

@@ -9,7 +9,7 @@ import numpy as np
 
 from plena_sim.config import HardwareConfig
 from programs.common import rp, vector_rows
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 from programs.norms import emit_layer_norm, emit_rms_norm, plan_layer_norm, plan_rms_norm
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm

@@ -9,7 +9,7 @@ import numpy as np
 
 from plena_sim.config import HardwareConfig
 from programs.common import rp
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 from programs.rope import emit_rope, plan_rope, rope_rotation_tile
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, VramCbm

@@ -17,7 +17,7 @@ from programs.asm import fp as F
 from programs.asm import gp as G
 from programs.asm import load_imm
 from programs.common import rp
-from programs.hbm import ceil_div, preload_act
+from programs.hbm_tensors import ceil_div, preload_act
 
 from .harness import FP_STATE_BASE, GEN_GP, Case, CaseBuilder, CaseSpec, FpWords, VramRows
 from .shapes import hw, resolve_params

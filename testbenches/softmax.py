@@ -9,7 +9,7 @@ import numpy as np
 
 from plena_sim.config import HardwareConfig
 from programs.common import rp
-from programs.hbm import preload_act, round_up
+from programs.hbm_tensors import preload_act, round_up
 from programs.softmax import emit_softmax, plan_softmax, softmax_scratch_rows
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm

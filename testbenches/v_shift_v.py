@@ -15,7 +15,7 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 from programs.asm import gp as G
 from programs.asm import load_imm
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 
 from .harness import GEN_GP, Case, CaseBuilder, CaseSpec, VramRows
 from .shapes import hw, resolve_params

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from plena_cli.main import main
-from programs import faults
+from programs import mutation_hooks
 
 
 def run(capsys, *argv):
@@ -81,7 +81,7 @@ def test_run_usage_errors_exit_2(capsys, argv, needle):
 
 
 def test_broken_generator_mismatch_exits_1_with_worst_element(capsys):
-    with faults.inject("kv_tile_offset_ignored"):
+    with mutation_hooks.inject("kv_tile_offset_ignored"):
         code, out, _ = run(capsys, "run", "flashattn_prefill", "--json")
     assert code == 1
     doc = json.loads(out)
@@ -90,7 +90,7 @@ def test_broken_generator_mismatch_exits_1_with_worst_element(capsys):
 
 
 def test_broken_alignment_exits_3_with_located_fault(capsys):
-    with faults.inject("pv_v_step_blen"):
+    with mutation_hooks.inject("pv_v_step_blen"):
         code, out, err = run(capsys, "run", "flashattn_prefill")
     assert code == 3
     import re

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from programs import faults
+from programs import mutation_hooks
 from testbenches import mutations as mut
 from testbenches.harness import run_case
 
@@ -22,7 +22,9 @@ def test_every_hook_is_placed_in_generator_code():
     from pathlib import Path
 
     src = "\n".join(
-        p.read_text() for p in (Path(__file__).resolve().parents[2] / "programs").glob("*.py") if p.name != "faults.py"
+        p.read_text()
+        for p in (Path(__file__).resolve().parents[2] / "programs").glob("*.py")
+        if p.name != "mutation_hooks.py"
     )
     for h in mut.MUTATIONS:
         assert f'"{h}"' in src, f"hook {h} is not referenced by any generator"
@@ -36,7 +38,7 @@ def test_exposing_case_passes_without_the_mutation(hook, exp):
 
 
 def test_table_covers_every_hook_exactly():
-    assert set(mut.MUTATIONS) == set(faults.HOOKS)
+    assert set(mut.MUTATIONS) == set(mutation_hooks.HOOKS)
     assert len(mut.MUTATIONS) == len(set(mut.MUTATIONS)) == 50
     for h in mut.MUTATIONS:
         assert mut.exposures(h), h
@@ -62,11 +64,11 @@ def test_blind_spot_single_kv_tile_does_not_expose_the_seed_bug():
     single = {"q_len": 64, "kv_len": 64}
     clean = run_case("flashattn_prefill", "single-tile", single, "default")
     assert clean.passed, clean.summary
-    with faults.inject("kv_tile_offset_ignored"):
+    with mutation_hooks.inject("kv_tile_offset_ignored"):
         mutant = run_case("flashattn_prefill", "single-tile:kv_tile_offset_ignored", single, "default")
     assert mutant.passed, "expected the single-tile case to be blind to the seed bug"
     # ... while the multi-tile default (kv_len = 4*MLEN) exposes it
-    with faults.inject("kv_tile_offset_ignored"):
+    with mutation_hooks.inject("kv_tile_offset_ignored"):
         multi = run_case("flashattn_prefill", "P1:kv_tile_offset_ignored", {}, "default")
     assert not multi.passed and mut.how_caught(multi) == "mismatch"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 
 from isa.assembler import assemble
-from programs import faults
+from programs import mutation_hooks
 from programs.asm import Asm
-from programs.hbm import HbmTensor
+from programs.hbm_tensors import HbmTensor
 
 GP = tuple(range(1, 13))
 FP = tuple(range(1, 7))
@@ -69,12 +69,12 @@ def check_deterministic_and_hooks(make, own_hooks: dict, **params) -> None:
     raises a ValueError (it is live) for the parameters given in ``own_hooks[hook]``."""
     t1 = make(**params)
     assert make(**params) == t1
-    with faults.inject("kv_tile_offset_ignored", "causal_ignored"):
+    with mutation_hooks.inject("kv_tile_offset_ignored", "causal_ignored"):
         assert make(**params) == t1
     for hook, hp in own_hooks.items():
         p = dict(params, **hp)
         base = make(**p)
-        with faults.inject(hook):
+        with mutation_hooks.inject(hook):
             try:
                 mutated = make(**p)
             except ValueError:

@@ -20,10 +20,10 @@ import pytest
 
 from isa.assembler import assemble  # noqa: E402
 from plena_sim.config import MxType  # noqa: E402
-from programs import faults  # noqa: E402
 from programs import flash_attention as fa  # noqa: E402
+from programs import mutation_hooks  # noqa: E402
 from programs.asm import Asm  # noqa: E402
-from programs.hbm import HbmTensor, ceil_div  # noqa: E402
+from programs.hbm_tensors import HbmTensor, ceil_div  # noqa: E402
 from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt, mutations  # noqa: E402
 from testbenches.shapes import resolve_params
 from testbenches.variants import get_config  # noqa: E402
@@ -131,7 +131,7 @@ _BASE_TEXT: dict = {}
 
 def base_program(case_id: str) -> str:
     """Hooks-off program of a case (cached; callers must not have a hook active)."""
-    assert not faults.enabled()
+    assert not mutation_hooks.enabled()
     if case_id not in _BASE_TEXT:
         _BASE_TEXT[case_id] = case_program(case_id)
     return _BASE_TEXT[case_id]
@@ -311,10 +311,10 @@ def test_footprint_and_fp_state():
 def test_deterministic_and_hook_free_identical(case_id, monkeypatch):
     a = case_program(case_id)
     assert case_program(case_id) == a
-    with faults.inject():
+    with mutation_hooks.inject():
         assert case_program(case_id) == a
     # a hook-free build: every hook query answers False without consulting the hook machinery
-    monkeypatch.setattr(faults, "active", lambda name: False)
+    monkeypatch.setattr(mutation_hooks, "active", lambda name: False)
     assert case_program(case_id) == a
     assert a.splitlines()[0].startswith("; flash_attention begin") or a.splitlines()[0].startswith(
         "; attention_scores begin"
@@ -325,11 +325,11 @@ def test_deterministic_and_hook_free_identical(case_id, monkeypatch):
 def test_every_flash_hook_is_registered_and_live():
     src = Path(fa.__file__).read_text() + Path(fa.__file__).with_name("asm.py").read_text()
     for hook, cases in HOOK_CASES.items():
-        assert hook in faults.HOOKS
+        assert hook in mutation_hooks.HOOKS
         assert f'"{hook}"' in src, f"hook {hook} is not placed in the generator"
         cid = min(cases.split(), key=lambda c: case_plan(c).static_instructions)  # cheapest listed case
         base = base_program(cid)
-        with faults.inject(hook):
+        with mutation_hooks.inject(hook):
             try:
                 mutated = case_program(cid)
             except ValueError:

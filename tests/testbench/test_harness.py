@@ -11,7 +11,7 @@ import pytest
 from programs.asm import fp as F
 from programs.asm import gp as G
 from programs.asm import load_imm
-from programs.hbm import preload_act
+from programs.hbm_tensors import preload_act
 from testbenches.harness import GEN_GP, CaseBuilder, VramCbm, VramRows, fp_constants, run, run_case
 from testbenches.variants import VARIANTS, get_config
 

@@ -25,13 +25,18 @@ from typing import NamedTuple
 from isa.assembler import assemble
 from isa.encoding import decode
 from isa.program import Program
-from isa.table import BY_OPCODE
+from isa.table import BY_OPCODE, INSTRUCTIONS
 
 U32 = 0xFFFFFFFF
 
-_VV = {"V_ADD_VV", "V_SUB_VV", "V_MUL_VV"}
-_V1 = {"V_ADD_VF", "V_SUB_VF", "V_MUL_VF", "V_MAX_VF", "V_MIN_VF", "V_EXP_V", "V_RECI_V", "V_SHFT_V"}
-_VRED = {"V_RED_SUM", "V_RED_MAX"}
+# vector instructions by how many VRAM rows they read (from the table's families and operand kinds)
+_VV = {i.mnemonic for i in INSTRUCTIONS if i.family == "vbin" and i.operands[2].kind == "gp"}
+_V1 = {
+    i.mnemonic
+    for i in INSTRUCTIONS
+    if i.family in ("vunary", "shift") or (i.family == "vbin" and i.mnemonic not in _VV)
+}
+_VRED = {i.mnemonic for i in INSTRUCTIONS if i.family == "reduce"}
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Test-only fault hooks (kernels.md §1.10, §6): named codegen mutations the testbenches must catch.
 
-Generators ask ``faults.active("kv_tile_offset_ignored")``; it is False unless a test enables the hook
-with ``with faults.inject("kv_tile_offset_ignored"): ...``. The enabled set lives in a
+Generators ask ``mutation_hooks.active("kv_tile_offset_ignored")``; it is False unless a test enables the hook
+with ``with mutation_hooks.inject("kv_tile_offset_ignored"): ...``. The enabled set lives in a
 :class:`contextvars.ContextVar` (per thread / task, restored on exit), so nothing global is mutated and
 with no hook enabled every generator emits exactly the text a hook-free build would.
 """

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from plena_sim.config import HardwareConfig
 
-from . import faults
+from . import mutation_hooks
 from .asm import Asm, areg, gp, load_imm
 
 __all__ = [
@@ -124,7 +124,7 @@ def _transfer_act(
     gv, go = regs[0], regs[1]
     load_imm(asm, gv, t.scale_offset)
     asm.C_SET_SCALE_REG(gp(gv))
-    stride = V * t.eb if faults.active("preload_stride_vlen") else cols * t.eb
+    stride = V * t.eb if mutation_hooks.active("preload_stride_vlen") else cols * t.eb
     load_imm(asm, gv, stride)
     asm.C_SET_STRIDE_REG(gp(gv))
     for c in range(cols // V):
@@ -151,7 +151,7 @@ def store_act(
     if len(regs) < 2:
         raise ValueError("store_act: needs 2 gp registers")
     gv, go = regs[0], regs[1]
-    scale = (rows * cols) // 2 if faults.active("store_scale_wrong") else t.scale_offset
+    scale = (rows * cols) // 2 if mutation_hooks.active("store_scale_wrong") else t.scale_offset
     load_imm(asm, gv, scale)
     asm.C_SET_SCALE_REG(gp(gv))
     load_imm(asm, gv, cols * t.eb)
@@ -159,7 +159,7 @@ def store_act(
     Ps = cfg.P_W
     for c in range(cols // V):
         for q in range(rows_p // Ps):
-            block = c * V if faults.active("store_block_address") else c * rows_p * V
+            block = c * V if mutation_hooks.active("store_block_address") else c * rows_p * V
             load_imm(asm, gv, vram_base + block + q * Ps * V)
             load_imm(asm, go, (q * Ps * cols + c * V) * t.eb)
             asm.H_STORE_V(gp(gv), gp(go), areg(t.areg), 1, t.prec)
