@@ -134,6 +134,13 @@ def hbm_missing_pages(page_index, addr, n):
 
 
 @njit(cache=True)
+def _page_chunk(a, left):
+    """(page, offset in it, bytes up to the page end or ``left``) of HBM byte ``a``."""
+    off = a & _PAGE_MASK
+    return a >> PAGE_SHIFT, off, min(PAGE_SIZE - off, left)
+
+
+@njit(cache=True)
 def hbm_read(page_index, pages, meta, addr, out):
     """Copy ``len(out)`` bytes starting at HBM byte ``addr`` into ``out``. Status 0 or -1."""
     n = out.shape[0]
@@ -141,10 +148,7 @@ def hbm_read(page_index, pages, meta, addr, out):
         return np.int64(HBM_OUT_OF_RANGE)
     pos = 0
     while pos < n:
-        a = addr + pos
-        p = a >> PAGE_SHIFT
-        off = a & _PAGE_MASK
-        chunk = min(PAGE_SIZE - off, n - pos)
+        p, off, chunk = _page_chunk(addr + pos, n - pos)
         row = page_index[p]
         if row < 0:
             out[pos : pos + chunk] = 0
@@ -170,10 +174,7 @@ def hbm_write(page_index, pages, meta, addr, data):
         return missing
     pos = 0
     while pos < n:
-        a = addr + pos
-        p = a >> PAGE_SHIFT
-        off = a & _PAGE_MASK
-        chunk = min(PAGE_SIZE - off, n - pos)
+        p, off, chunk = _page_chunk(addr + pos, n - pos)
         row = page_index[p]
         if row < 0:
             row = meta[_META_USED]

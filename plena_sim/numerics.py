@@ -133,10 +133,7 @@ def bf16_bits_array_to_f32(a):
 @njit(cache=True)
 def round_bf16_array(a):
     """Element-wise :func:`round_bf16` of a 1-D float32 array -> new float32 array."""
-    out = np.empty(a.shape[0], dtype=np.float32)
-    for i in range(a.shape[0]):
-        out[i] = round_bf16(a[i])
-    return out
+    return bf16_bits_array_to_f32(f32_array_to_bf16_bits(a))
 
 
 # =========================================================================== minifloat (§3.2)

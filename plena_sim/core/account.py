@@ -12,47 +12,25 @@ from numba import njit
 
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, FAM_DMA
 
+from .. import hbm_timing as HT
 from .. import timing as TM
-from ..hbm_timing import (
-    EMPTY,
-    G_ELEM_LEN,
-    G_ROWS,
-    G_SCALE_LEN,
-    HST_READ_REQUESTS,
-    HST_WRITE_REQUESTS,
-    PRM_BURST_BYTES,
-    PRM_CHANNELS,
-    W_N,
-    dma_instruction,
-)
 from ..state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
-from ..timing import (
-    MODE_SERIAL,
-    REG_A,
-    REG_FP,
-    REG_GP,
-    REG_SCALE,
-    REG_STRIDE,
-    REG_VMASK,
-    T_BUSY,
-    T_CYCLES,
-)
 
 
 @njit(cache=True)
 def reg_value(kind, idx, gp, fp, areg, ctrl):
     """Current value of a register named by a trace REG_* kind (bf16 bits for f, raw u64 for a)."""
-    if kind == REG_GP:
+    if kind == TM.REG_GP:
         return np.int64(gp[idx])
-    if kind == REG_FP:
+    if kind == TM.REG_FP:
         return np.int64(fp[idx])
-    if kind == REG_A:
+    if kind == TM.REG_A:
         return np.int64(areg[idx])
-    if kind == REG_SCALE:
+    if kind == TM.REG_SCALE:
         return ctrl[CTRL_SCALE]
-    if kind == REG_STRIDE:
+    if kind == TM.REG_STRIDE:
         return ctrl[CTRL_STRIDE]
-    if kind == REG_VMASK:
+    if kind == TM.REG_VMASK:
         return ctrl[CTRL_V_MASK]
     return np.int64(0)
 
@@ -67,36 +45,36 @@ def _geom_row(alu, f1, geom):
 def _hbm_latency(alu, f, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work):
     """HBM-model latency of a retired H_* instruction started at cycle ``t0`` (timing.md §5)."""
     gr = _geom_row(alu, f[4], geom)
-    pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[G_ELEM_LEN]
+    pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[HT.G_ELEM_LEN]
     base = np.int64(areg[f[2]])
-    lat = dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, blocks, hset, work)
+    lat = HT.dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, blocks, hset, work)
     if lat >= 0:
         return lat
     # the preallocated scratch (capped, see TimingState) is too small for this instruction: use a one-off
     # scratch of the geometry bound (only configurations with huge P_* / rows get here)
-    burst = hp[PRM_BURST_BYTES]
-    per_row = (gr[G_ELEM_LEN] + burst - 1) // burst + 1
-    if gr[G_SCALE_LEN] > 0:
-        per_row += (gr[G_SCALE_LEN] + burst - 1) // burst + 1
-    nb = gr[G_ROWS] * per_row
+    burst = hp[HT.PRM_BURST_BYTES]
+    per_row = (gr[HT.G_ELEM_LEN] + burst - 1) // burst + 1
+    if gr[HT.G_SCALE_LEN] > 0:
+        per_row += (gr[HT.G_SCALE_LEN] + burst - 1) // burst + 1
+    nb = gr[HT.G_ROWS] * per_row
     size = np.int64(16)
     while size < 2 * nb:
         size *= 2
     b2 = np.zeros(nb, dtype=np.int64)
-    h2 = np.full(size, EMPTY, dtype=np.int64)
-    w2 = np.zeros((W_N, max(nb, hp[PRM_CHANNELS] + 1)), dtype=np.int64)
-    return dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, b2, h2, w2)
+    h2 = np.full(size, HT.EMPTY, dtype=np.int64)
+    w2 = np.zeros((HT.W_N, max(nb, hp[HT.PRM_CHANNELS] + 1)), dtype=np.int64)
+    return HT.dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, b2, h2, w2)
 
 
 @njit(cache=True)
 def account_serial(ts, unit, lat):
     """timing.md §3: issue = the running total; returns the issue cycle. (The run loop writes these lines out for
     the fixed-latency instructions: a call per instruction would cost more than the work.)"""
-    issue = ts[T_CYCLES]
-    ts[T_CYCLES] = issue + lat
+    issue = ts[TM.T_CYCLES]
+    ts[TM.T_CYCLES] = issue + lat
     ts[TM.T_LAST_ISSUE] = issue
     if unit >= 0:
-        ts[T_BUSY + unit] += lat
+        ts[TM.T_BUSY + unit] += lat
     return issue
 
 
@@ -116,8 +94,8 @@ def account_dma(o, alu, f, g, aux, unit, areg, ctrl, tim):
     """Timing of one retired H_* instruction, started at its issue cycle: returns (issue cycle, latency)."""
     ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
     hp, geom, ch, bank, hstats, blocks, hset, work = tim[5]
-    if ts[TM.T_MODE] == MODE_SERIAL:
-        start = ts[T_CYCLES]
+    if ts[TM.T_MODE] == TM.MODE_SERIAL:
+        start = ts[TM.T_CYCLES]
         lat = _hbm_latency(alu, f, g[1], start, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)
         return account_serial(ts, unit, lat), lat
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
@@ -133,7 +111,7 @@ def trace_before(o, rd, aux, regs, tim):
     gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
     hstats = tim[5][4]
     rkind, ridx = TM.dest_reg_nb(o, rd, aux)
-    requests = hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS]
+    requests = hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS]
     return rkind, ridx, reg_value(rkind, ridx, gp, fp, areg, ctrl), requests
 
 
@@ -149,10 +127,10 @@ def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, ti
     haddr, hspan, hbytes = np.int64(0), np.int64(0), np.int64(0)
     if fam == FAM_DMA:
         gr = _geom_row(alu, f[4], geom)
-        pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[G_ELEM_LEN]
+        pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[HT.G_ELEM_LEN]
         haddr = np.int64(areg[f[2]]) + g[1]
-        hspan = (gr[G_ROWS] - 1) * pitch + gr[G_ELEM_LEN]
-        hbytes = (hstats[HST_READ_REQUESTS] + hstats[HST_WRITE_REQUESTS] - reg[3]) * hp[PRM_BURST_BYTES]
+        hspan = (gr[HT.G_ROWS] - 1) * pitch + gr[HT.G_ELEM_LEN]
+        hbytes = (hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS] - reg[3]) * hp[HT.PRM_BURST_BYTES]
     TM.trace_record_nb(
         tbuf, tcount, seq, pc, o, unit, issue, lat, reg[0], reg[1], reg[2], new, nw, wr, cv, haddr, hspan, hbytes
     )

@@ -77,23 +77,21 @@ def q64(x):
 
 @njit(cache=True)
 def nan32(a, b, r):
-    """float32 result ``r`` of ``a op b`` with the first-NaN-operand rule."""
+    """float32 result ``r`` of ``a op b`` with the first-NaN-operand rule (``a``'s NaN, else ``b``'s, quieted)."""
     if r != r:
-        if a != a:
-            return q32(a)
-        if b != b:
-            return q32(b)
+        x = a if a != a else b
+        if x != x:
+            return q32(x)
     return r
 
 
 @njit(cache=True)
 def nan64(a, b, r):
-    """float64 result ``r`` of ``a op b`` with the first-NaN-operand rule."""
+    """float64 twin of :func:`nan32` (the dot products and row sums accumulate in float64)."""
     if r != r:
-        if a != a:
-            return q64(a)
-        if b != b:
-            return q64(b)
+        x = a if a != a else b
+        if x != x:
+            return q64(x)
     return r
 
 

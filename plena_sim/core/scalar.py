@@ -45,16 +45,15 @@ def int_result(alu, a, b, imm18, imm22):
 
 
 @njit(cache=True)
-def int_memory(alu, pc, rd, rs1, imm18, gp, int_sram, cfg, frec):
-    """S_LD_INT / S_ST_INT."""
-    addr = np.int64(gp[rs1]) + imm18
-    if addr >= cfg[CFG_INTS]:
-        return fault(frec, R_BD_INTS, pc, OPND_RS1, addr, -1, cfg[CFG_INTS], 1, 0)
+def sram_access(alu, pc, rd, addr, reg, sram, size, rule, frec):
+    """S_LD_INT / S_ST_INT (``reg`` = gp, INT SRAM) and S_LD_FP / S_ST_FP (``reg`` = f, FP SRAM): one word."""
+    if addr >= size:
+        return fault(frec, rule, pc, OPND_RS1, addr, -1, size, 1, 0)
     if alu == ALU_LOAD:
         if rd != 0:
-            gp[rd] = int_sram[addr]
+            reg[rd] = sram[addr]
     else:
-        int_sram[addr] = gp[rd]
+        sram[addr] = reg[rd]
     return RUN_OK
 
 
@@ -83,20 +82,6 @@ def fp_result(alu, x, y):
 
 
 @njit(cache=True)
-def fp_memory(alu, pc, rd, rs1, imm18, gp, fp, fp_sram, cfg, frec):
-    """S_LD_FP / S_ST_FP."""
-    addr = np.int64(gp[rs1]) + imm18
-    if addr >= cfg[CFG_FPS]:
-        return fault(frec, R_BD_FPS, pc, OPND_RS1, addr, -1, cfg[CFG_FPS], 1, 0)
-    if alu == ALU_LOAD:
-        if rd != 0:
-            fp[rd] = fp_sram[addr]
-    else:
-        fp_sram[addr] = fp[rd]
-    return RUN_OK
-
-
-@njit(cache=True)
 def map_v_fp(pc, rd, rs1, imm18, gp, vram, fp_sram, cfg, frec):
     """S_MAP_V_FP: VROW(gp[rd]) = FPSRAM[gp[rs1] + imm : +VLEN] (exact copy)."""
     V = cfg[CFG_V]
@@ -120,8 +105,9 @@ def memory(fam, alu, pc, f, gp, fp, mem, cfg, frec):
     :func:`int_result` and :func:`fp_result`, is applied by the run loop itself.)"""
     rd, rs1, imm18 = f[0], f[1], f[5]
     vram, _mram, fp_sram, int_sram, _hbm = mem
+    addr = np.int64(gp[rs1]) + imm18
     if fam == FAM_FPMEM:
-        return fp_memory(alu, pc, rd, rs1, imm18, gp, fp, fp_sram, cfg, frec)
+        return sram_access(alu, pc, rd, addr, fp, fp_sram, cfg[CFG_FPS], R_BD_FPS, frec)
     if fam == FAM_INTMEM:
-        return int_memory(alu, pc, rd, rs1, imm18, gp, int_sram, cfg, frec)
+        return sram_access(alu, pc, rd, addr, gp, int_sram, cfg[CFG_INTS], R_BD_INTS, frec)
     return map_v_fp(pc, rd, rs1, imm18, gp, vram, fp_sram, cfg, frec)
