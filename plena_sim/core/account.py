@@ -79,10 +79,9 @@ def account_serial(ts, unit, lat):
 
 
 @njit(cache=True)
-def account_overlap(o, f, g, aux, unit, lat, tim):
+def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
     """timing.md §4: issue when every resource read is ready and every one written is done; returns it.
     ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue."""
-    ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
     TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
@@ -90,10 +89,9 @@ def account_overlap(o, f, g, aux, unit, lat, tim):
 
 
 @njit(cache=True)
-def account_dma(o, alu, f, g, aux, unit, areg, ctrl, tim):
+def account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm):
     """Timing of one retired H_* instruction, started at its issue cycle: returns (issue cycle, latency)."""
-    ts, ready, rdone, cv, rr, wr = tim[0], tim[1], tim[2], tim[3], tim[8], tim[9]
-    hp, geom, ch, bank, hstats, blocks, hset, work = tim[5]
+    hp, geom, ch, bank, hstats, blocks, hset, work = hbm_tm
     if ts[TM.T_MODE] == TM.MODE_SERIAL:
         start = ts[TM.T_CYCLES]
         lat = _hbm_latency(alu, f, g[1], start, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)

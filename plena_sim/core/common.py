@@ -33,19 +33,19 @@ def fault(frec, rule, pc, operand, value, index, limit, x6, x7):
     return RUN_FAULT
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def canon(bits):
     """bf16(f32(bits)): identity except that NaNs become the canonical quiet NaN (sign kept)."""
     return f32_to_bf16_bits(bf16_bits_to_f32(bits))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lane_on(vmask, j, H):
     h = j // H
     return h < 32 and ((vmask >> h) & 1) == 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def exp_clamped(a):
     """f32(exp(clamp(a, -88, 88))) with exp in float64; NaN stays NaN (its own bits)."""
     if a != a:
@@ -65,17 +65,17 @@ def exp_clamped(a):
 # reference produce for ``in1 op in2``. Only the NaN path is slow.
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def q32(x):
     return np.uint32(np.float32(x).view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def q64(x):
     return np.uint64(np.float64(x).view(np.uint64) | np.uint64(0x0008000000000000)).view(np.float64)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def nan32(a, b, r):
     """float32 result ``r`` of ``a op b`` with the first-NaN-operand rule (``a``'s NaN, else ``b``'s, quieted)."""
     if r != r:
@@ -85,7 +85,7 @@ def nan32(a, b, r):
     return r
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def nan64(a, b, r):
     """float64 twin of :func:`nan32` (the dot products and row sums accumulate in float64)."""
     if r != r:
@@ -95,7 +95,7 @@ def nan64(a, b, r):
     return r
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def acc32(acc, ps):
     """``f32(acc + ps)`` (accumulator first)."""
     return nan32(acc, ps, np.float32(acc + ps))

@@ -134,10 +134,8 @@ def _missing_pages(page_index, base, off0, P, pitch, row_bytes, is_mx, scale_reg
 
 
 @njit(cache=True)
-def _store(hbm, vram, r0, P, V, base, off0, pitch, g, scale_reg, bufs, stats):
+def _store(page_index, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, counts, stats):
     """H_STORE_V effects: encode P VRAM rows into HBM (element bytes, then MX scales)."""
-    page_index, pages, meta = hbm
-    ebuf, sbuf, fbuf, counts = bufs
     L, row_bytes, blk, nsc, eb = g[1], g[3], g[4], g[5], g[7]
     is_mx, E, Mt, kb = g[8] != 0, g[9], g[10], g[11]
     eb_row, sb_row, f_row = ebuf[:row_bytes], sbuf[:nsc], fbuf[:L]
@@ -160,10 +158,10 @@ def _store(hbm, vram, r0, P, V, base, off0, pitch, g, scale_reg, bufs, stats):
 
 
 @njit(cache=True)
-def _load(alu, hbm, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, bufs, stats):
+def _load(
+    alu, page_index, pages, meta, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, stats
+):
     """H_PREFETCH_M / H_PREFETCH_V effects: decode P rows into MRAM (exact f32) or VRAM (bf16)."""
-    page_index, pages, meta = hbm
-    ebuf, sbuf, fbuf, _counts = bufs
     L, row_bytes, blk, nsc, eb = g[1], g[3], g[4], g[5], g[7]
     is_mx, E, Mt, kb = g[8] != 0, g[9], g[10], g[11]
     eb_row, sb_row, f_row = ebuf[:row_bytes], sbuf[:nsc], fbuf[:L]
@@ -187,11 +185,13 @@ def _load(alu, hbm, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, b
 
 
 @njit(cache=True)
-def transfer(alu, pc, f, gp, areg, ctrl, mem, cfg, fmt, stats, frec, need, scr):
-    """The ``dma`` family: the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; ``mem`` / ``scr`` =
-    the run loop's tuples (HBM = (page_index, pages, meta); DMA buffers = (ebuf, sbuf, fbuf, counts))."""
+def transfer(
+    alu, pc, f, gp, areg, ctrl, vram, mram, pidx, pages, meta, cfg, fmt, stats, frec, need, ebuf, sbuf, fbuf, cnt
+):
+    """The ``dma`` family: the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; HBM = (``pidx`` page
+    index, ``pages``, ``meta``); DMA buffers ``ebuf`` / ``sbuf`` (element / scale bytes), ``fbuf`` (f32 row), ``cnt``
+    (MX counters). Plain arrays: an array taken out of a tuple costs a reference count per call."""
     rd, rs1, rs2, rs3, f1, _imm = f
-    vram, mram, hbm, bufs = mem[0], mem[1], mem[4], scr[3]
     t, L, P, row_bytes, blk, nsc, pitch, eb = _geometry(alu, f1, rs3, ctrl, cfg, fmt)
     is_mx = fmt[t, FMT_MX] != 0
     g = (t, L, P, row_bytes, blk, nsc, pitch, eb, np.int64(is_mx), fmt[t, FMT_E], fmt[t, FMT_MT], fmt[t, FMT_BLOCK])
@@ -203,11 +203,15 @@ def transfer(alu, pc, f, gp, areg, ctrl, mem, cfg, fmt, stats, frec, need, scr):
         return st
     base = np.int64(areg[rs2])
     if alu == ALU_STORE_V:
-        missing = _missing_pages(hbm[0], base, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc)
-        if missing > 0 and hbm[2][0] + missing > hbm[1].shape[0]:
+        missing = _missing_pages(pidx, base, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc)
+        if missing > 0 and meta[0] + missing > pages.shape[0]:
             need[0] = missing
             return RUN_NEED_PAGES
-        _store(hbm, vram, dst // cfg[CFG_V], P, cfg[CFG_V], base, off0, pitch, g, scale_reg, bufs, stats)
+        r0, V = dst // cfg[CFG_V], cfg[CFG_V]
+        _store(pidx, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, cnt, stats)
     else:
-        _load(alu, hbm, vram, mram, dst, P, cfg[CFG_M], cfg[CFG_V], base, off0, pitch, g, scale_reg, bufs, stats)
+        M, V = cfg[CFG_M], cfg[CFG_V]
+        _load(
+            alu, pidx, pages, meta, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, stats
+        )
     return RUN_OK

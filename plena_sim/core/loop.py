@@ -78,15 +78,18 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     lstart, lreg, lcount = loops
     cfg, fmt, lat_table, macs, tabs, bmm_scale = par
     fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
-    ts, unit_of, (stats, by_opcode, frec, need) = tim[0], tim[4], out
+    vram, mram, fp_sram, int_sram, (pidx, pages, meta) = mem
+    m_acc, v_acc, hm_acc, hv_acc = accs
+    ts, ready, rdone, cv, unit_of, hbm_tm, _tbuf, _tcount, rr, wr = tim
+    stats, by_opcode, frec, need = out
+    rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
     lat_pc, unit_pc, end_of, bad = per_pc(op, prog[2], tabs, lat_table, unit_of, cfg, frec)
-    n, maxloop, brk, reg = op.shape[0], cfg[CFG_MAXLOOP], (op, rd_a, end_of, is_end), (0, 0, 0, 0)
+    n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
+    brk = (op, rd_a, end_of, is_end)
     while True:
         pc = ctrl[CTRL_PC]
-        if pc >= n:
-            return RUN_DONE
-        if stats[STAT_RETIRED] == max_instr:
-            return fault(frec, R_BUDGET, pc, OPND_NONE, stats[STAT_RETIRED], -1, max_instr, 0, 0)
+        if pc >= n or stats[STAT_RETIRED] == max_instr:  # the PC left the program, or the budget is spent
+            return RUN_DONE if pc >= n else fault(frec, R_BUDGET, pc, OPND_NONE, max_instr, -1, max_instr, 0, 0)
         depth, over = ctrl[CTRL_LOOP_DEPTH], False
         for k in range(depth):  # the runaway guard counts this instruction in every record
             lcount[k] += 1
@@ -109,14 +112,20 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
             gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), 0, lstart[depth - 1] + 1
         elif fam in (FAM_LOOP, FAM_CREG):
             st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec)
-        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT, FAM_REDUCE, FAM_TOPK):
-            st = vector.execute(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, mem, cfg, frec, scr)
+        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT, FAM_REDUCE):
+            st = vector.execute(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, vram, cfg, frec, rowf)
+        elif fam == FAM_TOPK:
+            st = vector.topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
         elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
-            st = matrix.execute(fam, alu, pc, f, gp, mem, accs, cfg, bmm_scale, frec, scr)
+            st = matrix.execute(
+                fam, alu, pc, f, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
+            )
         elif fam in (FAM_FPMEM, FAM_INTMEM, FAM_MAPV):
-            st = scalar.memory(fam, alu, pc, f, gp, fp, mem, cfg, frec)
+            st = scalar.memory(fam, alu, pc, f, gp, fp, vram, fp_sram, int_sram, cfg, frec)
         elif fam == FAM_DMA:
-            st = dma.transfer(alu, pc, f, gp, areg, ctrl, mem, cfg, fmt, stats, frec, need, scr)
+            st = dma.transfer(
+                alu, pc, f, gp, areg, ctrl, vram, mram, pidx, pages, meta, cfg, fmt, stats, frec, need, eb, sb, fb, cnt
+            )
         else:  # a family without a unit branch: loud, never silent
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
         if st != RUN_OK:
@@ -125,14 +134,14 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         # ---------------------------------------------------------------- account, trace, retire
         unit, lat = unit_pc[pc], lat_pc[pc]
         if fam == FAM_DMA:
-            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, tim)
+            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm)
         elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out)
             issue = ts[T_CYCLES]
             ts[T_CYCLES], ts[T_LAST_ISSUE] = issue + lat, issue
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
         else:
-            issue = account_overlap(o, f, g, aux, unit, lat, tim)
+            issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)
         stats[STAT_RETIRED] += 1

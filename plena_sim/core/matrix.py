@@ -239,14 +239,11 @@ def writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg,
 
 
 @njit(cache=True, error_model="numpy")
-def execute(fam, alu, pc, f, gp, mem, accs, cfg, bmm_scale, frec, scr):
-    """The matrix unit's instructions (families mat, bmat, wo): the status. ``accs`` = (m, v, hm, hv)."""
+def execute(fam, alu, pc, f, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf):
+    """The matrix unit's instructions (families mat, bmat, wo): the status."""
     rd, rs1, rs2, _rs3, _f1, imm = f
-    vram, mram = mem[0], mem[1]
-    m_acc, v_acc, hm_acc, hv_acc = accs
     if fam == FAM_WO:
         return writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg, frec)
-    xbuf, wbuf = scr[1], scr[2]
     return product(
         alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
     )

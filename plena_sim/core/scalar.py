@@ -100,11 +100,10 @@ def map_v_fp(pc, rd, rs1, imm18, gp, vram, fp_sram, cfg, frec):
 
 
 @njit(cache=True)
-def memory(fam, alu, pc, f, gp, fp, mem, cfg, frec):
+def memory(fam, alu, pc, f, gp, fp, vram, fp_sram, int_sram, cfg, frec):
     """The scalar unit's memory instructions (families fpmem, intmem, mapv): the status. (The arithmetic,
     :func:`int_result` and :func:`fp_result`, is applied by the run loop itself.)"""
     rd, rs1, imm18 = f[0], f[1], f[5]
-    vram, _mram, fp_sram, int_sram, _hbm = mem
     addr = np.int64(gp[rs1]) + imm18
     if fam == FAM_FPMEM:
         return sram_access(alu, pc, rd, addr, fp, fp_sram, cfg[CFG_FPS], R_BD_FPS, frec)

@@ -22,7 +22,6 @@ from isa.encoding import (
     ALU_SUM,
     FAM_REDUCE,
     FAM_SHIFT,
-    FAM_TOPK,
     FAM_VBIN,
 )
 from isa.table import TOPK_POLICIES
@@ -66,7 +65,7 @@ def _row_checks(pc, d, a, b, vv, V, nrows, frec):
     return RUN_OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _lane(alu, x, y, rorder):
     """One lane of an element-wise op: ``x`` the rs1 lane, ``y`` the rs2 lane or the f operand."""
     if alu == ALU_ADD:
@@ -91,6 +90,38 @@ def _lane(alu, x, y, rorder):
 
 
 @njit(cache=True, error_model="numpy")
+def _vv_row(alu, vram, ra, rb, rowf, V):
+    """rowf = VROW ra (op) VROW rb; one loop per operation (no per-lane dispatch)."""
+    if alu == ALU_ADD:
+        for j in range(V):
+            x, y = bf16_bits_to_f32(vram[ra, j]), bf16_bits_to_f32(vram[rb, j])
+            rowf[j] = nan32(x, y, x + y)
+    elif alu == ALU_MUL:
+        for j in range(V):
+            x, y = bf16_bits_to_f32(vram[ra, j]), bf16_bits_to_f32(vram[rb, j])
+            rowf[j] = nan32(x, y, x * y)
+    else:
+        for j in range(V):
+            rowf[j] = _lane(alu, bf16_bits_to_f32(vram[ra, j]), bf16_bits_to_f32(vram[rb, j]), 0)
+
+
+@njit(cache=True, error_model="numpy")
+def _vf_row(alu, vram, ra, f, rorder, rowf, V):
+    """rowf = VROW ra (op) f, or (unary op) VROW ra; the common operations get their own loop."""
+    if alu == ALU_ADD:
+        for j in range(V):
+            x = bf16_bits_to_f32(vram[ra, j])
+            rowf[j] = nan32(x, f, x + f)
+    elif alu == ALU_MUL:
+        for j in range(V):
+            x = bf16_bits_to_f32(vram[ra, j])
+            rowf[j] = nan32(x, f, x * f)
+    else:
+        for j in range(V):
+            rowf[j] = _lane(alu, bf16_bits_to_f32(vram[ra, j]), f, rorder)
+
+
+@njit(cache=True, error_model="numpy")
 def elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, rowf):
     """The ``vbin`` (VV / VF forms), ``vunary`` and ``shift`` families."""
     V = cfg[CFG_V]
@@ -106,11 +137,12 @@ def elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg
         for j in range(V):
             rowf[j] = bf16_bits_to_f32(vram[ra, j - b]) if j >= b else np.float32(0.0)
     else:
-        f = bf16_bits_to_f32(fp[rs2]) if vf != 0 else np.float32(0.0)
-        rorder = f1 if vf != 0 else 0  # funct1 is an operand of V_SUB_VF only
-        for j in range(V):
-            y = bf16_bits_to_f32(vram[rb, j]) if vv else f
-            rowf[j] = _lane(alu, bf16_bits_to_f32(vram[ra, j]), y, rorder)
+        if vv:
+            _vv_row(alu, vram, ra, rb, rowf, V)
+        else:  # VF (funct1 is an operand of V_SUB_VF only: the reversed order) and unary forms
+            _vf_row(
+                alu, vram, ra, bf16_bits_to_f32(fp[rs2]) if vf != 0 else np.float32(0.0), f1 if vf != 0 else 0, rowf, V
+            )
         if rs3 != 0:
             vmask = ctrl[CTRL_V_MASK]
             for j in range(V):
@@ -232,14 +264,10 @@ def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, 
 
 
 @njit(cache=True, error_model="numpy")
-def execute(fam, alu, vf, pc, f, gp, fp, ctrl, mem, cfg, frec, scr):
-    """The vector unit's instructions (families vbin, vunary, shift, reduce, topk): the status.
-    ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; ``mem`` / ``scr`` = the run loop's tuples."""
+def execute(fam, alu, vf, pc, f, gp, fp, ctrl, vram, cfg, frec, rowf):
+    """The vector unit's row instructions (families vbin, vunary, shift, reduce; V_TOPK is :func:`topk`): the
+    status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields."""
     rd, rs1, rs2, rs3, f1, _imm = f
-    vram, _mram, fp_sram, int_sram, _hbm = mem
     if fam == FAM_REDUCE:
         return reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
-    if fam == FAM_TOPK:
-        _rowf, _xbuf, _wbuf, _bufs, logits, taken, sel, wts = scr
-        return topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
-    return elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, scr[0])
+    return elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, rowf)
