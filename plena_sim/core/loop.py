@@ -112,10 +112,12 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
             gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), 0, lstart[depth - 1] + 1
         elif fam in (FAM_LOOP, FAM_CREG):
             st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec)
-        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT, FAM_REDUCE):
-            st = vector.execute(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, vram, cfg, frec, rowf)
-        elif fam == FAM_TOPK:
-            st = vector.topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
+        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):
+            st = vector.elementwise(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, vram, cfg, frec, rowf)
+        elif fam in (FAM_REDUCE, FAM_TOPK):
+            st = vector.execute(
+                fam, alu, pc, f, gp, fp, ctrl, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts
+            )
         elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
             st = matrix.execute(
                 fam, alu, pc, f, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf

@@ -122,8 +122,10 @@ def _vf_row(alu, vram, ra, f, rorder, rowf, V):
 
 
 @njit(cache=True, error_model="numpy")
-def elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, rowf):
-    """The ``vbin`` (VV / VF forms), ``vunary`` and ``shift`` families."""
+def elementwise(fam, alu, vf, pc, f, gp, fp, ctrl, vram, cfg, frec, rowf):
+    """The ``vbin`` (VV / VF forms), ``vunary`` and ``shift`` families. ``f`` = the (rd, rs1, rs2, rs3, funct1,
+    imm) fields."""
+    rd, rs1, rs2, rs3, f1, _imm = f
     V = cfg[CFG_V]
     vv = fam == FAM_VBIN and vf == 0
     d = np.int64(gp[rd])
@@ -264,10 +266,10 @@ def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, 
 
 
 @njit(cache=True, error_model="numpy")
-def execute(fam, alu, vf, pc, f, gp, fp, ctrl, vram, cfg, frec, rowf):
-    """The vector unit's row instructions (families vbin, vunary, shift, reduce; V_TOPK is :func:`topk`): the
-    status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields."""
-    rd, rs1, rs2, rs3, f1, _imm = f
+def execute(fam, alu, pc, f, gp, fp, ctrl, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts):
+    """The vector unit's reductions and V_TOPK (the element-wise families go to :func:`elementwise` directly, one
+    call level per instruction): the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields."""
+    rd, rs1, rs2, rs3, _f1, _imm = f
     if fam == FAM_REDUCE:
         return reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
-    return elementwise(fam, alu, vf, pc, rd, rs1, rs2, rs3, f1, gp, fp, ctrl, vram, cfg, frec, rowf)
+    return topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
