@@ -76,7 +76,7 @@ def invalidate_if_changed(root: Path = _PKG) -> bool:
     try:
         digest = sources_digest(root)
         dirs = cache_dirs(root)
-    except OSError:
+    except (OSError, AttributeError, ImportError):  # unreadable sources, or a Numba without these locators
         return False
     changed = False
     for d, stems in dirs.items():

@@ -186,20 +186,7 @@ def _bf16_noise(rng, shape) -> np.ndarray:
 def copy_state(src, dst) -> None:
     """Make machine ``dst``'s architectural state bit-identical to ``src``'s (same config)."""
     s, d = src.state, dst.state
-    for name in (
-        "gp",
-        "fp",
-        "areg",
-        "ctrl",
-        "vram",
-        "mram",
-        "fp_sram",
-        "int_sram",
-        "m_accum",
-        "v_accum",
-        "hm_accum",
-        "hv_accum",
-    ):
+    for name in type(s).ARRAYS:
         getattr(d, name)[...] = getattr(s, name)
     for name in ("loop_start", "loop_reg", "loop_count"):
         setattr(d, name, getattr(s, name).copy())
