@@ -1,16 +1,19 @@
 """The performance benchmark suite of plena-sim (``plena-sim bench``; docs/performance.md).
 
-A fixed, versioned list of workloads (:data:`WORKLOADS`, :data:`SUITE_VERSION`).  Every workload runs in
-a fresh subprocess (``python -m plena_cli.bench --worker NAME``) so that its peak RSS and its first-call
-JIT time are its own; the parent repeats each workload ``repeat`` times and reports the median with the
-min/max spread.  Measured per workload: instructions, simulated cycles, wall seconds of the simulation
-alone (``Machine.run`` only: JIT, case building, assembling and judging excluded), the first call of the
-core in the fresh process (JIT cache load, or compile when the cache is cold), instructions/s, simulated
-cycles/s, simulated matrix MACs/s and the peak RSS (VmHWM) of the worker.  Suite-level: the compile time
-with an empty JIT cache and the end-to-end time of ``plena-sim run flashattn_prefill`` (process start to
-exit) with a warm and with an empty cache.
+A fixed, versioned list of workloads (:data:`WORKLOADS`, :data:`SUITE_VERSION`). Every workload runs in a
+fresh subprocess (``python -m plena_cli.bench --worker NAME``) so that its peak RSS and its first-call JIT
+time are its own; the parent repeats each workload ``repeat`` times and reports the median with the min/max
+spread. A testbench workload runs the same path as ``plena-sim run`` (:func:`testbenches.harness.run_case`)
+and reports its verdict, the in-process end to end (``e2e_s``: case building to verdict) with its ``split``
+(``generate_s``, ``assemble_s``, ``inputs_s``, ``simulate_s``, ``judge_s``), static and retired
+instructions, simulated cycles, matrix MACs per second of simulation (the headline for matrix work),
+instructions/s, cycles/s and the worker's peak RSS (VmHWM, the whole process). ``floor`` measures the
+bit-exact limit of the matrix arithmetic (prefill_1k's tile products with the core's arithmetic, vectorised
+across outputs) and the host's one-thread float64 FMA peak (numpy matmul); every MAC/s is also printed as a
+fraction of that peak. ``startup`` is the process wall of ``plena-sim run elementwise_add`` (warm cache).
+Suite level: the empty-cache compile and ``plena-sim run flashattn_prefill`` end to end, warm and cold.
 
-Nothing here asserts on timings; the numbers are printed (rich table) or returned (``--json``).
+Nothing here asserts on timings; the numbers are printed (:mod:`.bench_report`) or returned (``--json``).
 """
 
 from __future__ import annotations
@@ -33,77 +36,68 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
-    from rich.console import Console
-    from rich.table import Table
 
-    from isa.program import Program
-    from plena_sim.config import HardwareConfig
     from plena_sim.machine import Machine, RunResult
-    from testbenches.harness import Case
 
-    #: the arithmetic-floor kernel: ``(xs, ws, n, B, M) -> B x B accumulator``
+    #: the floor kernel: ``(xs, wts, n, B, M) -> B x B accumulator``
     FloorKernel = Callable[[npt.NDArray[np.float64], npt.NDArray[np.float64], int, int, int], npt.NDArray[np.float32]]
 
 #: bump when a workload's definition changes (numbers of different versions are not comparable)
-SUITE_VERSION = 1
+SUITE_VERSION = 2
 
 _PREFILL_1K = {"batch": 1, "q_len": 1024, "kv_len": 1024, "hq": 8, "hkv": 2, "d": 64, "causal": True}
 _PREFILL_Q = {"batch": 1, "q_len": 128, "kv_len": 128, "hq": 2, "hkv": 1, "d": 64, "causal": True}
 _REF_SMALL = {"batch": 1, "q_len": 64, "kv_len": 128, "hq": 2, "hkv": 1, "d": 16, "causal": True}
 _REF_Q = {"batch": 1, "q_len": 17, "kv_len": 64, "hq": 1, "hkv": 1, "d": 16, "causal": True}
 
-#: name -> definition.  kind: testbench (build a testbench case, run it), scalar (generated scalar loop),
-#: reference (a testbench case on both backends), floor (the tile products of prefill_1k in one loop).
+
+def _tb(tb: str, params: dict[str, Any], quick: dict[str, Any], what: str, **kw: Any) -> dict[str, Any]:
+    return dict(kind="testbench", tb=tb, params=params, quick=quick, timing=kw.pop("timing", "serial"), what=what, **kw)
+
+
+#: name -> definition. kind: testbench (a testbench case through run_case), startup (process wall of a tiny
+#: ``plena-sim run``), scalar (a generated scalar loop), reference (a testbench case on both backends),
+#: floor (the matrix arithmetic's bit-exact limit and the host's FMA peak).
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "prefill_1k": dict(
-        kind="testbench",
-        tb="flashattn_prefill",
-        params=_PREFILL_1K,
-        quick=_PREFILL_Q,
-        timing="serial",
-        what="flash-attention prefill b1 q=kv=1024 hq8 hkv2 d64 causal, serial",
+    "prefill_1k": _tb(
+        "flashattn_prefill", _PREFILL_1K, _PREFILL_Q, "flash-attention prefill b1 q=kv=1024 hq8 hkv2 d64 causal"
     ),
-    "prefill_1k_overlap": dict(
-        kind="testbench",
-        tb="flashattn_prefill",
-        params=_PREFILL_1K,
-        quick=_PREFILL_Q,
-        timing="overlap",
-        what="prefill_1k in overlap timing",
+    "prefill_1k_overlap": _tb("flashattn_prefill", _PREFILL_1K, _PREFILL_Q, "prefill_1k, overlap", timing="overlap"),
+    "decode_32k": _tb(
+        "flashattn_decode",
+        {"batch": 1, "q_len": 1, "kv_len": 32768, "hq": 32, "hkv": 8, "d": 64},
+        {"batch": 1, "q_len": 1, "kv_len": 1024, "hq": 8, "hkv": 2, "d": 64},
+        "flash-attention decode kv=32768 hq32 hkv8 d64",
     ),
-    "decode_32k": dict(
-        kind="testbench",
-        tb="flashattn_decode",
-        params={"batch": 1, "q_len": 1, "kv_len": 32768, "hq": 32, "hkv": 8, "d": 64},
-        quick={"batch": 1, "q_len": 1, "kv_len": 1024, "hq": 8, "hkv": 2, "d": 64},
-        timing="serial",
-        what="flash-attention decode kv=32768 hq32 hkv8 d64",
+    "linear_4k": _tb(
+        "linear", {"rows": 64, "K": 4096, "N": 4096}, {"rows": 64, "K": 512, "N": 512}, "linear 64x4096 @ 4096x4096"
     ),
-    "prefill_paper": dict(
-        kind="testbench",
-        tb="flashattn_prefill",
+    "linear_1k": _tb(
+        "linear", {"rows": 128, "K": 1024, "N": 1024}, {"rows": 64, "K": 256, "N": 256}, "linear 128x1024 @ 1024x1024"
+    ),
+    "linear_b64": _tb(
+        "linear",
+        {"rows": 512, "K": 2048, "N": 2048},
+        {"rows": 128, "K": 256, "N": 256},
+        "linear 512x2048 @ 2048x2048 on v80-128x64 (MLEN 128, BLEN 64)",
+        hw="v80-128x64",
+    ),
+    "prefill_paper": _tb(
+        "flashattn_prefill",
+        {"batch": 1, "q_len": 2048, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128, "causal": True},
+        {"batch": 1, "q_len": 128, "kv_len": 128, "hq": 1, "hkv": 1, "d": 128},
+        "paper machine (analytic preset, MLEN 2048): prefill q=kv=2048 hq16 hkv4 d128 causal",
         hw="analytic",
-        params={"batch": 1, "q_len": 2048, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128, "causal": True},
-        quick={"batch": 1, "q_len": 128, "kv_len": 128, "hq": 1, "hkv": 1, "d": 128},
-        timing="serial",
-        what="paper machine (analytic preset, MLEN 2048): prefill q=kv=2048 hq16 hkv4 d128 causal",
     ),
-    "decode_paper": dict(
-        kind="testbench",
-        tb="flashattn_decode",
+    "decode_paper": _tb(
+        "flashattn_decode",
+        {"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128},
+        {"batch": 1, "q_len": 1, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128},
+        "paper machine (analytic preset): decode kv=8192 hq16 hkv4 d128",
         hw="analytic",
-        params={"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128},
-        quick={"batch": 1, "q_len": 1, "kv_len": 2048, "hq": 16, "hkv": 4, "d": 128},
-        timing="serial",
-        what="paper machine (analytic preset): decode kv=8192 hq16 hkv4 d128",
     ),
-    "linear_4k": dict(
-        kind="testbench",
-        tb="linear",
-        params={"rows": 64, "K": 4096, "N": 4096},
-        quick={"rows": 64, "K": 512, "N": 512},
-        timing="serial",
-        what="linear 64x4096 @ 4096x4096 (DMA heavy)",
+    "startup": dict(
+        kind="startup", params={}, quick={}, timing="serial", what="process wall of `plena-sim run elementwise_add`"
     ),
     "scalar_loop": dict(
         kind="scalar",
@@ -120,15 +114,18 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         timing="serial",
         what="small prefill: reference interpreter time / Numba time",
     ),
-    "arith_floor": dict(
+    "floor": dict(
         kind="floor",
         tb="flashattn_prefill",
         params=_PREFILL_1K,
         quick=_PREFILL_Q,
         timing="serial",
-        what="prefill_1k's BxM @ MxB tile products back to back in one Numba loop",
+        what="prefill_1k's tile products, vectorised bit-exact; the host's one-thread f64 FMA peak",
     ),
 }
+
+#: environment of the floor worker: one BLAS thread, so the FMA peak is one core's
+_ONE_THREAD = {k: "1" for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
 
 
 # ==================================================================================== worker side
@@ -147,23 +144,100 @@ def peak_rss_bytes() -> int:
     return int(r) * (1 if sys.platform == "darwin" else 1024)
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's VmHWM to its current RSS (Linux ``/proc/self/clear_refs`` value 5)."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _warm_up() -> float:
     from plena_sim import core
 
     return core.warm_up()
 
 
-def _build_case(tb: str, params: dict[str, Any], hw: str | None = None) -> Case:
+def _sim_fields(instructions: int, cycles: int, macs: int, sim_s: float) -> dict[str, Any]:
+    def per_s(x: int) -> float | None:
+        return x / sim_s if sim_s > 0 else None
+
+    return {
+        "instructions": instructions,
+        "cycles": cycles,
+        "matrix_macs": macs,
+        "sim_s": sim_s,
+        "instr_per_s": per_s(instructions),
+        "cycles_per_s": per_s(cycles),
+        "macs_per_s": per_s(macs),
+    }
+
+
+def _run_machine(m: Machine, prog: Any, mode: str) -> tuple[RunResult, float]:
+    t0 = time.perf_counter()
+    res = m.run(prog, raise_on_fault=False, timing=mode)
+    return res, time.perf_counter() - t0
+
+
+def _testbench_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """One testbench case through :func:`testbenches.harness.run_case` (the path of ``plena-sim run``)."""
+    from testbenches.harness import run_case
+
+    rep = run_case(spec["tb"], None, params, hw=spec.get("hw"), timing=spec["timing"])
+    split = dict(rep.phases)
+    out = _sim_fields(
+        int(rep.instructions), int(rep.cycles), int(rep.stats.get("matrix_macs", 0)), split.get("simulate_s", 0.0)
+    )
+    gen = split.get("generate_s", 0.0) + split.get("assemble_s", 0.0)
+    out.update(
+        verdict="PASS" if rep.passed else "FAIL",
+        summary=rep.summary,
+        static_instructions=int(rep.static_instructions),
+        e2e_s=rep.e2e_s,
+        split=split,
+        gen_share=gen / rep.e2e_s if rep.e2e_s > 0 else None,
+        fault=None if rep.fault is None else str(rep.fault.get("rule", rep.fault)),
+    )
+    return out
+
+
+def _startup_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The process wall of ``plena-sim run elementwise_add`` (warm JIT cache: this worker warmed it)."""
+    rc, _so, se, wall = _spawn([sys.executable, "-m", "plena_cli", "run", "elementwise_add"])
+    out: dict[str, Any] = {"process_wall_s": wall, "exit": rc}
+    if rc != 0:
+        out["fault"] = (se.strip().splitlines() or ["?"])[-1]
+    return out
+
+
+def _scalar_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    from isa.assembler import assemble
+    from plena_sim.machine import Machine
+    from testbenches.variants import get_config
+
+    prog = assemble(scalar_loop_program(params["outer"], params["inner"]), "scalar_loop.asm")
+    m = Machine(get_config("default"))
+    m.write_fp_sram(0, [0.0, 1.5, 0.75])
+    res, wall = _run_machine(m, prog, "serial")
+    out = _sim_fields(int(res.instructions), int(res.cycles), 0, wall)
+    out["fault"] = None if res.fault is None else str(res.fault).splitlines()[0]
+    return out
+
+
+def _reference_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A testbench case on both backends: the reference interpreter's time over the Numba core's."""
+    from isa.assembler import assemble
+    from testbenches.harness import prepare_machine
+
+    case = _build_case(spec["tb"], params)
+    prog = assemble(case.program, f"{case.testbench}.asm")
+    m = prepare_machine(case, "numba")
+    res, wall = _run_machine(m, prog, "serial")
+    m2 = prepare_machine(case, "reference")
+    res2, wall2 = _run_machine(m2, prog, "serial")
+    same = (
+        res2.instructions == res.instructions
+        and res2.cycles == res.cycles
+        and bool((m.vram.bits == m2.vram.bits).all())
+    )
+    out = _sim_fields(int(res.instructions), int(res.cycles), int(res.stats.get("matrix_macs", 0)), wall)
+    out.update(reference_s=wall2, ratio=wall2 / wall if wall > 0 else None, identical=same, fault=None)
+    return out
+
+
+def _build_case(tb: str, params: dict[str, Any], hw: str | None = None) -> Any:
     import testbenches
     from testbenches.shapes import resolve_params
     from testbenches.variants import get_config
@@ -173,47 +247,6 @@ def _build_case(tb: str, params: dict[str, Any], hw: str | None = None) -> Case:
     p = dict(mod.DEFAULTS)
     p.update(params)
     return mod.build(resolve_params(p, cfg), cfg)
-
-
-def _machine_for(case: Case, backend: str) -> tuple[Machine, Program]:
-    from isa.assembler import assemble
-    from testbenches.harness import prepare_machine
-
-    prog = assemble(case.program, f"{case.testbench}.asm")
-    return prepare_machine(case, backend), prog
-
-
-#: peak RSS of the simulation phase alone (VmHWM reset just before ``Machine.run``), set by _run_machine
-_SIM_PEAK: dict[str, int] = {}
-
-
-def _run_machine(m: Machine, prog: Program, mode: str) -> tuple[RunResult, float]:
-    before = peak_rss_bytes()
-    ok = reset_peak_rss()
-    t0 = time.perf_counter()
-    res = m.run(prog, raise_on_fault=False, timing=mode)
-    wall = time.perf_counter() - t0
-    if ok:
-        _SIM_PEAK["sim"] = max(_SIM_PEAK.get("sim", 0), peak_rss_bytes())
-        _SIM_PEAK["before"] = max(_SIM_PEAK.get("before", 0), before)
-    return res, wall
-
-
-def _result_fields(res: RunResult, wall: float) -> dict[str, Any]:
-    st = res.stats
-    macs = int(st.get("matrix_macs", 0))
-    n, cyc = int(res.instructions), int(res.cycles)
-    return {
-        "instructions": n,
-        "cycles": cyc,
-        "matrix_macs": macs,
-        "sim_s": wall,
-        "instr_per_s": n / wall if wall > 0 else None,
-        "cycles_per_s": cyc / wall if wall > 0 else None,
-        "macs_per_s": macs / wall if wall > 0 else None,
-        "fault": None if res.fault is None else str(res.fault).splitlines()[0],
-        "by_opcode": {k: int(v) for k, v in st.get("by_opcode", {}).items()},
-    }
 
 
 def scalar_loop_program(outer: int, inner: int) -> str:
@@ -252,137 +285,105 @@ def _floor_kernel() -> FloorKernel:
 
     @njit(cache=True)
     def floor(
-        xs: npt.NDArray[np.float64], ws: npt.NDArray[np.float64], n: int, B: int, M: int
+        xs: npt.NDArray[np.float64], wts: npt.NDArray[np.float64], n: int, B: int, M: int
     ) -> npt.NDArray[np.float32]:
-        """``n`` B x M by M x B products with the core's arithmetic (float64 sequential dot from +0.0,
-        f32 round, f32 accumulate), operands cycling through the tile pools ``xs`` / ``ws``."""
+        """``n`` B x M by M x B tile products with the core's arithmetic (each output a float64 sum in
+        ascending k from +0.0, rounded to f32, accumulated in f32), vectorised across the B outputs of a
+        row: k outer, outputs inner (``wts`` holds each weight tile as [k, j]); the bit-exact limit."""
         acc = np.zeros((B, B), dtype=np.float32)
+        dot = np.zeros(B)
         P = xs.shape[0]
         for t in range(n):
             x = xs[t % P]
-            w = ws[(t * 7) % P]
+            w = wts[(t * 7) % P]
             for i in range(B):
+                dot[:] = 0.0
+                for k in range(M):
+                    xv = x[i, k]
+                    for j in range(B):
+                        dot[j] = dot[j] + xv * w[k, j]
                 for j in range(B):
-                    p = 0.0
-                    for k in range(M):
-                        p = p + x[i, k] * w[j, k]
-                    acc[i, j] = np.float32(acc[i, j] + np.float32(p))
+                    acc[i, j] = np.float32(acc[i, j] + np.float32(dot[j]))
         return acc
 
     return floor
+
+
+def _median_time(fn: Callable[[], object], repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def fma_peak(n: int = 1024) -> float:
+    """The host's float64 multiply-adds per second in numpy matmul (the worker runs with one BLAS thread)."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((n, n))
+    b = np.random.default_rng(1).standard_normal((n, n))
+    a @ b  # warm the BLAS
+    return n**3 / _median_time(lambda: a @ b, 5)
+
+
+def _floor_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The bit-exact floor of prefill_1k's tile products (M_MM/M_TMM count of its program) and the FMA peak."""
+    import numpy as np
+
+    from isa.assembler import assemble
+    from testbenches.harness import prepare_machine
+
+    case = _build_case(spec["tb"], params)
+    m = prepare_machine(case, "numba")
+    res, _wall = _run_machine(m, assemble(case.program, "floor.asm"), "serial")
+    B, M = m.cfg.BLEN, m.cfg.MLEN
+    bo = res.stats.get("by_opcode", {})
+    n = int(bo.get("M_MM", 0)) + int(bo.get("M_TMM", 0))
+    rng = np.random.default_rng(0)
+    P = 64
+    # bf16-valued activations (as the core sees them): f32 randoms with the low 16 bits cleared
+    xs = (rng.standard_normal((P, B, M)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    wts = rng.standard_normal((P, M, B)).astype(np.float32).astype(np.float64)
+    floor = _floor_kernel()
+    x64 = xs.astype(np.float64)
+    floor(x64, wts, 1, B, M)  # compile / cache load outside the timing
+    f = _median_time(lambda: floor(x64, wts, n, B, M))
+    macs = n * B * B * M
+    peak = fma_peak()
+    return {
+        "tile_products": n,
+        "floor_s": f,
+        "floor_macs_per_s": macs / f if f > 0 else None,
+        "fma_peak_per_s": peak,
+        "floor_fraction_of_peak": (macs / f) / peak if f > 0 and peak > 0 else None,
+        "fault": None,
+    }
+
+
+#: workload kind -> its runner ``(spec, params) -> measurements``
+_KINDS: dict[str, Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+    "testbench": _testbench_workload,
+    "startup": _startup_workload,
+    "scalar": _scalar_workload,
+    "reference": _reference_workload,
+    "floor": _floor_workload,
+}
 
 
 def worker(name: str, quick: bool) -> dict[str, Any]:
     """Run workload ``name`` in this (fresh) process; the JSON-able measurements."""
     spec = WORKLOADS[name]
     params = dict(spec["quick"] if quick else spec["params"])
-    out: dict[str, Any] = {
-        "name": name,
-        "what": spec["what"],
-        "params": params,
-        "quick": quick,
-        "timing": spec["timing"],
-    }
+    out: dict[str, Any] = {"name": name, "what": spec["what"], "params": params, "quick": quick}
+    out["timing"] = spec["timing"]
     t_proc = time.perf_counter()
     out["jit_first_call_s"] = _warm_up()
     out.update(_KINDS[spec["kind"]](spec, params))
     out["worker_s"] = time.perf_counter() - t_proc
-    # peak RSS of the whole worker (case building + goldens + JIT + simulation) and of the simulation
-    # phase alone (Machine state + the core; None where VmHWM cannot be reset)
-    out["peak_rss_bytes"] = max(peak_rss_bytes(), _SIM_PEAK.get("before", 0))
-    out["sim_peak_rss_bytes"] = _SIM_PEAK.get("sim")
-    if spec["kind"] != "floor":
-        out.pop("by_opcode", None)
+    out["peak_rss_bytes"] = peak_rss_bytes()
     return out
-
-
-def _scalar_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    from isa.assembler import assemble
-    from plena_sim.machine import Machine
-    from testbenches.variants import get_config
-
-    t0 = time.perf_counter()
-    prog = assemble(scalar_loop_program(params["outer"], params["inner"]), "scalar_loop.asm")
-    m = Machine(get_config("default"))
-    m.write_fp_sram(0, [0.0, 1.5, 0.75])
-    build_s = time.perf_counter() - t0
-    res, wall = _run_machine(m, prog, "serial")
-    return dict(_result_fields(res, wall), build_s=build_s)
-
-
-def _testbench_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """A testbench case on the Numba core (``floor``: plus the arithmetic floor of its tile products)."""
-    t0 = time.perf_counter()
-    case = _build_case(spec["tb"], params, spec.get("hw"))
-    m, prog = _machine_for(case, "numba")
-    build_s = time.perf_counter() - t0
-    res, wall = _run_machine(m, prog, spec["timing"])
-    out = dict(_result_fields(res, wall), build_s=build_s)
-    if spec["kind"] == "floor":
-        out.update(_floor(res, m.cfg))
-    return out
-
-
-def _reference_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """A testbench case on both backends: the reference interpreter's time over the Numba core's."""
-    case = _build_case(spec["tb"], params)
-    m, prog = _machine_for(case, "numba")
-    res, wall = _run_machine(m, prog, "serial")
-    m2, prog2 = _machine_for(case, "reference")
-    res2, wall2 = _run_machine(m2, prog2, "serial")
-    same = (
-        res2.instructions == res.instructions
-        and res2.cycles == res.cycles
-        and bool((m.vram.bits == m2.vram.bits).all())
-    )
-    return dict(_result_fields(res, wall), reference_s=wall2, ratio=wall2 / wall if wall > 0 else None, identical=same)
-
-
-#: workload kind -> its runner ``(spec, params) -> measurements``
-_KINDS: dict[str, Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
-    "scalar": _scalar_workload,
-    "testbench": _testbench_workload,
-    "floor": _testbench_workload,
-    "reference": _reference_workload,
-}
-
-
-def _floor(res: RunResult, cfg: HardwareConfig) -> dict[str, Any]:
-    import numpy as np
-
-    B, M = cfg.BLEN, cfg.MLEN
-    bo = res.stats.get("by_opcode", {})
-    n = int(bo.get("M_MM", 0)) + int(bo.get("M_TMM", 0))
-    other = {
-        k: v for k, v in bo.items() if k.startswith("M_") and not k.endswith("_WO") and k not in ("M_MM", "M_TMM") and v
-    }
-    rng = np.random.default_rng(0)
-    P = 64
-    # bf16-valued operands (as the core sees them): round f32 randoms to 8 mantissa bits
-    xs = (
-        (rng.standard_normal((P, B, M)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000))
-        .view(np.float32)
-        .astype(np.float64)
-    )
-    ws = rng.standard_normal((P, B, M)).astype(np.float32).astype(np.float64)
-    floor = _floor_kernel()
-    floor(xs, ws, 1, B, M)  # compile / cache load outside the timing
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        floor(xs, ws, n, B, M)
-        times.append(time.perf_counter() - t0)
-    f = statistics.median(times)
-    return {
-        "tile_products": n,
-        "other_matrix_ops": other,
-        "floor_s": f,
-        "prefill_over_floor": None,
-        "floor_products_per_s": n / f if f > 0 else None,
-    }
-
-
-# ==================================================================================== parent side
 
 
 def machine_description() -> dict[str, Any]:
@@ -438,34 +439,47 @@ def _spawn(args: list[str], env: dict[str, str] | None = None, timeout: float = 
     return p.returncode, p.stdout, p.stderr, time.perf_counter() - t0
 
 
-def _run_worker(name: str, quick: bool, env: dict[str, str] | None = None) -> dict[str, Any]:
+# ==================================================================================== parent side
+
+
+def _run_worker(name: str, quick: bool) -> dict[str, Any]:
     args = [sys.executable, "-m", "plena_cli.bench", "--worker", name] + (["--quick"] if quick else [])
+    env = dict(os.environ, **_ONE_THREAD) if WORKLOADS[name]["kind"] == "floor" else None
     rc, so, se, wall = _spawn(args, env=env)
     lines = [ln for ln in so.splitlines() if ln.startswith("{")]
     if rc != 0 or not lines:
         tail = (se.strip().splitlines() or ["(no output)"])[-1]
         return {"name": name, "error": f"worker exit {rc}: {tail}", "process_s": wall}
-    d = json.loads(lines[-1])
+    d: dict[str, Any] = json.loads(lines[-1])
     d["process_s"] = wall
     return d
 
 
+#: measurements reported as the median of the runs (with their min..max spread)
 _MEDIAN_KEYS = (
     "sim_s",
     "instr_per_s",
     "cycles_per_s",
     "macs_per_s",
+    "e2e_s",
+    "gen_share",
     "jit_first_call_s",
     "peak_rss_bytes",
-    "sim_peak_rss_bytes",
-    "build_s",
     "worker_s",
     "process_s",
+    "process_wall_s",
     "reference_s",
     "ratio",
     "floor_s",
-    "prefill_over_floor",
+    "floor_macs_per_s",
+    "fma_peak_per_s",
+    "floor_fraction_of_peak",
 )
+
+
+def _median_of(values: list[Any]) -> tuple[float, list[float]] | None:
+    vals = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return (statistics.median(vals), [min(vals), max(vals)]) if vals else None
 
 
 def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -476,14 +490,29 @@ def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     agg["runs"] = len(ok)
     spread: dict[str, list[float]] = {}
     for k in _MEDIAN_KEYS:
-        vals = [r[k] for r in ok if isinstance(r.get(k), (int, float))]
-        if vals:
-            agg[k] = statistics.median(vals)
-            spread[k] = [min(vals), max(vals)]
+        m = _median_of([r.get(k) for r in ok])
+        if m is not None:
+            agg[k], spread[k] = m
+    if "split" in agg:
+        agg["split"] = dict(agg["split"])
+        for k in agg["split"]:
+            m = _median_of([r.get("split", {}).get(k) for r in ok])
+            if m is not None:
+                agg["split"][k] = m[0]
     agg["spread"] = spread
     if len(ok) < len(runs):
         agg["failed_runs"] = len(runs) - len(ok)
     return agg
+
+
+def _relate_to_peak(wl: dict[str, Any]) -> None:
+    """Every MAC/s as a fraction of the floor worker's one-thread f64 FMA peak (when the floor ran)."""
+    peak = wl.get("floor", {}).get("fma_peak_per_s")
+    if not peak:
+        return
+    for w in wl.values():
+        if w.get("macs_per_s"):
+            w["macs_fraction_of_peak"] = w["macs_per_s"] / peak
 
 
 def _e2e(cold: bool) -> dict[str, Any]:
@@ -514,6 +543,21 @@ def _cold_compile() -> dict[str, Any]:
     return dict(json.loads([ln for ln in so.splitlines() if ln.startswith("{")][-1]), process_s=wall)
 
 
+def _compile_measurements(repeat: int, say: Callable[[str], object]) -> dict[str, Any]:
+    """The empty-cache compile, and ``plena-sim run flashattn_prefill`` end to end (warm x repeat, cold)."""
+    say("compile with an empty JIT cache")
+    comp: dict[str, Any] = {"cold_compile": _cold_compile()}
+    secs: list[float] = []
+    for k in range(repeat):
+        say(f"plena-sim run flashattn_prefill, warm cache {k + 1}/{repeat}")
+        secs.append(_e2e(False)["seconds"])
+    comp["e2e_run_warm_s"] = statistics.median(secs)
+    comp["e2e_run_warm_spread"] = [min(secs), max(secs)]
+    say("plena-sim run flashattn_prefill, empty JIT cache")
+    comp["e2e_run_cold"] = _e2e(True)
+    return comp
+
+
 def run_suite(
     *,
     quick: bool = False,
@@ -523,6 +567,8 @@ def run_suite(
     progress: Callable[[str], object] | None = None,
 ) -> dict[str, Any]:
     """Run the suite; returns the JSON-able result dict (see the module docstring)."""
+    from .bench_report import targets
+
     names = only if only else list(WORKLOADS)
     for n in names:
         if n not in WORKLOADS:
@@ -545,197 +591,12 @@ def run_suite(
             say(f"{n} run {k + 1}/{repeat}")
             runs.append(_run_worker(n, quick))
         result["workloads"][n] = _aggregate(runs)
-    _relate_floor(result["workloads"])
+    _relate_to_peak(result["workloads"])
     if cold:
         result["compile"] = _compile_measurements(repeat, say)
     result["targets"] = targets(result)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return result
-
-
-def _relate_floor(wl: dict[str, Any]) -> None:
-    """arith_floor's ``prefill_over_floor``: prefill_1k's sim wall (or its own run's) over the floor."""
-    if "arith_floor" in wl and "floor_s" in wl["arith_floor"]:
-        base = wl.get("prefill_1k", wl["arith_floor"])
-        if base.get("sim_s") and wl["arith_floor"].get("floor_s"):
-            wl["arith_floor"]["prefill_over_floor"] = base["sim_s"] / wl["arith_floor"]["floor_s"]
-            wl["arith_floor"]["prefill_sim_s_used"] = base["sim_s"]
-
-
-def _compile_measurements(repeat: int, say: Callable[[str], object]) -> dict[str, Any]:
-    """The empty-cache compile, and ``plena-sim run flashattn_prefill`` end to end (warm x repeat, cold)."""
-    say("compile with an empty JIT cache")
-    comp: dict[str, Any] = {"cold_compile": _cold_compile()}
-    secs: list[float] = []
-    for k in range(repeat):
-        say(f"plena-sim run flashattn_prefill, warm cache {k + 1}/{repeat}")
-        secs.append(_e2e(False)["seconds"])
-    comp["e2e_run_warm_s"] = statistics.median(secs)
-    comp["e2e_run_warm_spread"] = [min(secs), max(secs)]
-    say("plena-sim run flashattn_prefill, empty JIT cache")
-    comp["e2e_run_cold"] = _e2e(True)
-    return comp
-
-
-def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured value and met/not met (None: not measured)."""
-    wl = result["workloads"]
-    comp = result.get("compile", {})
-    out: list[dict[str, Any]] = []
-
-    def add(name: str, value: float | None, limit: float, ok_if: str, unit: str) -> None:
-        met = None if value is None else (value >= limit if ok_if == ">=" else value <= limit)
-        out.append({"target": name, "value": value, "limit": limit, "op": ok_if, "unit": unit, "met": met})
-
-    full = not result.get("quick")
-
-    def g(w: str, k: str) -> float | None:
-        """Measurement ``k`` of workload ``w`` (None with --quick: the targets hold for full sizes)."""
-        return wl.get(w, {}).get(k) if full else None
-
-    def rss(w: str) -> float | None:
-        v = g(w, "peak_rss_bytes")
-        return None if v is None else v / 2**20
-
-    def srss(w: str) -> float | None:
-        v = g(w, "sim_peak_rss_bytes")
-        return None if not v else v / 2**20
-
-    add("prefill_1k simulated cycles/s", g("prefill_1k", "cycles_per_s"), 20e6, ">=", "cycles/s")
-    add("prefill_1k wall / arith_floor", g("arith_floor", "prefill_over_floor"), 2.0, "<=", "x")
-    add("scalar_loop instructions/s", g("scalar_loop", "instr_per_s"), 50e6, ">=", "instr/s")
-    add("reference_ratio", g("reference_ratio", "ratio"), 100.0, ">=", "x")
-    add("plena-sim run flashattn_prefill, warm cache", comp.get("e2e_run_warm_s"), 3.0, "<=", "s")
-    add("plena-sim run flashattn_prefill, empty cache", comp.get("e2e_run_cold", {}).get("seconds"), 60.0, "<=", "s")
-    add("prefill_1k peak RSS", rss("prefill_1k"), 400.0, "<=", "MiB")
-    add("decode_32k peak RSS", rss("decode_32k"), 600.0, "<=", "MiB")
-    add("prefill_1k peak RSS, simulation phase", srss("prefill_1k"), 400.0, "<=", "MiB")
-    add("decode_32k peak RSS, simulation phase", srss("decode_32k"), 600.0, "<=", "MiB")
-    return out
-
-
-# ==================================================================================== output
-
-
-def _si(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "-"
-    for f, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= f:
-            return f"{x / f:.3g} {p}{unit}".rstrip()
-    return f"{x:.3g} {unit}".rstrip()
-
-
-def _sec(x: float | None) -> str:
-    return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s")
-
-
-def _spr(w: dict[str, Any], k: str, fmt: Callable[[float], str]) -> str:
-    s = w.get("spread", {}).get(k)
-    if not s or w.get("runs", 1) < 2:
-        return ""
-    return f" [{fmt(s[0])}..{fmt(s[1])}]"
-
-
-def render(result: dict[str, Any], console: Console | None = None) -> None:
-    """Print a suite result: the headline, the workload table, the compile line and the targets."""
-    from rich.console import Console
-
-    con = console or Console()
-    if not con.is_terminal and con.width < 200:  # piped / captured: do not wrap the table at 80 columns
-        con.width = 200
-    mach = result["machine"]
-    con.print(
-        f"[bold]plena-sim bench[/] suite v{result['suite_version']}"
-        f"{' (quick)' if result['quick'] else ''}, median of {result['repeat']} run(s) [min..max]; "
-        f"{mach['cpu']}, {mach['logical_cores']} cores, Python {mach['python']}, numba {mach.get('numba')}, "
-        f"load {mach['loadavg_at_start']}, commit {mach['git_commit']}"
-    )
-    con.print(_workload_table(result["workloads"]))
-    if result.get("compile"):
-        con.print(_compile_line(result["compile"]))
-    con.print(_targets_table(result["targets"]))
-
-
-def _workload_table(workloads: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    t = Table(show_lines=False)
-    for col in (
-        "workload",
-        "instructions",
-        "cycles",
-        "sim wall",
-        "first call (JIT)",
-        "instr/s",
-        "cycles/s",
-        "MACs/s",
-        "peak RSS",
-        "sim RSS",
-        "notes",
-    ):
-        t.add_column(col, justify="left" if col in ("workload", "notes") else "right")
-    for name, w in workloads.items():
-        if "error" in w:
-            t.add_row(name, *["-"] * 9, w["error"])
-            continue
-        t.add_row(
-            name,
-            f"{w['instructions']:,}",
-            f"{w['cycles']:,}",
-            _sec(w["sim_s"]) + _spr(w, "sim_s", _sec),
-            _sec(w["jit_first_call_s"]) + _spr(w, "jit_first_call_s", _sec),
-            _si(w["instr_per_s"]),
-            _si(w["cycles_per_s"]),
-            _si(w["macs_per_s"]),
-            f"{w['peak_rss_bytes'] / 2**20:.0f} MiB" + _spr(w, "peak_rss_bytes", lambda v: f"{v / 2**20:.0f}"),
-            "-" if not w.get("sim_peak_rss_bytes") else f"{w['sim_peak_rss_bytes'] / 2**20:.0f} MiB",
-            _note(w),
-        )
-    return t
-
-
-def _note(w: dict[str, Any]) -> str:
-    note = ""
-    if "ratio" in w:
-        note = (
-            f"reference {_sec(w['reference_s'])}: ratio {w['ratio']:.0f}x"
-            f"{_spr(w, 'ratio', lambda v: f'{v:.0f}')}{'' if w.get('identical') else ' (STATE DIFFERS)'}"
-        )
-    if "floor_s" in w:
-        pf = w.get("prefill_over_floor")
-        note = f"{w['tile_products']} tile products: floor {_sec(w['floor_s'])}" + (
-            f", prefill/floor {pf:.2f}x" if pf else ""
-        )
-    if w.get("fault"):
-        note += f" FAULT {w['fault']}"
-    return note
-
-
-def _compile_line(comp: dict[str, Any]) -> str:
-    cc = comp.get("cold_compile", {})
-    cold = comp.get("e2e_run_cold", {})
-    return (
-        f"compile with an empty JIT cache: {_sec(cc.get('jit_first_call_s'))} "
-        f"(process {_sec(cc.get('process_s'))}); `plena-sim run flashattn_prefill` end to end: warm cache "
-        f"{_sec(comp['e2e_run_warm_s'])} [{_sec(comp['e2e_run_warm_spread'][0])}.."
-        f"{_sec(comp['e2e_run_warm_spread'][1])}], empty cache {_sec(cold.get('seconds'))}"
-        + (f" (exit {cold.get('exit')})" if cold.get("exit") else "")
-    )
-
-
-def _targets_table(targets_: list[dict[str, Any]]) -> Table:
-    from rich.table import Table
-
-    tt = Table(title="targets")
-    for col in ("target", "measured", "limit", "met"):
-        tt.add_column(col)
-    for tg in targets_:
-        v, unit = tg["value"], tg["unit"]
-        vs = "-" if v is None else (_si(v, unit) if unit in ("cycles/s", "instr/s") else f"{v:.2f} {unit}")
-        met = {True: "[green]met[/]", False: "[red]NOT met[/]", None: "not measured"}[tg["met"]]
-        tt.add_row(tg["target"], vs, f"{tg['op']} {_si(tg['limit']) if tg['limit'] >= 1e3 else tg['limit']}", met)
-    return tt
 
 
 # ==================================================================================== entry points
@@ -762,6 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.op_costs:
+        from .bench_opcosts import op_costs
+
         for k, v in op_costs().items():
             print(f"{k:18s} {v * 1e9:10.1f} ns/instr")
         return 0
@@ -775,100 +638,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(d))
         return 0
     only = [x for o in (a.only or []) for x in o.split(",") if x] or None
-    return run_and_print(quick=a.quick, as_json=a.json, only=only, repeat=a.repeat, cold=a.cold)
-
-
-def run_and_print(
-    *,
-    quick: bool = False,
-    as_json: bool = False,
-    only: list[str] | None = None,
-    repeat: int | None = None,
-    cold: bool | None = None,
-) -> int:
-    if as_json:
-        res = run_suite(quick=quick, only=only, repeat=repeat, cold=cold)
+    res = run_suite(quick=a.quick, only=only, repeat=a.repeat, cold=a.cold)
+    if a.json:
         print(json.dumps(res, indent=1))
     else:
-        from rich.console import Console
+        from .bench_report import render
 
-        con = Console(stderr=True)
-        res = run_suite(
-            quick=quick, only=only, repeat=repeat, cold=cold, progress=lambda s: con.print(f"[dim]bench: {s}[/]")
-        )
         render(res)
-    bad = [n for n, w in res["workloads"].items() if "error" in w]
-    return 1 if bad else 0
-
-
-# ==================================================================================== per-opcode costs
-
-#: opcode microbenchmarks (``python -m plena_cli.bench --op-costs``): one instruction repeated in a
-#: hardware loop; the cost per instruction is (time - empty-loop time) / count.  gp1 = VRAM row 0,
-#: gp2 = VRAM row 1 (element 64), gp3 = VRAM row 2, gp4 = MRAM tile 0; f1 = 1.5.
-OP_COST_LINES = {
-    "S_ADDI_INT": "S_ADDI_INT gp6, gp6, 1",
-    "S_ADD_FP": "S_ADD_FP f2, f1, f1",
-    "S_EXP_FP": "S_EXP_FP f2, f1",
-    "V_ADD_VV": "V_ADD_VV gp3, gp1, gp2",
-    "V_ADD_VV masked": "V_ADD_VV gp3, gp1, gp2, 1",
-    "V_MUL_VF": "V_MUL_VF gp3, gp1, f1",
-    "V_EXP_V": "V_EXP_V gp3, gp1",
-    "V_RED_MAX": "V_RED_MAX f2, gp1",
-    "V_RED_SUM": "V_RED_SUM f2, gp1",
-    "M_MM": "M_MM 0, gp4, gp1",
-    "M_TMM": "M_TMM 0, gp1, gp4",
-    "M_MM_WO": "M_MM_WO gp3, gp0, 0",
-    "M_BTMM": "M_BTMM 0, gp4, gp1",
-    "M_BMM_WO": "M_BMM_WO gp7, 0",
-}
-
-
-#: loop counts of the expensive opcodes (the rest use ``n``)
-OP_COST_N = {"M_MM": 2000, "M_TMM": 2000, "M_BTMM": 20, "M_BMM_WO": 200, "M_MM_WO": 2000}
-
-
-def op_costs(n: int = 20000, unroll: int = 10, repeat: int = 3) -> dict[str, float]:
-    """Seconds per retired instruction of each :data:`OP_COST_LINES` entry (median of ``repeat``)."""
-    import numpy as np
-
-    from isa.assembler import assemble
-    from plena_sim.machine import Machine
-    from testbenches.variants import get_config
-
-    _warm_up()
-    cfg = get_config("default")
-
-    def prog(line: str | None, n: int) -> Program:
-        pre = [
-            "S_ADDI_INT gp1, gp0, 0",
-            "S_ADDI_INT gp2, gp0, 64",
-            "S_ADDI_INT gp3, gp0, 128",
-            "S_ADDI_INT gp4, gp0, 0",
-            "S_ADDI_INT gp7, gp0, 1024",
-            "S_LD_FP f1, gp0, 1",
-            f"C_LOOP_START gp5, {n}",
-        ]
-        return assemble("\n".join(pre + ([line] * unroll if line else []) + ["C_LOOP_END gp5"]) + "\n", "op.asm")
-
-    def timed(p: Program) -> tuple[float, int]:
-        ts = []
-        for _ in range(repeat):
-            m = Machine(cfg)
-            m.write_fp_sram(0, [0.0, 1.5])
-            m.vram.write(0, np.linspace(-2, 2, 4 * cfg.VLEN).reshape(4, cfg.VLEN))
-            t0 = time.perf_counter()
-            r = m.run(p, raise_on_fault=True)
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts), r.instructions
-
-    out: dict[str, float] = {}
-    for name, line in OP_COST_LINES.items():
-        k = OP_COST_N.get(name, n)
-        base, _ = timed(prog(None, k))
-        t, _n = timed(prog(line, k))
-        out[name] = max(t - base, 0.0) / (k * unroll)
-    return out
+    return 1 if any("error" in w for w in res["workloads"].values()) else 0
 
 
 if __name__ == "__main__":

@@ -35,5 +35,7 @@ def cmd_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json(out, res)
     else:
-        bench.render(res, out)
+        from .bench_report import render
+
+        render(res, out)
     return EXIT_BUG if any("error" in w for w in res["workloads"].values()) else EXIT_OK

@@ -299,6 +299,9 @@ class Case:
     variant: str = ""
     notes: str = ""
     plan: object | None = field(default=None, repr=False, compare=False)  # the generator's plan, if kept
+    #: the case building's clock (:class:`CaseBuilder`): ``build_s`` (whole build) and ``generate_s`` (from
+    #: ``cb.asm()`` to the first ``cb.check``/``cb.case``: the generator's emission)
+    build_times: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -327,6 +330,7 @@ class Report:
     group_fail: dict[str, int] | None = None
     cycles: int = 0
     instructions: int = 0
+    static_instructions: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
     wall_time: float = 0.0
     fault: dict[str, Any] | None = None
@@ -335,6 +339,9 @@ class Report:
     summary: str = ""
     workdir: str | None = None
     trace: object = field(default=None, repr=False)  # plena_sim.trace.Trace with run(trace=...)
+    #: in-process end to end (case building to verdict) and its split, see :data:`PHASES`
+    e2e_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -390,6 +397,7 @@ class CaseBuilder:
         self.vram_pre: list[tuple[int, np.ndarray]] = []
         self.checks: list[Check] = []
         self.writable: list[tuple[int, int]] = []
+        self._clock = {"start": time.perf_counter()}
 
     # ---- data
     def randn(self, shape: int | tuple[int, ...], scale: float = 1.0) -> npt.NDArray[np.float64]:
@@ -505,6 +513,7 @@ class CaseBuilder:
 
     # ---- program and checks
     def asm(self) -> Asm:
+        self._clock.setdefault("asm", time.perf_counter())
         a = Asm()
         a.comment(f"testbench {self.testbench} case {self.case_id}")
         if self.aregs:
@@ -524,6 +533,8 @@ class CaseBuilder:
         golden_from: str | None = None,
         **tol_sizes: object,
     ) -> Check:
+        if "asm" in self._clock:
+            self._clock.setdefault("emitted", time.perf_counter())
         if isinstance(tol, str):
             tol = tolerance(tol, **tol_sizes)
         g = None if golden is None else np.asarray(golden)
@@ -568,7 +579,10 @@ class CaseBuilder:
             variant=self.variant,
         )
         kw.update(extra)
-        return Case(**kw)
+        now = time.perf_counter()
+        clock = self._clock
+        gen = clock.get("emitted", now) - clock["asm"] if "asm" in clock else 0.0
+        return Case(**kw, build_times={"build_s": now - clock["start"], "generate_s": gen})
 
 
 # =========================================================================== running
@@ -688,13 +702,27 @@ def _primary_fill(rep: Report, res: CheckResult) -> None:
     rep.worst_ratio, rep.group_fail = res.worst_ratio, res.group_fail
 
 
+#: the in-process split of a case's end to end (:attr:`Report.phases`): generating the program, assembling it,
+#: building the inputs (case data, goldens, the machine's images), simulating, judging the outputs
+PHASES = ("generate_s", "assemble_s", "inputs_s", "simulate_s", "judge_s")
+
+
 def _simulate(
-    case: Case, backend: str, timing: str | None, max_instructions: int | None, trace: bool | int = False
+    case: Case,
+    backend: str,
+    timing: str | None,
+    max_instructions: int | None,
+    trace: bool | int = False,
+    phases: dict[str, float] | None = None,
 ) -> tuple[Machine, RunResult, Program, np.ndarray, np.ndarray, int]:
-    """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw)."""
+    """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw). Adds the
+    seconds it spends assembling, preparing the machine and simulating to ``phases``."""
     from isa.assembler import assemble
 
+    ph = phases if phases is not None else {}
+    t0 = time.perf_counter()
     prog = assemble(case.program, f"{case.testbench}.asm")
+    t1 = time.perf_counter()
     m = prepare_machine(case, backend)
     rows_hi = (
         [r0 + n for (r0, n, _r) in case.regions.values()] + [row + v.shape[0] for row, v in case.vram_preload] + [0]
@@ -702,6 +730,7 @@ def _simulate(
     hw = min(max(rows_hi) + 64, m.vram.bits.shape[0])
     before = np.asarray(m.vram.bits[:hw]).copy()
     hbm_before = np.asarray(m.hbm.read(0, int(m.hbm.high_water)), dtype=np.uint8).copy()
+    t2 = time.perf_counter()
     res = m.run(
         prog,
         max_instructions=max_instructions or case.max_instructions,
@@ -710,6 +739,9 @@ def _simulate(
         name=f"{case.testbench}.asm",
         timing=timing,
     )
+    t3 = time.perf_counter()
+    for k, dt in (("assemble_s", t1 - t0), ("inputs_s", t2 - t1), ("simulate_s", t3 - t2)):
+        ph[k] = ph.get(k, 0.0) + dt
     return m, res, prog, before, hbm_before, hw
 
 
@@ -727,9 +759,10 @@ def run(
 
     t0 = time.perf_counter()
     expect = case.expect
+    phases = _build_phases(case)
     try:
         _regions_check(case)
-        m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions, trace)
+        m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions, trace, phases)
     except AssemblerError as exc:
         return _fail_report(case, "assembler", " | ".join(str(exc).splitlines()) or repr(exc), t0, expect)
     except ValueError as exc:
@@ -740,32 +773,59 @@ def run(
         case.variant,
         cycles=int(res.cycles),
         instructions=int(res.instructions),
+        static_instructions=len(prog),
         stats=dict(res.stats),
         expected=expect,
         trace=getattr(res, "trace", None),
+        phases=phases,
     )
+    sims: dict[str, np.ndarray] = {}
+    companion_sims: dict[str, np.ndarray] | None = None
     if res.fault is not None:
         f = res.fault
         rep.fault = f.to_dict() if hasattr(f, "to_dict") else {"text": str(f)}
         rule = getattr(f, "rule", "?")
-        rep.wall_time = time.perf_counter() - t0
         rep.passed = rule in expect if expect else False
         rep.summary = (
             f"{case.label}: PASS (expected fault {rule})"
             if rep.passed
             else f"{case.label}: simulator fault {rule}: {f}"
         )
-        _artifacts(case, rep, prog, {}, workdir)
-        return rep
-    if expect:
+    elif expect:
         rep.passed = False
         rep.error = f"expected one of {expect}, but the run completed without a fault"
         rep.summary = f"{case.label}: {rep.error}"
-        rep.wall_time = time.perf_counter() - t0
-        _artifacts(case, rep, prog, {}, workdir)
-        return rep
+    else:
+        companion_sims = _judge(case, rep, m, backend, sims)
+        after = np.asarray(m.vram.bits[:hw])
+        rep.checks.append(_footprint(case, before, after))
+        rep.checks.append(_hbm_footprint(case, hbm_before, m))
+        if rep.checks:
+            _primary_fill(rep, rep.checks[0])
+        rep.passed = all(c.passed for c in rep.checks)
+        rep.summary = _summary(case, rep)
+    rep.wall_time = time.perf_counter() - t0
+    rep.e2e_s = case.build_times.get("build_s", 0.0) + rep.wall_time
+    # judging: everything after the simulation (so that the split sums to the end to end exactly)
+    phases["judge_s"] = max(rep.e2e_s - sum(v for k, v in phases.items() if k != "judge_s"), 0.0)
+    _artifacts(case, rep, prog, sims, workdir, golden_override=companion_sims)
+    return rep
 
-    sims: dict[str, np.ndarray] = {}
+
+def _build_phases(case: Case) -> dict[str, float]:
+    """The phase split's starting point from the case building's clock (its non-emission part is inputs)."""
+    gen = case.build_times.get("generate_s", 0.0)
+    ph = dict.fromkeys(PHASES, 0.0)
+    ph["generate_s"] = gen
+    ph["inputs_s"] = max(case.build_times.get("build_s", 0.0) - gen, 0.0)
+    return ph
+
+
+def _judge(
+    case: Case, rep: Report, m: Machine, backend: str, sims: dict[str, np.ndarray]
+) -> dict[str, np.ndarray] | None:
+    """Read back and compare every check (appending to ``rep.checks``, the outputs to ``sims``) and the
+    constant slots; returns the companion's outputs if a check took its golden from them."""
     companion_sims: dict[str, np.ndarray] | None = None
     for chk in case.checks:
         golden = chk.golden
@@ -776,8 +836,7 @@ def run(
                 golden = companion_sims[chk.golden_from]
             sim = chk.read.read(m)
         except Exception as exc:  # a readback/companion problem is a failure of the case
-            r = CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}")
-            rep.checks.append(r)
+            rep.checks.append(CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}"))
             continue
         sims[chk.name] = sim
         r = compare(
@@ -792,16 +851,7 @@ def run(
         )
         rep.checks.append(r)
     rep.checks.append(_constants(case, m))
-    after = np.asarray(m.vram.bits[:hw])
-    rep.checks.append(_footprint(case, before, after))
-    rep.checks.append(_hbm_footprint(case, hbm_before, m))
-    if rep.checks:
-        _primary_fill(rep, rep.checks[0])
-    rep.passed = all(c.passed for c in rep.checks)
-    rep.wall_time = time.perf_counter() - t0
-    rep.summary = _summary(case, rep)
-    _artifacts(case, rep, prog, sims, workdir, golden_override=companion_sims)
-    return rep
+    return companion_sims
 
 
 def _companion_outputs(comp: Case | None, backend: str) -> dict[str, np.ndarray]:
@@ -904,6 +954,7 @@ def run_case(
     except (ValueError, AssertionError, KeyError) as exc:
         expect = params.get("expect")
         return _fail_report((name, cid, variant), "plan", str(exc), t0, expect)
+    case.build_times["build_s"] = time.perf_counter() - t0  # config and parameter resolution included
     case.case_id = cid
     case.variant = variant
     if case.companion is not None:

@@ -1,5 +1,6 @@
 """Smoke test of the benchmark suite: ``plena-sim bench --quick --json`` on a tiny subset, checking the
-structure of the JSON (never the timings: numbers are for the benchmark, not for asserts)."""
+structure and the internal consistency of the JSON (never the timings: numbers are for the benchmark, not
+for asserts)."""
 
 from __future__ import annotations
 
@@ -10,40 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from plena_cli import bench
+from plena_cli import bench, bench_report
+from testbenches.harness import PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKLOAD_KEYS = {
-    "name",
-    "instructions",
-    "cycles",
-    "sim_s",
-    "jit_first_call_s",
-    "instr_per_s",
-    "cycles_per_s",
-    "macs_per_s",
-    "peak_rss_bytes",
-    "sim_peak_rss_bytes",
-    "runs",
-    "spread",
-}
+SIM_KEYS = {"name", "instructions", "cycles", "sim_s", "jit_first_call_s", "instr_per_s", "cycles_per_s"}
+SIM_KEYS |= {"macs_per_s", "peak_rss_bytes", "runs", "spread"}
+TESTBENCH_KEYS = SIM_KEYS | {"verdict", "static_instructions", "e2e_s", "split", "gen_share", "matrix_macs"}
 
 
 @pytest.fixture(scope="module")
 def quick_json():
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "plena_cli",
-            "bench",
-            "--quick",
-            "--json",
-            "--only",
-            "scalar_loop",
-            "--only",
-            "reference_ratio,arith_floor",
-        ],
+        [sys.executable, "-m", "plena_cli", "bench", "--quick", "--json", "--only", "scalar_loop"]
+        + ["--only", "reference_ratio,floor,linear_1k"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -55,22 +36,63 @@ def quick_json():
 
 def test_structure(quick_json):
     d = quick_json
-    assert d["suite"] == "plena-sim-bench" and d["suite_version"] == bench.SUITE_VERSION and d["quick"] is True
-    assert list(d["workloads"]) == ["scalar_loop", "reference_ratio", "arith_floor"]
+    assert d["suite"] == "plena-sim-bench" and d["suite_version"] == bench.SUITE_VERSION == 2 and d["quick"] is True
+    assert list(d["workloads"]) == ["scalar_loop", "reference_ratio", "floor", "linear_1k"]
     for k in ("cpu", "logical_cores", "python", "numba", "numpy"):
         assert k in d["machine"]
-    for name, w in d["workloads"].items():
+    for name in ("scalar_loop", "reference_ratio", "linear_1k"):
+        w = d["workloads"][name]
         assert "error" not in w, w
-        assert set(w) >= WORKLOAD_KEYS, (name, WORKLOAD_KEYS - set(w))
+        assert set(w) >= SIM_KEYS, (name, SIM_KEYS - set(w))
         assert w["instructions"] > 0 and w["cycles"] >= w["instructions"] and w["peak_rss_bytes"] > 0
         assert w["fault"] is None
     assert d["workloads"]["reference_ratio"]["identical"] is True
     assert d["workloads"]["reference_ratio"]["ratio"] > 0
-    fl = d["workloads"]["arith_floor"]
-    assert fl["tile_products"] > 0 and fl["floor_s"] > 0 and fl["prefill_over_floor"] > 0
     names = {t["target"] for t in d["targets"]}
-    assert len(names) == 10 and all(t["met"] is None for t in d["targets"])  # quick sizes judge nothing
+    assert len(names) == 12 and all(t["met"] is None for t in d["targets"])  # quick sizes judge nothing
     assert "compile" not in d  # --quick: no cold compile
+
+
+def test_testbench_split_adds_up(quick_json):
+    """A testbench workload runs through run_case: its verdict, and an end to end that is its split's sum."""
+    w = quick_json["workloads"]["linear_1k"]
+    assert set(w) >= TESTBENCH_KEYS, TESTBENCH_KEYS - set(w)
+    assert w["verdict"] == "PASS" and w["static_instructions"] > 0
+    assert set(w["split"]) == set(PHASES)
+    assert sum(w["split"].values()) == pytest.approx(w["e2e_s"], rel=1e-6)
+    assert w["sim_s"] == w["split"]["simulate_s"]
+    gen = w["split"]["generate_s"] + w["split"]["assemble_s"]
+    assert w["gen_share"] == pytest.approx(gen / w["e2e_s"])
+    assert w["macs_per_s"] == pytest.approx(w["matrix_macs"] / w["sim_s"])
+
+
+def test_floor_and_peak(quick_json):
+    fl = quick_json["workloads"]["floor"]
+    assert fl["tile_products"] > 0 and fl["floor_s"] > 0 and fl["fma_peak_per_s"] > 0
+    assert fl["floor_fraction_of_peak"] == pytest.approx(fl["floor_macs_per_s"] / fl["fma_peak_per_s"])
+    lin = quick_json["workloads"]["linear_1k"]
+    assert lin["macs_fraction_of_peak"] == pytest.approx(lin["macs_per_s"] / fl["fma_peak_per_s"])
+
+
+def test_floor_kernel_is_the_core_arithmetic():
+    """The vectorised floor kernel gives the same bits as the sequential per-output definition."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    B, M, P = 4, 16, 3
+    xs = rng.standard_normal((P, B, M)).astype(np.float32).astype(np.float64)
+    wts = rng.standard_normal((P, M, B)).astype(np.float32).astype(np.float64)
+    got = bench._floor_kernel()(xs, wts, 5, B, M)
+    acc = np.zeros((B, B), dtype=np.float32)
+    for t in range(5):
+        x, w = xs[t % P], wts[(t * 7) % P]
+        for i in range(B):
+            for j in range(B):
+                p = 0.0
+                for k in range(M):
+                    p = p + x[i, k] * w[k, j]
+                acc[i, j] = np.float32(acc[i, j] + np.float32(p))
+    assert got.tobytes() == acc.tobytes()
 
 
 def test_scalar_loop_program_size():
@@ -83,13 +105,17 @@ def test_scalar_loop_program_size():
         "prefill_1k_overlap",
         "decode_32k",
         "linear_4k",
+        "linear_1k",
+        "linear_b64",
+        "startup",
         "scalar_loop",
         "reference_ratio",
-        "arith_floor",
+        "floor",
         "prefill_paper",
         "decode_paper",
     }
     assert bench.WORKLOADS["prefill_paper"]["hw"] == bench.WORKLOADS["decode_paper"]["hw"] == "analytic"
+    assert bench.WORKLOADS["linear_b64"]["hw"] == "v80-128x64"
 
 
 def test_unknown_workload_is_usage_error():
@@ -107,12 +133,18 @@ def test_targets_judge_full_results():
     res = {
         "quick": False,
         "workloads": {
-            "prefill_1k": {"cycles_per_s": 25e6, "peak_rss_bytes": 500 * 2**20},
+            "prefill_1k": {"macs_per_s": 2e9, "e2e_s": 2.0, "split": {"simulate_s": 1.0}, "gen_share": 0.05},
+            "linear_1k": {"e2e_s": 0.6, "gen_share": 0.3},
+            "decode_32k": {"peak_rss_bytes": 250 * 2**20},
             "scalar_loop": {"instr_per_s": 40e6},
         },
     }
-    t = {x["target"]: x["met"] for x in bench.targets(res)}
-    assert t["prefill_1k simulated cycles/s"] is True
-    assert t["scalar_loop instructions/s"] is False
-    assert t["prefill_1k peak RSS"] is False
-    assert t["reference_ratio"] is None
+    t = {x["target"].split(" (")[0]: x for x in bench_report.targets(res)}
+    assert t["prefill_1k matrix MAC/s"]["met"] is True
+    assert t["prefill_1k in-process end to end"]["limit"] == pytest.approx(1.8)
+    assert t["prefill_1k in-process end to end"]["met"] is False
+    assert t["linear_1k in-process end to end"]["met"] is False
+    assert t["generate + assemble share of end to end, worst workload"]["value"] == 0.3
+    assert t["decode_32k peak RSS"]["met"] is True
+    assert t["scalar_loop instructions/s"]["met"] is False
+    assert t["reference_ratio"]["met"] is None and t["linear_b64 matrix MAC/s"]["met"] is None
