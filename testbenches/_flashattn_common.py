@@ -47,7 +47,10 @@ def shape_params(p: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def _cache_row(layout: str, batch: int, S_cap: int, b: int, s: int) -> int:
+def _cache_rows(layout: str, batch: int, S_cap: int, L: int) -> npt.NDArray[np.intp]:
+    """The KV cache row of every (batch b, position s < L), as a [batch, L] index array."""
+    b = np.arange(batch)[:, None]
+    s = np.arange(L)[None, :]
     return b * S_cap + s if layout == "bshd" else s * batch + b
 
 
@@ -69,11 +72,7 @@ def make_inputs(
         full = np.zeros((n_rows, Wp))
         full[:cache_rows] = cb.randn((cache_rows, Wp), scale)  # data, capacity junk and pad columns
         t, deq = cb.tensor(name, full, "kv", alloc_elems=n_rows * Wp)
-        X = np.empty((B_, L, hkv, d))
-        for b in range(B_):
-            for s in range(L):
-                row = _cache_row(layout, B_, S_cap, b, s)
-                X[b, s] = deq[row, : hkv * d].reshape(hkv, d)
+        X = deq[_cache_rows(layout, B_, S_cap, L), : hkv * d].reshape(B_, L, hkv, d)
         cb.inputs[name] = X  # the logical [batch, kv_len, hkv, d] values the device saw
         out.append((t, X))
     (k_t, K), (v_t, Vv) = out
@@ -108,15 +107,15 @@ def attention_golden(
         for h in range(hq):
             Kh = K[b, :, h // ratio]
             Vh = V[b, :, h // ratio]
-            sc = qk * np.einsum("sk,ck->sc", Q[b, :, h], Kh)
+            sc = qk * (Q[b, :, h] @ Kh.T)
             scores[b, h] = sc
             sm = np.where(allowed, sc, -np.inf)
             m = sm.max(axis=-1, keepdims=True)
             e = np.exp(sm - m)
             p = e / e.sum(axis=-1, keepdims=True)
             del sm, e
-            O[b, :, h] = np.einsum("sc,ck->sk", p, Vh)
-            A[b, :, h] = np.einsum("sc,ck->sk", p, np.abs(Vh))
+            O[b, :, h] = p @ Vh
+            A[b, :, h] = p @ np.abs(Vh)
             smax[b, :, h] = np.where(allowed, np.abs(sc), 0.0).max(axis=-1)
     return O, A, smax, scores, allowed
 

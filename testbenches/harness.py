@@ -299,8 +299,8 @@ class Case:
     variant: str = ""
     notes: str = ""
     plan: object | None = field(default=None, repr=False, compare=False)  # the generator's plan, if kept
-    #: the case building's clock (:class:`CaseBuilder`): ``build_s`` (whole build) and ``generate_s`` (from
-    #: ``cb.asm()`` to the first ``cb.check``/``cb.case``: the generator's emission)
+    #: the case building's clock (:class:`CaseBuilder`): ``build_s`` (the whole build) and ``generate_s`` (from
+    #: the last input placed before ``cb.asm()`` to the last instruction emitted: planning and emission)
     build_times: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -365,6 +365,19 @@ class Report:
 
 
 # =========================================================================== builder
+
+
+class _TimedAsm(Asm):
+    """The builder's :class:`Asm`: records the time of its latest instruction in the builder's clock (the end
+    of program generation for :attr:`Case.build_times`)."""
+
+    def __init__(self, clock: dict[str, float]) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def emit(self, mnemonic: str, *operands: int | str) -> None:
+        super().emit(mnemonic, *operands)
+        self._clock["emitted"] = time.perf_counter()
 
 
 class CaseBuilder:
@@ -451,6 +464,7 @@ class CaseBuilder:
         self.inputs[name] = deq if shape is None else deq.reshape(shape)
         if writable:
             self.writable.append((p.base, p.end))
+        self._clock["placed"] = time.perf_counter()
         return ht, deq
 
     def output_tensor(
@@ -513,8 +527,8 @@ class CaseBuilder:
 
     # ---- program and checks
     def asm(self) -> Asm:
-        self._clock.setdefault("asm", time.perf_counter())
-        a = Asm()
+        self._clock.setdefault("generate", self._clock.get("placed", self._clock["start"]))
+        a = _TimedAsm(self._clock)
         a.comment(f"testbench {self.testbench} case {self.case_id}")
         if self.aregs:
             set_addr_regs(a, self.aregs, [1, 2])
@@ -533,8 +547,6 @@ class CaseBuilder:
         golden_from: str | None = None,
         **tol_sizes: object,
     ) -> Check:
-        if "asm" in self._clock:
-            self._clock.setdefault("emitted", time.perf_counter())
         if isinstance(tol, str):
             tol = tolerance(tol, **tol_sizes)
         g = None if golden is None else np.asarray(golden)
@@ -581,7 +593,7 @@ class CaseBuilder:
         kw.update(extra)
         now = time.perf_counter()
         clock = self._clock
-        gen = clock.get("emitted", now) - clock["asm"] if "asm" in clock else 0.0
+        gen = clock.get("emitted", now) - clock["generate"] if "generate" in clock else 0.0
         return Case(**kw, build_times={"build_s": now - clock["start"], "generate_s": gen})
 
 
