@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .options import add_backend_arg, add_config_args, add_timing_arg, config_from_args, dump_specs, int_arg, split_spec
 from .paths import out_path, read_program, save_npy, write_hbm_dump
-from .render import print_fault, print_json, print_plain, run_summary, upstream_lines
+from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,6 +56,7 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     prog = read_program(args.program)
     dumps = _dumps(args, cfg)
     m = _loaded_machine(args, cfg)
+    compile_core(err, args.json)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
     _write_dumps(m, dumps)  # even after a fault (post-mortem), each atomically
     fault = res.fault

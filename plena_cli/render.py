@@ -69,6 +69,20 @@ def print_plain(console: Console, lines: Iterable[str]) -> None:
         console.print(line, markup=False, highlight=False)
 
 
+def compile_core(err: Console, quiet: bool) -> None:
+    """Load the simulator core's compiled code; when it is not cached (the first run after install or after
+    a change of its sources) say so on ``err`` first, and how long it took after."""
+    from plena_sim import core
+
+    if core.is_warm():
+        core.warm_up()
+        return
+    err.print("plena-sim: compiling the simulator core (first run after install or a source change; cached after)")
+    with status(err, "compiling the simulator core ...", quiet):
+        seconds = core.warm_up()
+    err.print(f"plena-sim: compiled in {seconds:.0f} s", highlight=False)
+
+
 def status(err: Console, text: str, quiet: bool) -> contextlib.AbstractContextManager[Status | None]:
     """A spinner on ``err`` showing ``text`` (a do-nothing context yielding None when ``quiet``)."""
     return contextlib.nullcontext() if quiet else err.status(text)

@@ -16,7 +16,7 @@ from rich.table import Table
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .options import add_backend_arg, add_hw_arg, add_timing_arg
 from .paths import out_path, save_npz, write_out, write_perfetto
-from .render import json_default, print_fault, print_json, render_trace, status
+from .render import compile_core, json_default, print_fault, print_json, render_trace, status
 from .run_report import render_hardware, render_report, result_json, tolerance_info
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
@@ -106,6 +106,7 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
         render_hardware(
             out, f"{args.name} [{args.case or 'custom'}] hardware ({_machine_name(args, cfg)})", cfg, params
         )
+    compile_core(err, args.json)
     t0 = time.perf_counter()
     with status(err, "build + generate ...", args.json) as spinner:
         case = build_case(mod, args.name, params, cfg, args)

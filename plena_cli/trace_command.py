@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .options import add_backend_arg, add_timing_arg, config_from_args, int_arg
 from .paths import out_path, read_program, write_perfetto
-from .render import print_fault, print_json, print_plain, render_trace, upstream_lines
+from .render import compile_core, print_fault, print_json, print_plain, render_trace, upstream_lines
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_args(args)
     filters = _filters(args)
     perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto else None
+    compile_core(err, bool(args.json))
     run = _trace_testbench(args) if args.testbench else _trace_program(args)
     trace = run.trace
     sel = trace.filter(pc=filters.pc, ops=filters.ops, units=filters.units, last=_last(args, run, filters))

@@ -23,10 +23,10 @@ operand's NaN, quieted (the sign of a NaN is architectural state).
 
 from __future__ import annotations
 
-from .jit_cache import invalidate_if_changed
+from .jit_cache import invalidate_if_changed, is_warm
 
 invalidate_if_changed()  # before any compiled function is loaded from the cache
 
 from .host import COUNTER_NAMES, execute, jit_seconds, warm_up  # noqa: E402 - after the cache check
 
-__all__ = ["execute", "warm_up", "jit_seconds", "COUNTER_NAMES"]
+__all__ = ["execute", "warm_up", "jit_seconds", "is_warm", "COUNTER_NAMES"]

@@ -94,6 +94,16 @@ def invalidate_if_changed(root: Path = _PKG) -> bool:
     return changed
 
 
+def is_warm(root: Path = _PKG) -> bool:
+    """True when the run loop's compiled code is in the cache (the next warm-up loads rather than compiles).
+    Unknown (a Numba without these locators) counts as warm: no notice rather than a wrong one."""
+    try:
+        dirs = cache_dirs(root, ("core/loop.py",))
+    except (OSError, AttributeError, ImportError):
+        return True
+    return any(any(d.glob("loop.run-*.nbi")) for d in dirs)
+
+
 def _unlink(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()

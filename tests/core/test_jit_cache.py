@@ -52,3 +52,15 @@ def test_digest_covers_every_compiled_module():
         if any(line.startswith("@njit") for line in p.read_text().splitlines())
     }
     assert compiled <= set(jit_cache.JIT_SOURCES), sorted(compiled - set(jit_cache.JIT_SOURCES))
+
+
+def test_is_warm_follows_the_run_loop_index(tmp_path, monkeypatch):
+    """The CLI's compile notice: warm exactly when the run loop's index file is in its cache directory."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    root = _tree(tmp_path)
+    core_cache = root / "core" / "__pycache__"
+    core_cache.mkdir()
+    (core_cache / "vector.topk-3.py311.nbi").write_bytes(b"x")
+    assert jit_cache.is_warm(root) is False
+    (core_cache / "loop.run-73.py311.nbi").write_bytes(b"x")
+    assert jit_cache.is_warm(root) is True
