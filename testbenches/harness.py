@@ -440,11 +440,14 @@ class CaseBuilder:
             n_rows = max(n_rows, int(alloc_rows))
         if alloc_elems is not None:
             n_rows = max(n_rows, -(-int(alloc_elems) // cols))
-        full = np.zeros((n_rows, cols), dtype=np.float64)
-        full[:rows] = arr
+        full = arr
+        if n_rows > rows:  # zero slack rows after the data
+            full = np.zeros((n_rows, cols), dtype=np.float64)
+            full[:rows] = arr
         key, prec = _CLASSES[cls]
         t = self.cfg.hbm_type(key)
         p = self.image.add(name, full, key)
+        del full, arr  # the caller's values may go before the float64 copy below is made
         if len(self.aregs) >= 8:
             raise ValueError("CaseBuilder: more than 8 HBM tensors need an a-register")
         a = len(self.aregs)
@@ -460,7 +463,7 @@ class CaseBuilder:
             alloc_elems=n_rows * cols,
             block=block,
         )
-        deq = np.asarray(p.values, dtype=np.float64)[:rows, :cols].copy()
+        deq = p.values[:rows, :cols].astype(np.float64)
         self.inputs[name] = deq if shape is None else deq.reshape(shape)
         if writable:
             self.writable.append((p.base, p.end))
