@@ -416,6 +416,11 @@ class CaseBuilder:
     def randn(self, shape: int | tuple[int, ...], scale: float = 1.0) -> npt.NDArray[np.float64]:
         return self.rng.standard_normal(shape) * scale
 
+    def randn_into(self, out: npt.NDArray[np.float64], scale: float = 1.0) -> None:
+        """``out[...] = randn(out.shape, scale)`` without a temporary (the same values; ``out`` C-contiguous)."""
+        self.rng.standard_normal(out=out)
+        out *= scale
+
     def tensor(
         self,
         name: str,
@@ -426,7 +431,10 @@ class CaseBuilder:
         alloc_elems: int | None = None,
         writable: bool = False,
         shape: tuple[int, ...] | None = None,
+        as_float64: bool = True,
     ) -> tuple[HbmTensor, np.ndarray]:
+        """Place ``values`` (see the module docstring); returns the tensor and its dequantized values: a float64
+        copy, or with ``as_float64=False`` the read-only float32 view of the values the device sees (exact)."""
         if cls not in _CLASSES:
             raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
         arr = np.asarray(values, dtype=np.float64)
@@ -463,8 +471,9 @@ class CaseBuilder:
             alloc_elems=n_rows * cols,
             block=block,
         )
-        deq = p.values[:rows, :cols].astype(np.float64)
-        self.inputs[name] = deq if shape is None else deq.reshape(shape)
+        seen = p.values[:rows, :cols]  # read-only float32, exact
+        self.inputs[name] = seen if shape is None else seen.reshape(shape)
+        deq = seen.astype(np.float64) if as_float64 else seen
         if writable:
             self.writable.append((p.base, p.end))
         self._clock["placed"] = time.perf_counter()
