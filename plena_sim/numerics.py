@@ -22,7 +22,7 @@ Every element format parameter (E, Mt, block size, bytes per element) is passed 
 PRECISION types; nothing here knows "E4M3".  The MX *scale* format is E8M0 by definition (memory.md §4;
 the config loader rejects anything else), so the MX kernels implement E8M0 directly.
 
-Exponents are always taken from ``math.frexp`` / bit fields, never from a floating-point log2, and
+Exponents are always taken from float64 exponent fields, never from a floating-point log2, and
 rounding is done on exactly scaled float64 values (every float32 and every minifloat with at most 52
 mantissa bits is exact in float64, and scaling by a power of two is exact), so each encode performs a
 single correct rounding of the exact real input.
@@ -140,6 +140,27 @@ def round_bf16_array(a):
 
 
 @njit(cache=True)
+def _pow2(k):
+    """``2.0**k`` as float64 from its bits (no libm call); exact for -1022 <= k <= 1023, the only range used."""
+    return np.int64((np.int64(k) + 1023) << 52).view(np.float64)
+
+
+@njit(cache=True)
+def _scale2(x, k):
+    """``x * 2**k`` exactly (``math.ldexp``): a multiply by :func:`_pow2` where ``2**k`` is a normal float64,
+    libm only for the extreme exponents of E = 11 formats."""
+    if -1022 <= k <= 1023:
+        return x * _pow2(k)
+    return math.ldexp(x, k)
+
+
+@njit(cache=True)
+def _exponent(a):
+    """``floor(log2 a)`` of a positive normal float64, from its exponent field (``frexp(a)[1] - 1``)."""
+    return np.int64((np.float64(a).view(np.uint64) >> np.uint64(52)) & np.uint64(0x7FF)) - 1023
+
+
+@njit(cache=True)
 def _round_half_even(v):
     """RNE of a non-negative float64 below 2^53 to an int64 (exact: v - floor(v) is exact)."""
     f = math.floor(v)
@@ -179,19 +200,21 @@ def minifloat_encode(y, E, Mt, saturate):
     code = np.int64(0)
     if a == math.inf:
         overflow = True
-    elif a >= math.ldexp(1.0, 1 - bias):
-        m, e2 = math.frexp(a)  # a = m * 2^e2, m in [0.5, 1)
-        e = np.int64(e2) - 1  # floor(log2 a), exact
-        n = _round_half_even(math.ldexp(m, Mt + 1))  # a / 2^e * 2^Mt, in [2^Mt, 2^(Mt+1)]
-        if n == (np.int64(1) << (Mt + 1)):  # mantissa carry into the exponent
-            n = np.int64(1) << Mt
-            e += 1
-        if e > emax:
+    elif a >= _pow2(1 - bias):
+        e = _exponent(a)  # floor(log2 a), exact
+        if e > emax:  # (a mantissa carry below only raises e)
             overflow = True
         else:
-            code = ((e + bias) << Mt) | (n - (np.int64(1) << Mt))
+            n = _round_half_even(_scale2(a, Mt - e))  # a / 2^e * 2^Mt (exact), in [2^Mt, 2^(Mt+1)]
+            if n == (np.int64(1) << (Mt + 1)):  # mantissa carry into the exponent
+                n = np.int64(1) << Mt
+                e += 1
+            if e > emax:
+                overflow = True
+            else:
+                code = ((e + bias) << Mt) | (n - (np.int64(1) << Mt))
     else:
-        code = _round_half_even(math.ldexp(a, bias - 1 + Mt))  # a / min_sub; 2^Mt = min_normal
+        code = _round_half_even(_scale2(a, bias - 1 + Mt))  # a / min_sub (exact); 2^Mt = min_normal
         if code > max_code:  # only for degenerate E=1 formats without normals
             overflow = True
     flag = np.int64(0)
@@ -218,9 +241,9 @@ def minifloat_decode(code, E, Mt, sign):
     if e == exp_all:
         v = math.inf if m == 0 else math.nan
     elif e == 0:
-        v = math.ldexp(np.float64(m), 1 - bias - Mt)
+        v = _scale2(np.float64(m), 1 - bias - Mt)
     else:
-        v = math.ldexp(np.float64(m + (np.int64(1) << Mt)), e - bias - Mt)
+        v = _scale2(np.float64(m + (np.int64(1) << Mt)), e - bias - Mt)
     return -v if s == 1 else v
 
 
@@ -261,7 +284,7 @@ def e8m0_decode(code):
         return 0.0
     if code == _E8M0_CODE_INF:
         return math.inf
-    return math.ldexp(1.0, code - _E8M0_BIAS)
+    return _pow2(code - _E8M0_BIAS)
 
 
 # =========================================================================== byte helpers
@@ -332,8 +355,7 @@ def mx_encode_row(x, E, Mt, block, elem_out, scale_out, counts):
                     code = _f32_signbit(v) << sign_shift
                 _put_le(elem_out, j * eb, code, eb)
             continue
-        _m, e2 = math.frexp(amax)
-        shared = np.int64(e2) - 1 - emax
+        shared = _exponent(amax) - emax
         if shared < _SHARED_MIN:
             shared = np.int64(_SHARED_MIN)
         elif shared > _SHARED_MAX:
@@ -351,7 +373,7 @@ def mx_encode_row(x, E, Mt, block, elem_out, scale_out, counts):
                 elif v == -math.inf:
                     v = -FLT_MAX
                     saturated += 1
-                code, flag = minifloat_encode(math.ldexp(v, -shared), E, Mt, True)
+                code, flag = minifloat_encode(v * _pow2(-shared), E, Mt, True)
                 if flag == 1:
                     saturated += 1
             _put_le(elem_out, j * eb, code, eb)
@@ -371,10 +393,10 @@ def mx_decode_row(elem_in, scale_in, E, Mt, block, out):
     eb = (1 + E + Mt) // 8
     if block < 1 or elem_in.shape[0] < n * eb or scale_in.shape[0] < (n + block - 1) // block:
         raise ValueError("mx_decode_row: input buffers too small")
-    for j in range(n):
-        code = _get_le(elem_in, j * eb, eb)
-        scale = e8m0_decode(scale_in[j // block])
-        out[j] = np.float32(minifloat_decode(code, E, Mt, True) * scale)
+    for lo in range(0, n, block):  # one scale per block (no division per element)
+        scale = e8m0_decode(scale_in[lo // block])
+        for j in range(lo, min(lo + block, n)):
+            out[j] = np.float32(minifloat_decode(_get_le(elem_in, j * eb, eb), E, Mt, True) * scale)
 
 
 # =========================================================================== Plain types (§3.4)

@@ -229,3 +229,30 @@ def test_e8m0_decode():
     assert e8m0_decode(0x79) == 2.0**-6
     assert e8m0_decode(254) == 2.0**127
     assert e8m0_decode(255) == math.inf
+
+
+def _ldexp_decode(code: int, E: int, Mt: int) -> float:
+    """memory.md §3.2 decode written with math.ldexp (the definition the bit-built powers of two must equal)."""
+    s, e, m = (code >> (E + Mt)) & 1, (code >> Mt) & ((1 << E) - 1), code & ((1 << Mt) - 1)
+    bias = (1 << (E - 1)) - 1
+    if e == (1 << E) - 1:
+        v = math.inf if m == 0 else math.nan
+    elif e == 0:
+        v = math.ldexp(float(m), 1 - bias - Mt)
+    else:
+        v = math.ldexp(float(m + (1 << Mt)), e - bias - Mt)
+    return -v if s else v
+
+
+def test_extreme_exponent_formats_decode_and_round_trip():
+    """E = 10 and 11 reach powers of two outside the normal float64 exponents (f64 subnormals): every code
+    decodes as the ldexp definition and encodes back to itself."""
+    for E, Mt in ((11, 0), (11, 2), (10, 3), (8, 23)):
+        n = 1 << (1 + E + Mt)
+        codes = range(n) if n <= 1 << 15 else np.random.default_rng(E).integers(0, n, 20_000).tolist()
+        for c in codes:
+            got = minifloat_decode(c, E, Mt, True)
+            want = _ldexp_decode(c, E, Mt)
+            assert (got == want and math.copysign(1, got) == math.copysign(1, want)) or (got != got and want != want)
+            if math.isfinite(want):
+                assert minifloat_encode(want, E, Mt, True) == (c, 0), (E, Mt, c)
