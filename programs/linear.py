@@ -244,7 +244,7 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
     if plan.bias is not None:
         assert plan.bias_base is not None  # plan_linear requires it with a bias
         asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
-        load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2])
+        load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2, gTmp, gLg])
     asm.comment(f"{plan.kernel}: W SCALE/STRIDE")
     _set_scale_stride(asm, w, N * eb, gT1)
     for nt in range(N // M):

@@ -211,8 +211,8 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
         KERNEL, rows=plan.rows, nh=nh, d=d, x=plan.x_base, y=plan.y_base, path="block" if plan.block_path else "matrix"
     )
     asm.comment(f"{KERNEL}: load cos and sin tables")
-    preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB])
-    preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB])
+    preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB, gL, gL2, gT])
+    preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB, gL, gL2, gT])
     if not plan.block_path:
         asm.comment(f"{KERNEL}: rotation tile -> MRAM tile {plan.mram_tile0}; XR = X @ R")
         rot = plan.rot
