@@ -310,7 +310,9 @@ class LoopBudget:
 
     def repeat(self, reg: int, count: int, name: str, body: Callable[[Index], None]) -> None:
         """``body(i)`` for ``i < count``: one hardware loop (``i`` a :class:`LoopVar`) if an iteration stays
-        below MAX_LOOP_INSTRUCTIONS, else unrolled in Python (``i`` an int); a count of 1 is ``body(0)``."""
+        below MAX_LOOP_INSTRUCTIONS, else unrolled in Python (``i`` an int); a count of 1 is ``body(0)``, 0 nothing."""
+        if count == 0:
+            return
         if count == 1:
             body(0)
             return
@@ -378,6 +380,25 @@ class LoopBudget:
         else:
             load_imm(self.asm, tmp, up)
             self.asm.S_ADD_INT(_g(r), _g(r), _g(tmp))
+
+    def offset(self, dst: int, src: int, delta: int) -> None:
+        """``gp[dst] = gp[src] + delta`` (any sign, mod 2^32, ``dst != src``): one ``S_ADDI_INT`` or an add/sub
+        from a held register, else ``delta`` is materialised in ``dst`` itself."""
+        up, down = delta % U32, -delta % U32
+        if dst == src:
+            raise ValueError(f"{self.kernel}: offset needs distinct registers (gp{dst})")
+        if up < IMM18_LIMIT:
+            self.asm.S_ADDI_INT(_g(dst), _g(src), up)
+        elif up in self._held:
+            self.asm.S_ADD_INT(_g(dst), _g(src), _g(self._held[up]))
+        elif down in self._held:
+            self.asm.S_SUB_INT(_g(dst), _g(src), _g(self._held[down]))
+        elif down < IMM18_LIMIT:
+            load_imm(self.asm, dst, down)
+            self.asm.S_SUB_INT(_g(dst), _g(src), _g(dst))
+        else:
+            load_imm(self.asm, dst, up)
+            self.asm.S_ADD_INT(_g(dst), _g(dst), _g(src))
 
     def affine(self, dst: int, const: int, terms: Sequence[tuple[Index, int]], tmp: int) -> None:
         """``gp[dst] = const + sum(index * step)`` (mod 2^32); a hardware index is ``count - gp[counter]``, so
