@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import Asm, areg, load_imm
+from .asm import Asm, AsmSink, areg, load_imm
 from .asm import gp as G
 from .common import (
     Index,
@@ -224,7 +224,7 @@ def plan_linear(
     )
 
 
-def _set_scale_stride(asm: Asm, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
+def _set_scale_stride(asm: AsmSink, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
     load_imm(asm, reg, t.scale_offset)
     asm.C_SET_SCALE_REG(G(reg))
     if pitch_bytes is not None:
@@ -282,11 +282,11 @@ class _LoopedLinear:
             assert p.bias_base is not None  # plan_linear requires it with a bias
             asm.comment(f"{p.kernel}: load bias -> VRAM row {p.bias_base // p.V}")
             load_vector(asm, p.cfg, p.bias, p.N, p.bias_base, [self.gT1, self.gT2, self.Lk, self.Lg])
-        asm.comment(f"{p.kernel}: W SCALE/STRIDE")
-        _set_scale_stride(asm, p.w, p.N * p.w.eb, self.gT1)
         lb.repeat(self.Lbt, self.batch.count, "batches", self._batch)
 
     def _batch(self, bt: Index) -> None:
+        self.lb.asm.comment(f"{self.p.kernel}: W SCALE/STRIDE")
+        _set_scale_stride(self.lb.asm, self.p.w, self.p.N * self.p.w.eb, self.gT1)
         self.lb.repeat(self.Lnt, self.p.N // self.p.M, "output column tiles", lambda nt: self._tile(bt, nt))
 
     def _y_nt(self, dst: int, bt: Index, nt: Index) -> None:

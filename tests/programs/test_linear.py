@@ -107,6 +107,31 @@ def test_loops_and_unrolled_do_the_same_operations(machine, shape):
     assert scalar_trace.trace(looped, cfg).max_loop_iteration < cfg.MAX_LOOP_INSTRUCTIONS
 
 
+@pytest.mark.parametrize("machine", ["transactional", "v80-128x64"])
+def test_batched_matmul_loops_and_unrolled_do_the_same_operations(machine):
+    cfg = get_config("default", hw=machine)
+    M, B = cfg.MLEN, cfg.BLEN
+    w = ku.tensor(0, 3 * 3 * M, 2 * M)
+    texts = []
+    for loops in (True, False):
+        plan = plan_batched_matmul(
+            cfg,
+            nb=3,
+            Mr=2 * B - 1,
+            K=3 * M,
+            N=2 * M,
+            a_base=0,
+            y_base=3000 * cfg.VLEN,
+            w=w,
+            loops=loops,
+            max_k_tiles=2,
+            split_base=6000 * cfg.VLEN,
+        )
+        texts.append(ku.emit_text(emit_batched_matmul, plan))
+    assert "C_LOOP_START" in texts[0]
+    assert ku.operation_log(texts[0], cfg) == ku.operation_log(texts[1], cfg)
+
+
 def test_looped_program_size_does_not_grow_with_the_shape():
     # the same structure (first, middle and last K chunk of 3/3/1 tiles) at 3x the rows, 8x the columns:
     # only constants past 2^18 (S_LUI_INT + S_ADDI_INT) add instructions
