@@ -324,30 +324,35 @@ class LoopBudget:
             for i in range(count):
                 body(i)
 
-    def run(self, reg: int, count: int, name: str, body: Callable[[bool], None], *, step_last: bool = True) -> None:
+    def run(self, reg: int, count: int, name: str, body: Callable[[bool], None], *, step_last: bool = True) -> int:
         """``count`` copies of ``body(step)``: a hardware loop over groups of :data:`UNROLL` copies when there
         are at least two groups, the rest (or all) unrolled.  ``step`` tells a copy to advance its pointers;
-        it is False only for the very last copy when ``step_last`` is False (that copy is then unrolled)."""
-        groups, plain = self._groups(count, step_last)
+        it is False for the very last copy when ``step_last`` is False and that copy is an unrolled one.
+        Returns how many copies stepped (:meth:`stepped`)."""
+        groups, plain = self._groups(count)
         if groups:
             with self.loop(reg, groups, name):
                 for _ in range(UNROLL):
                     body(True)
         for k in range(plain):
             body(step_last or k < plain - 1)
+        return self.stepped(count, step_last)
 
     @staticmethod
-    def _groups(count: int, step_last: bool) -> tuple[int, int]:
+    def _groups(count: int) -> tuple[int, int]:
         """(hardware-loop iterations of UNROLL copies or 0, unrolled copies after them) of :meth:`run`."""
         groups, rest = divmod(count, UNROLL)
-        if not step_last and groups and not rest:
-            groups, rest = groups - 1, UNROLL
         return (groups, rest) if groups > 1 else (0, count)
 
     @classmethod
-    def looped(cls, count: int, step_last: bool = True) -> bool:
+    def looped(cls, count: int) -> bool:
         """Whether :meth:`run` emits a hardware loop for ``count`` copies."""
-        return cls._groups(count, step_last)[0] > 0
+        return cls._groups(count)[0] > 0
+
+    @classmethod
+    def stepped(cls, count: int, step_last: bool = True) -> int:
+        """How many of :meth:`run`'s ``count`` copies advance their pointers."""
+        return count if step_last or cls._groups(count)[1] == 0 else count - 1
 
     @staticmethod
     def needs_register(delta: int) -> bool:

@@ -115,9 +115,10 @@ def _transfer_act(
     lb = LoopBudget(asm, cfg, op)
     nq = rows_p // group
     v_step, o_step = group * V, group * cols * t.eb
-    # after the row groups (the last one does not step): on to the next column block
-    dv, do = block_step - (nq - 1) * v_step, V * t.eb - (nq - 1) * o_step
-    looped = lb.looped(nq, step_last=False)
+    # after the row groups (the last one steps only inside a loop): on to the next column block
+    done = lb.stepped(nq, step_last=False)
+    dv, do = block_step - done * v_step, V * t.eb - done * o_step
+    looped = lb.looped(nq)
     for step in (v_step, o_step) if looped else ():
         if lb.needs_register(step):
             if not spare:
@@ -189,7 +190,7 @@ def load_vector(asm: Asm, cfg: HardwareConfig, t: HbmTensor, n: int, vram_base: 
     count = nrows // Pv
     v_step, o_step = Pv * V, Pv * V * t.eb
     spare = list(regs[3:])
-    for step in (v_step, o_step) if lb.looped(count, False) else ():
+    for step in (v_step, o_step) if lb.looped(count) else ():
         if lb.needs_register(step):
             if not spare:
                 raise ValueError(f"load_vector: the step {step} >= 2^18 needs another gp register")
@@ -202,8 +203,8 @@ def load_vector(asm: Asm, cfg: HardwareConfig, t: HbmTensor, n: int, vram_base: 
     def transfer(step: bool) -> None:
         lb.asm.H_PREFETCH_V(gp(gv), gp(go), areg(t.areg), 0, t.prec)
         if step:
-            lb.add(gv, v_step, None if lb.looped(count, False) else gL)
-            lb.add(go, o_step, None if lb.looped(count, False) else gL)
+            lb.add(gv, v_step, None if lb.looped(count) else gL)
+            lb.add(go, o_step, None if lb.looped(count) else gL)
 
     lb.run(gL, count, "transfers", transfer, step_last=False)
     return nrows
