@@ -11,13 +11,12 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from plena_sim.config import HardwareConfig
 
-from .asm import IMM18_LIMIT, Asm, load_imm
+from .asm import IMM18_LIMIT, AsmSink, load_imm
 from .asm import gp as _g
-from .hbm_tensors import ceil_div, round_up, row_pad
 
 __all__ = [
     "Regions",
@@ -37,6 +36,13 @@ __all__ = [
     "check_fp_range",
     "Footprint",
     "step_adder",
+    "LoopBudget",
+    "LoopVar",
+    "UNROLL",
+    "Index",
+    "ceil_div",
+    "round_up",
+    "row_pad",
 ]
 
 U32 = 1 << 32
@@ -53,10 +59,27 @@ SLOT = {
     "ZERO": 7,
 }
 FP_CONST_SLOTS = 16
+#: copies of a short loop body per hardware-loop iteration (:meth:`LoopBudget.run`)
+UNROLL = 8
 
 Regions = dict  # name -> (first_row, n_rows, role)
 #: one VRAM region: (first_row, n_rows, role)
 Region = tuple[int, int, str]
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return ceil_div(a, b) * b
+
+
+def row_pad(cfg: HardwareConfig) -> int:
+    """RP = lcm(B, Pv, Ps): the row padding quantum of CBM activations (kernels.md §0)."""
+    from math import lcm
+
+    return lcm(cfg.BLEN, cfg.P_V, cfg.P_W)
 
 
 def fail(kernel: str, param: str, value: object, rule: str) -> NoReturn:
@@ -87,7 +110,7 @@ def vector_rows(cfg: HardwareConfig, n: int) -> int:
     return round_up(ceil_div(n, cfg.VLEN), cfg.P_V)
 
 
-def step_adder(asm: Asm, spare: Sequence[int], step: int) -> Callable[[int], None]:
+def step_adder(asm: AsmSink, spare: Sequence[int], step: int) -> Callable[[int], None]:
     """``add(r)`` emitting ``r += step``: one ``S_ADDI_INT`` while ``step < 2^18``, else ``S_ADD_INT`` from
     ``spare[0]``, which is loaded with ``step`` here (so it must stay untouched while ``add`` is used)."""
     if step < IMM18_LIMIT:
@@ -182,6 +205,42 @@ class _LoopFrame:
     name: str
 
 
+@dataclass(frozen=True)
+class LoopVar:
+    """The index of a hardware loop: during iteration ``i`` its counter ``gp[reg]`` holds ``count - i``."""
+
+    reg: int
+    count: int
+
+
+#: a loop index: a compile-time int (an unrolled or single iteration) or a hardware loop's :class:`LoopVar`
+Index = int | LoopVar
+
+
+class CountedSink(AsmSink, Protocol):
+    """What a :class:`LoopBudget` emits into: an :class:`~programs.asm.Asm` or the counting stand-in."""
+
+    n_instructions: int
+
+
+class _CountingSink:
+    """An Asm stand-in that only counts instructions (measures a loop body before it is emitted)."""
+
+    def __init__(self) -> None:
+        self.n_instructions = 0
+
+    def emit(self, mnemonic: str, *operands: int | str) -> None:
+        self.n_instructions += 1
+
+    def comment(self, text: str) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.isupper():
+            return lambda *ops: self.emit(name, *ops)
+        raise AttributeError(name)
+
+
 class LoopBudget:
     """Emit hardware loops while counting each iteration's dynamic instructions (kernels.md §1.8).
 
@@ -190,15 +249,21 @@ class LoopBudget:
     every nested loop fully) must stay below MAX_LOOP_INSTRUCTIONS, else ``ValueError``; a counter
     register already active in an enclosing loop is refused too.  ``lb.dynamic`` is the dynamic count of
     everything emitted through it at the outermost level (an instruction-count estimate of the kernel).
+
+    :meth:`repeat` is the adaptive form: it measures one iteration first (the body emits into a counting
+    stand-in, :meth:`measure`) and emits a hardware loop if it fits the budget, else unrolls the iteration
+    in Python.  Code that may be measured emits through ``lb.asm`` (the current sink), never through a
+    captured Asm.  :meth:`add` and :meth:`affine` are the pointer arithmetic of such loops.
     """
 
-    def __init__(self, asm: Asm, cfg: HardwareConfig, kernel: str):
+    def __init__(self, asm: CountedSink, cfg: HardwareConfig, kernel: str):
         self.asm = asm
         self.cfg = cfg
         self.kernel = kernel
         self._stack: list[_LoopFrame] = []
         self._start = asm.n_instructions
         self._extra = 0
+        self._held: dict[int, int] = {}  # constant (mod 2^32) -> the register holding it
         self.max_iteration = 0
 
     @property
@@ -232,3 +297,125 @@ class LoopBudget:
                 self._extra += (count - 1) * body
 
         return _cm()
+
+    def measure(self, body: Callable[[], None]) -> int:
+        """The dynamic instruction count of ``body()`` (emitted into a counting stand-in, then dropped)."""
+        saved = (self.asm, self._stack, self._start, self._extra, self.max_iteration, dict(self._held))
+        self.asm, self._stack, self._start, self._extra = _CountingSink(), [], 0, 0
+        try:
+            body()
+            return self.dynamic
+        finally:
+            self.asm, self._stack, self._start, self._extra, self.max_iteration, self._held = saved
+
+    def repeat(self, reg: int, count: int, name: str, body: Callable[[Index], None]) -> None:
+        """``body(i)`` for ``i < count``: one hardware loop (``i`` a :class:`LoopVar`) if an iteration stays
+        below MAX_LOOP_INSTRUCTIONS, else unrolled in Python (``i`` an int); a count of 1 is ``body(0)``, 0 nothing."""
+        if count == 0:
+            return
+        if count == 1:
+            body(0)
+            return
+        var = LoopVar(reg, count)
+        if self.measure(lambda: body(var)) + 1 < self.cfg.MAX_LOOP_INSTRUCTIONS:
+            with self.loop(reg, count, name):
+                body(var)
+        else:
+            for i in range(count):
+                body(i)
+
+    def run(self, reg: int, count: int, name: str, body: Callable[[bool], None], *, step_last: bool = True) -> int:
+        """``count`` copies of ``body(step)``: a hardware loop over groups of :data:`UNROLL` copies when there
+        are at least two groups, the rest (or all) unrolled.  ``step`` tells a copy to advance its pointers;
+        it is False for the very last copy when ``step_last`` is False and that copy is an unrolled one.
+        Returns how many copies stepped (:meth:`stepped`)."""
+        groups, plain = self._groups(count)
+        if groups:
+            with self.loop(reg, groups, name):
+                for _ in range(UNROLL):
+                    body(True)
+        for k in range(plain):
+            body(step_last or k < plain - 1)
+        return self.stepped(count, step_last)
+
+    @staticmethod
+    def _groups(count: int) -> tuple[int, int]:
+        """(hardware-loop iterations of UNROLL copies or 0, unrolled copies after them) of :meth:`run`."""
+        groups, rest = divmod(count, UNROLL)
+        return (groups, rest) if groups > 1 else (0, count)
+
+    @classmethod
+    def looped(cls, count: int) -> bool:
+        """Whether :meth:`run` emits a hardware loop for ``count`` copies."""
+        return cls._groups(count)[0] > 0
+
+    @classmethod
+    def stepped(cls, count: int, step_last: bool = True) -> int:
+        """How many of :meth:`run`'s ``count`` copies advance their pointers."""
+        return count if step_last or cls._groups(count)[1] == 0 else count - 1
+
+    @staticmethod
+    def needs_register(delta: int) -> bool:
+        """Whether ``gp[r] += delta`` needs the constant in a register (it is not one S_ADDI_INT)."""
+        return delta % U32 >= IMM18_LIMIT
+
+    def hold(self, reg: int, value: int) -> None:
+        """Load ``value`` into ``reg`` once; :meth:`add` then adds or subtracts it from there (the caller keeps
+        ``reg`` untouched while it is held)."""
+        load_imm(self.asm, reg, value % U32)
+        self._held[value % U32] = reg
+
+    def add(self, r: int, delta: int, tmp: int | None = None) -> None:
+        """``gp[r] += delta`` (any sign, mod 2^32): nothing for 0, one ``S_ADDI_INT`` for ``0 < delta < 2^18``,
+        one ``S_ADD_INT``/``S_SUB_INT`` from a held register, else the constant is materialised in ``tmp``."""
+        up, down = delta % U32, -delta % U32
+        if up == 0:
+            return
+        if up < IMM18_LIMIT:
+            self.asm.S_ADDI_INT(_g(r), _g(r), up)
+        elif up in self._held:
+            self.asm.S_ADD_INT(_g(r), _g(r), _g(self._held[up]))
+        elif down in self._held:
+            self.asm.S_SUB_INT(_g(r), _g(r), _g(self._held[down]))
+        elif tmp is None or tmp == r:
+            raise ValueError(f"{self.kernel}: pointer step {delta} on gp{r} needs a distinct scratch register")
+        elif down < IMM18_LIMIT:
+            load_imm(self.asm, tmp, down)
+            self.asm.S_SUB_INT(_g(r), _g(r), _g(tmp))
+        else:
+            load_imm(self.asm, tmp, up)
+            self.asm.S_ADD_INT(_g(r), _g(r), _g(tmp))
+
+    def offset(self, dst: int, src: int, delta: int) -> None:
+        """``gp[dst] = gp[src] + delta`` (any sign, mod 2^32, ``dst != src``): one ``S_ADDI_INT`` or an add/sub
+        from a held register, else ``delta`` is materialised in ``dst`` itself."""
+        up, down = delta % U32, -delta % U32
+        if dst == src:
+            raise ValueError(f"{self.kernel}: offset needs distinct registers (gp{dst})")
+        if up < IMM18_LIMIT:
+            self.asm.S_ADDI_INT(_g(dst), _g(src), up)
+        elif up in self._held:
+            self.asm.S_ADD_INT(_g(dst), _g(src), _g(self._held[up]))
+        elif down in self._held:
+            self.asm.S_SUB_INT(_g(dst), _g(src), _g(self._held[down]))
+        elif down < IMM18_LIMIT:
+            load_imm(self.asm, dst, down)
+            self.asm.S_SUB_INT(_g(dst), _g(src), _g(dst))
+        else:
+            load_imm(self.asm, dst, up)
+            self.asm.S_ADD_INT(_g(dst), _g(dst), _g(src))
+
+    def affine(self, dst: int, const: int, terms: Sequence[tuple[Index, int]], tmp: int) -> None:
+        """``gp[dst] = const + sum(index * step)`` (mod 2^32); a hardware index is ``count - gp[counter]``, so
+        each :class:`LoopVar` term costs ``load_imm(tmp, step)``, ``S_MUL_INT`` and ``S_SUB_INT``."""
+        value = const
+        for i, step in terms:
+            value += i.count * step if isinstance(i, LoopVar) else i * step
+        load_imm(self.asm, dst, value % U32)
+        for i, step in terms:
+            if isinstance(i, LoopVar) and step % U32:
+                if tmp in (dst, i.reg):
+                    raise ValueError(f"{self.kernel}: affine scratch gp{tmp} must differ from gp{dst} and the counter")
+                load_imm(self.asm, tmp, step % U32)
+                self.asm.S_MUL_INT(_g(tmp), _g(i.reg), _g(tmp))
+                self.asm.S_SUB_INT(_g(dst), _g(dst), _g(tmp))

@@ -223,7 +223,7 @@ def plan_ffn_swiglu(
     wu: HbmTensor,
     wd: HbmTensor,
     max_k_tiles: int | None = None,
-    loops: bool = False,
+    loops: bool = True,
     mram_tile0: int = 0,
 ) -> FfnPlan:
     return _plan(
@@ -259,7 +259,7 @@ def plan_ffn_intermediate(
     wu: HbmTensor,
     h_base: int | None = None,
     max_k_tiles: int | None = None,
-    loops: bool = False,
+    loops: bool = True,
     mram_tile0: int = 0,
 ) -> FfnPlan:
     return _plan(

@@ -11,6 +11,7 @@ from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
 from .asm import Asm, areg, gp, load_imm
+from .common import Index, LoopBudget, ceil_div, round_up, row_pad
 
 __all__ = [
     "HbmTensor",
@@ -23,21 +24,6 @@ __all__ = [
     "ceil_div",
     "row_pad",
 ]
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def round_up(a: int, b: int) -> int:
-    return ceil_div(a, b) * b
-
-
-def row_pad(cfg: HardwareConfig) -> int:
-    """RP = lcm(B, Pv, Ps): the row padding quantum of CBM activations (kernels.md §0)."""
-    from math import lcm
-
-    return lcm(cfg.BLEN, cfg.P_V, cfg.P_W)
 
 
 @dataclass(frozen=True)
@@ -111,35 +97,69 @@ def _transfer_act(
     cfg: HardwareConfig,
     op: str,
     t: HbmTensor,
-    rows: int,
     cols: int,
     vram_base: int,
     rows_p: int,
     regs: Sequence[int],
     group: int,
+    block_step: int,
 ) -> None:
+    """``op gv, go`` per ``group``-row transfer, column block ``c`` outer, row group ``q`` inner (hardware
+    loops): VRAM ``vram_base + c*block_step + q*group*V``, HBM ``(q*group*cols + c*V)*eb`` (SCALE/STRIDE set).
+    ``regs``: 4 gp registers; further ones hold the constant steps that are not one S_ADDI_INT."""
     V = cfg.VLEN
-    if len(regs) < 2:
-        raise ValueError(f"{op}: needs 2 gp registers")
-    gv, go = regs[0], regs[1]
-    load_imm(asm, gv, t.scale_offset)
-    asm.C_SET_SCALE_REG(gp(gv))
-    stride = V * t.eb if mutation_hooks.active("preload_stride_vlen") else cols * t.eb
-    load_imm(asm, gv, stride)
-    asm.C_SET_STRIDE_REG(gp(gv))
-    for c in range(cols // V):
-        for q in range(rows_p // group):
-            load_imm(asm, gv, vram_base + (c * rows_p + q * group) * V)
-            load_imm(asm, go, (q * group * cols + c * V) * t.eb)
-            asm.emit(op, gp(gv), gp(go), areg(t.areg), 1, t.prec)
+    if len(regs) < 4:
+        raise ValueError(f"{op}: needs 4 gp registers")
+    gv, go, gLc, gLq = regs[:4]
+    spare = list(regs[4:])
+    lb = LoopBudget(asm, cfg, op)
+    nq = rows_p // group
+    v_step, o_step = group * V, group * cols * t.eb
+    # after the row groups (the last one steps only inside a loop): on to the next column block
+    done = lb.stepped(nq, step_last=False)
+    dv, do = block_step - done * v_step, V * t.eb - done * o_step
+    looped = lb.looped(nq)
+    for step in (v_step, o_step) if looped else ():
+        if lb.needs_register(step):
+            if not spare:
+                raise ValueError(f"{op}: the row-group step {step} >= 2^18 needs another gp register")
+            lb.hold(spare.pop(0), step)
+    for step in (dv, do):
+        if lb.needs_register(step) and spare:
+            lb.hold(spare.pop(0), step)
+    load_imm(asm, gv, vram_base)
+    load_imm(asm, go, 0)
+
+    def transfer(step: bool) -> None:
+        lb.asm.emit(op, gp(gv), gp(go), areg(t.areg), 1, t.prec)
+        if step:
+            lb.add(gv, v_step, None if looped else gLq)
+            lb.add(go, o_step, None if looped else gLq)
+
+    def block(_c: Index) -> None:
+        lb.run(gLq, nq, "row groups", transfer, step_last=False)
+        lb.add(gv, dv, gLq)
+        lb.add(go, do, gLq)
+
+    lb.repeat(gLc, cols // V, "column blocks", block)
+
+
+def _set_scale_stride(asm: Asm, scale: int, stride: int, reg: int) -> None:
+    load_imm(asm, reg, scale)
+    asm.C_SET_SCALE_REG(gp(reg))
+    load_imm(asm, reg, stride)
+    asm.C_SET_STRIDE_REG(gp(reg))
 
 
 def preload_act(
     asm: Asm, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, vram_base: int, rows_p: int, regs: Sequence[int]
 ) -> None:
-    """HBM ``[rows, cols]`` -> VRAM column-block-major at ``vram_base`` with row pitch ``rows_p``."""
+    """HBM ``[rows, cols]`` -> VRAM column-block-major at ``vram_base`` with row pitch ``rows_p``
+    (``regs``: at least 4 gp registers, 5 when a row-group step is >= 2^18)."""
     _check_act("preload_act", cfg, t, rows, cols, rows_p, cfg.P_V)
-    _transfer_act(asm, cfg, "H_PREFETCH_V", t, rows, cols, vram_base, rows_p, regs, cfg.P_V)
+    stride = cfg.VLEN * t.eb if mutation_hooks.active("preload_stride_vlen") else cols * t.eb
+    _set_scale_stride(asm, t.scale_offset, stride, regs[0])
+    _transfer_act(asm, cfg, "H_PREFETCH_V", t, cols, vram_base, rows_p, regs, cfg.P_V, rows_p * cfg.VLEN)
 
 
 def store_act(
@@ -148,38 +168,43 @@ def store_act(
     """VRAM CBM ``[rows, cols]`` -> HBM tensor ``t`` (mirror of :func:`preload_act`, Ps-row groups)."""
     _check_act("store_act", cfg, t, rows, cols, rows_p, cfg.P_W)
     V = cfg.VLEN
-    if len(regs) < 2:
-        raise ValueError("store_act: needs 2 gp registers")
-    gv, go = regs[0], regs[1]
     scale = (rows * cols) // 2 if mutation_hooks.active("store_scale_wrong") else t.scale_offset
-    load_imm(asm, gv, scale)
-    asm.C_SET_SCALE_REG(gp(gv))
-    load_imm(asm, gv, cols * t.eb)
-    asm.C_SET_STRIDE_REG(gp(gv))
-    Ps = cfg.P_W
-    for c in range(cols // V):
-        for q in range(rows_p // Ps):
-            block = c * V if mutation_hooks.active("store_block_address") else c * rows_p * V
-            load_imm(asm, gv, vram_base + block + q * Ps * V)
-            load_imm(asm, go, (q * Ps * cols + c * V) * t.eb)
-            asm.H_STORE_V(gp(gv), gp(go), areg(t.areg), 1, t.prec)
+    _set_scale_stride(asm, scale, cols * t.eb, regs[0])
+    block = V if mutation_hooks.active("store_block_address") else rows_p * V
+    _transfer_act(asm, cfg, "H_STORE_V", t, cols, vram_base, rows_p, regs, cfg.P_W, block)
 
 
 def load_vector(asm: Asm, cfg: HardwareConfig, t: HbmTensor, n: int, vram_base: int, regs: Sequence[int]) -> int:
-    """Load a contiguous ``[n]`` vector into ``round_up(n/V, Pv)`` VRAM rows; returns that row count."""
+    """Load a contiguous ``[n]`` vector into ``round_up(n/V, Pv)`` VRAM rows (one hardware loop over the
+    ``Pv``-row transfers; ``regs``: 3 gp registers, a 4th when a step is >= 2^18); returns that row count."""
     V, Pv = cfg.VLEN, cfg.P_V
     if n % V:
         raise ValueError(f"load_vector: n={n} must be a multiple of VLEN={V}")
     nrows = round_up(n // V, Pv)
     if t.alloc_elems < nrows * V:
         raise ValueError(f"load_vector: tensor alloc_elems={t.alloc_elems} < {nrows * V} (Pv-row slack)")
-    if len(regs) < 2:
-        raise ValueError("load_vector: needs 2 gp registers")
-    gv, go = regs[0], regs[1]
+    if len(regs) < 3:
+        raise ValueError("load_vector: needs 3 gp registers")
+    gv, go, gL = regs[:3]
+    lb = LoopBudget(asm, cfg, "load_vector")
+    count = nrows // Pv
+    v_step, o_step = Pv * V, Pv * V * t.eb
+    spare = list(regs[3:])
+    for step in (v_step, o_step) if lb.looped(count) else ():
+        if lb.needs_register(step):
+            if not spare:
+                raise ValueError(f"load_vector: the step {step} >= 2^18 needs another gp register")
+            lb.hold(spare.pop(0), step)
     load_imm(asm, gv, t.scale_offset)
     asm.C_SET_SCALE_REG(gp(gv))
-    for k in range(nrows // Pv):
-        load_imm(asm, gv, vram_base + k * Pv * V)
-        load_imm(asm, go, k * Pv * V * t.eb)
-        asm.H_PREFETCH_V(gp(gv), gp(go), areg(t.areg), 0, t.prec)
+    load_imm(asm, gv, vram_base)
+    load_imm(asm, go, 0)
+
+    def transfer(step: bool) -> None:
+        lb.asm.H_PREFETCH_V(gp(gv), gp(go), areg(t.areg), 0, t.prec)
+        if step:
+            lb.add(gv, v_step, None if lb.looped(count) else gL)
+            lb.add(go, o_step, None if lb.looped(count) else gL)
+
+    lb.run(gL, count, "transfers", transfer, step_last=False)
     return nrows

@@ -5,8 +5,10 @@ the optional bias ``[N]`` live in HBM.  Per output column tile ``nt`` and K chun
 MRAM tiles), the W tiles are prefetched, then for every output column block ``j`` (row-granular ABI:
 ``j*B*M``) and row block ``g`` the chunk's ``M_MM`` accumulate in f32 and one ``M_MM_WO`` rounds to bf16.
 Later chunks go through the ``split`` scratch and are added to Y (one more bf16 rounding each); the bias is
-added after the last chunk.  ``loops=True`` runs the ``j``/``g`` loops and the row loops as hardware loops,
-``loops=False`` unrolls them; both give bit-identical results.
+added after the last chunk.  ``loops=True`` (the default) emits every repeated step as a hardware loop with
+register-stepped pointers, so the program size hardly depends on the shape (:class:`_LoopedLinear`);
+``loops=False`` unrolls everything with compile-time addresses (the reference form).  Both run the same
+compute and memory operations on the same addresses in the same order and give bit-identical results.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import IMM18_LIMIT, Asm, add_imm, areg, load_imm
+from .asm import Asm, AsmSink, areg, load_imm
 from .asm import gp as G
 from .common import (
+    Index,
     LoopBudget,
     Region,
     check_addr,
@@ -28,7 +31,6 @@ from .common import (
     need_int,
     need_multiple,
     rp,
-    step_adder,
     take_regs,
     vector_rows,
 )
@@ -45,7 +47,8 @@ __all__ = [
 ]
 
 KERNEL = "linear"
-GP_NEEDED = 9
+GP_NEEDED = 9  # the unrolled form (loops=False)
+LOOPED_GP = 11  # the looped form; batched_matmul's batch loop takes a 12th
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def plan_linear(
     mram_tile0: int = 0,
     max_k_tiles: int | None = None,
     split_base: int | None = None,
-    loops: bool = False,
+    loops: bool = True,
     w_offset: int = 0,
     kernel: str = KERNEL,
     x_role: str = "input",
@@ -190,8 +193,7 @@ def plan_linear(
         regions.pop("y")
     check_disjoint(kernel, regions)
     mram = (mram_tile0, min(max_k_tiles, kt_total))
-    # hardware loops step their pointers by B*V (= B*M); past the S_ADDI_INT immediate it needs a 10th register
-    gp_needed = GP_NEEDED + int(loops and B * V >= IMM18_LIMIT)
+    gp_needed = LOOPED_GP if loops else GP_NEEDED
     return LinearPlan(
         rows,
         K,
@@ -222,7 +224,7 @@ def plan_linear(
     )
 
 
-def _set_scale_stride(asm: Asm, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
+def _set_scale_stride(asm: AsmSink, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
     load_imm(asm, reg, t.scale_offset)
     asm.C_SET_SCALE_REG(G(reg))
     if pitch_bytes is not None:
@@ -230,21 +232,181 @@ def _set_scale_stride(asm: Asm, t: HbmTensor, pitch_bytes: int | None, reg: int)
         asm.C_SET_STRIDE_REG(G(reg))
 
 
-def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget) -> None:
-    """The body of ``linear`` for one plan (used by linear, batched_matmul, ffn and router_topk)."""
+def emit_linear_core(
+    asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, batch: Batch | None = None
+) -> None:
+    """The body of ``linear`` for one plan (used by linear, batched_matmul, ffn and router_topk).
+
+    ``batch`` (looped form only) repeats it over a batch loop with per-batch X/Y/W steps (batched_matmul)."""
+    if plan.loops:
+        _LoopedLinear(lb, plan, regs, batch or Batch()).emit(asm)
+        return
+    assert batch is None, "the unrolled form emits one batch per call"
+    _emit_unrolled(asm, plan, regs, lb)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The batch loop of the looped core: ``count`` batches, X/Y element steps and the W byte step per batch."""
+
+    count: int = 1
+    x_step: int = 0
+    y_step: int = 0
+    w_step: int = 0
+
+
+class _LoopedLinear:
+    """The looped form: batch, output column tile ``nt`` and K chunk are :meth:`LoopBudget.repeat` loops (a
+    hardware loop unless an iteration exceeds the budget), column block ``j`` likewise, row block ``g`` a
+    hardware loop, the K tiles of a chunk (W prefetch and ``M_MM``) :meth:`LoopBudget.run` loops.  Pointers
+    run (stepped by constants, rewound after a loop); the per-batch / per-``nt`` bases are computed from the
+    loop counters (:meth:`LoopBudget.affine`).  The first chunk writes Y, later ones the split scratch, added
+    to Y; the middle (full) chunks are one loop, a shorter last chunk is emitted on its own."""
+
+    def __init__(self, lb: LoopBudget, plan: LinearPlan, regs: Sequence[int], batch: Batch) -> None:
+        self.lb, self.p, self.batch = lb, plan, batch
+        (self.Lnt, self.Lci, self.Lj, self.Lg, self.Lk, self.gWo, self.gX, self.gW, self.gD, self.gT1, self.gT2) = regs[
+            :LOOPED_GP
+        ]
+        self.Lbt = regs[LOOPED_GP] if batch.count > 1 else 0
+        M, B, V = plan.M, plan.B, plan.V
+        self.xk = plan.x_pitch * V  # X step per K tile
+        self.tile0 = plan.mram_tile0 * M * M
+        self.ng = plan.y_rows // B
+        # the K-tile M_MM loop steps its pointers by M*M and xk; past the immediate it is unrolled (Lk as scratch)
+        self.kk_loop = not (LoopBudget.needs_register(M * M) or LoopBudget.needs_register(self.xk))
+
+    def emit(self, asm: Asm) -> None:
+        p, lb = self.p, self.lb
+        if p.bias is not None:
+            assert p.bias_base is not None  # plan_linear requires it with a bias
+            asm.comment(f"{p.kernel}: load bias -> VRAM row {p.bias_base // p.V}")
+            load_vector(asm, p.cfg, p.bias, p.N, p.bias_base, [self.gT1, self.gT2, self.Lk, self.Lg])
+        lb.repeat(self.Lbt, self.batch.count, "batches", self._batch)
+
+    def _batch(self, bt: Index) -> None:
+        self.lb.asm.comment(f"{self.p.kernel}: W SCALE/STRIDE")
+        _set_scale_stride(self.lb.asm, self.p.w, self.p.N * self.p.w.eb, self.gT1)
+        self.lb.repeat(self.Lnt, self.p.N // self.p.M, "output column tiles", lambda nt: self._tile(bt, nt))
+
+    def _y_nt(self, dst: int, bt: Index, nt: Index) -> None:
+        p = self.p
+        self.lb.affine(dst, p.y_base, [(bt, self.batch.y_step), (nt, p.y_pitch * p.V)], self.Lk)
+
+    def _tile(self, bt: Index, nt: Index) -> None:
+        p, lb = self.p, self.lb
+        lb.asm.comment(f"{p.kernel}: output column tile nt (W row offset, X chunk base)")
+        lb.affine(self.gWo, p.w_offset * p.w.eb, [(bt, self.batch.w_step), (nt, p.M * p.w.eb)], self.Lk)
+        lb.affine(self.gX, p.x_base, [(bt, self.batch.x_step)], self.Lk)
+        sizes = [len(c) for c in p.chunks]
+        mkt = sizes[0]
+        last = sizes[-1] if len(sizes) > 1 and sizes[-1] != mkt else 0
+        middle = len(sizes) - 1 - int(last > 0)
+        self._chunk(bt, nt, mkt, first=True, more=len(sizes) > 1)
+        lb.repeat(self.Lci, middle, "K chunks", lambda _ci: self._chunk(bt, nt, mkt, first=False, more=True))
+        if last:
+            self._chunk(bt, nt, last, first=False, more=False)
+        if p.bias is not None:
+            assert p.bias_base is not None
+            lb.asm.comment(f"{p.kernel}: Y[nt] += bias row nt")
+            self._y_nt(self.gT1, bt, nt)
+            lb.affine(self.gT2, p.bias_base, [(nt, p.V)], self.Lk)
+            self._add_rows(p.rows, bias=True)
+
+    def _chunk(self, bt: Index, nt: Index, nk: int, *, first: bool, more: bool) -> None:
+        """Prefetch the chunk's ``nk`` W tiles, multiply (into Y or the split scratch), add the split to Y."""
+        p, lb = self.p, self.lb
+        lb.asm.comment(f"{p.kernel}: K chunk of {nk} tiles: prefetch W")
+        row_step = 0 if mutation_hooks.active("weight_tile_row_ignored") else p.M * p.N * p.w.eb
+        load_imm(lb.asm, self.gW, self.tile0)
+
+        def prefetch(step: bool) -> None:
+            lb.asm.H_PREFETCH_M(G(self.gW), G(self.gWo), areg(p.w.areg), 1, 0)
+            lb.add(self.gWo, row_step, self.Lg)
+            if step:
+                lb.add(self.gW, p.M * p.M, self.Lg)
+
+        lb.run(self.Lj, nk, "W tiles", prefetch, step_last=False)
+        lb.asm.comment(f"{p.kernel}: matmul -> {'Y' if first else 'split'}")
+        if first:
+            self._y_nt(self.gD, bt, nt)
+        else:
+            assert p.split_base is not None  # plan_linear requires it for a K split
+            load_imm(lb.asm, self.gD, p.split_base)
+        load_imm(lb.asm, self.gW, self.tile0)
+        lb.repeat(self.Lj, p.M // p.B, "column blocks j", lambda _j: self._column_block(nk))
+        if not first and not mutation_hooks.active("ksplit_partial_dropped"):
+            lb.asm.comment(f"{p.kernel}: Y[nt] += split")
+            self._y_nt(self.gT1, bt, nt)
+            load_imm(lb.asm, self.gT2, p.split_base or 0)
+            self._add_rows(p.y_rows, bias=False)
+        if more:
+            lb.add(self.gX, nk * self.xk, self.Lj)
+
+    def _column_block(self, nk: int) -> None:
+        p, lb = self.p, self.lb
+        B, V = p.B, p.V
+        stepping = self.ng > 1
+        with lb.loop(self.Lg, self.ng, "row blocks g"):
+            self._row_block(nk)
+            if stepping:
+                lb.add(self.gX, B * V, self.Lk)
+                lb.add(self.gD, B * V, self.Lk)
+        done = self.ng * B * V if stepping else 0
+        col_step = B if mutation_hooks.active("linear_col_step_element") else B * p.M
+        lb.add(self.gX, -done, self.Lg)
+        lb.add(self.gD, B - done, self.Lg)
+        lb.add(self.gW, col_step, self.Lg)
+
+    def _row_block(self, nk: int) -> None:
+        """``M_MM`` over the chunk's K tiles (ascending), then ``M_MM_WO``."""
+        p, lb = self.p, self.lb
+        mm = p.M * p.M
+        lb.asm.M_MM(0, G(self.gW), G(self.gX))
+        if nk > 1:
+            lb.offset(self.gT1, self.gW, mm)
+            lb.offset(self.gT2, self.gX, self.xk)
+            tmp = None if self.kk_loop else self.Lk
+
+            def tile(step: bool) -> None:
+                lb.asm.M_MM(0, G(self.gT1), G(self.gT2))
+                if step:
+                    lb.add(self.gT1, mm, tmp)
+                    lb.add(self.gT2, self.xk, tmp)
+
+            if self.kk_loop:
+                lb.run(self.Lk, nk - 1, "K tiles", tile, step_last=False)
+            else:
+                for k in range(nk - 1):
+                    tile(k < nk - 2)
+        lb.asm.M_MM_WO(G(self.gD), G(0), 0)
+
+    def _add_rows(self, n: int, *, bias: bool) -> None:
+        """``Y[r] += S[r]`` (split) or ``Y[r] += S`` (bias row) for ``r < n``: Y at gT1, S at gT2."""
+        lb, V = self.lb, self.p.V
+
+        def row(step: bool) -> None:
+            lb.asm.V_ADD_VV(G(self.gT1), G(self.gT1), G(self.gT2), 0)
+            if step:
+                lb.add(self.gT1, V)
+                if not bias:
+                    lb.add(self.gT2, V)
+
+        lb.run(self.Lg, n, "row add", row, step_last=False)
+
+
+def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget) -> None:
+    """The unrolled form (``loops=False``): every address a compile-time constant (the reference form)."""
     gLj, gLg, gWj, gDj, gXg, gDg, gT1, gT2, gTmp = regs[:GP_NEEDED]
     M, V, B, N = plan.M, plan.V, plan.B, plan.N
     w = plan.w
     eb = w.eb
     tile0 = plan.mram_tile0 * M * M
     col_step = B if mutation_hooks.active("linear_col_step_element") else B * M
-    if plan.loops:
-        row_step = step_adder(asm, regs[GP_NEEDED:], B * V)
-        col_add = row_step if col_step == B * V else step_adder(asm, (), col_step)
     if plan.bias is not None:
         assert plan.bias_base is not None  # plan_linear requires it with a bias
         asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
-        load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2])
+        load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2, gTmp, gLg])
     asm.comment(f"{plan.kernel}: W SCALE/STRIDE")
     _set_scale_stride(asm, w, N * eb, gT1)
     for nt in range(N // M):
@@ -264,61 +426,30 @@ def emit_linear_core(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBu
             x0 = plan.x_base + chunk[0] * plan.x_pitch * V
             xk = plan.x_pitch * V
             asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} matmul -> {'Y' if ci == 0 else 'split'}")
-            if plan.loops:
-                load_imm(asm, gWj, tile0)
-                load_imm(asm, gDj, dst)
-                with lb.loop(gLj, M // B, "column blocks j"):
-                    load_imm(asm, gXg, x0)
-                    asm.S_ADDI_INT(G(gDg), G(gDj), 0)
-                    with lb.loop(gLg, plan.y_rows // B, "row blocks g"):
-                        for kk in range(len(chunk)):
-                            wr, xr = gWj, gXg
-                            if kk:
-                                add_imm(asm, gT1, gWj, kk * M * M, gTmp)
-                                add_imm(asm, gT2, gXg, kk * xk, gTmp)
-                                wr, xr = gT1, gT2
-                            asm.M_MM(0, G(wr), G(xr))
-                        asm.M_MM_WO(G(gDg), G(0), 0)
-                        row_step(gXg)
-                        row_step(gDg)
-                    col_add(gWj)
-                    asm.S_ADDI_INT(G(gDj), G(gDj), B)
-            else:
-                for j in range(M // B):
-                    for g in range(plan.y_rows // B):
-                        for kk in range(len(chunk)):
-                            load_imm(asm, gT1, tile0 + kk * M * M + j * col_step)
-                            load_imm(asm, gT2, x0 + kk * xk + g * B * V)
-                            asm.M_MM(0, G(gT1), G(gT2))
-                        load_imm(asm, gT1, dst + g * B * V + j * B)
-                        asm.M_MM_WO(G(gT1), G(0), 0)
+            for j in range(M // B):
+                for g in range(plan.y_rows // B):
+                    for kk in range(len(chunk)):
+                        load_imm(asm, gT1, tile0 + kk * M * M + j * col_step)
+                        load_imm(asm, gT2, x0 + kk * xk + g * B * V)
+                        asm.M_MM(0, G(gT1), G(gT2))
+                    load_imm(asm, gT1, dst + g * B * V + j * B)
+                    asm.M_MM_WO(G(gT1), G(0), 0)
             if ci > 0 and not mutation_hooks.active("ksplit_partial_dropped"):
                 asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} Y += split")
-                _add_rows(asm, lb, plan, y_nt, dst, V, plan.y_rows, gLg, gT1, gT2)
+                _add_rows(asm, plan, y_nt, dst, V, plan.y_rows, gT1, gT2)
         if plan.bias is not None:
             assert plan.bias_base is not None
             asm.comment(f"{plan.kernel}: nt={nt} Y += bias row {nt}")
-            _add_rows(asm, lb, plan, y_nt, plan.bias_base + nt * V, 0, plan.rows, gLg, gT1, gT2)
+            _add_rows(asm, plan, y_nt, plan.bias_base + nt * V, 0, plan.rows, gT1, gT2)
 
 
-def _add_rows(
-    asm: Asm, lb: LoopBudget, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int, gL: int, gY: int, gS: int
-) -> None:
-    """``Y[r] += S[r*step]`` for r < n (hw loop if ``plan.loops`` else unrolled)."""
+def _add_rows(asm: Asm, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int, gY: int, gS: int) -> None:
+    """``Y[r] += S[r*step]`` for r < n, unrolled."""
     V = plan.V
-    if plan.loops:
-        load_imm(asm, gY, y0)
-        load_imm(asm, gS, s0)
-        with lb.loop(gL, n, "row add"):
-            asm.V_ADD_VV(G(gY), G(gY), G(gS), 0)
-            asm.S_ADDI_INT(G(gY), G(gY), V)
-            if s_step:
-                asm.S_ADDI_INT(G(gS), G(gS), s_step)
-    else:
-        for r in range(n):
-            load_imm(asm, gY, y0 + r * V)
-            load_imm(asm, gS, s0 + r * s_step)
-            asm.V_ADD_VV(G(gY), G(gY), G(gS), 0)
+    for r in range(n):
+        load_imm(asm, gY, y0 + r * V)
+        load_imm(asm, gS, s0 + r * s_step)
+        asm.V_ADD_VV(G(gY), G(gY), G(gS), 0)
 
 
 def emit_linear(asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
@@ -373,7 +504,7 @@ def plan_batched_matmul(
     mram_tile0: int = 0,
     max_k_tiles: int | None = None,
     split_base: int | None = None,
-    loops: bool = False,
+    loops: bool = True,
 ) -> BmmPlan:
     k = "batched_matmul"
     need_int(k, "nb", nb, 1)
@@ -418,15 +549,21 @@ def plan_batched_matmul(
         parts[0].mram_tiles,
         {"w": nb * K * N},
         loops,
-        gp_needed=parts[0].gp_needed,
+        gp_needed=parts[0].gp_needed + int(loops and nb > 1),
     )
 
 
 def emit_batched_matmul(asm: Asm, plan: BmmPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
     regs, _ = take_regs("batched_matmul", gp, fp, plan.gp_needed, plan.fp_needed)
     asm.begin("batched_matmul", nb=plan.nb, Mr=plan.Mr, K=plan.K, N=plan.N, a=plan.a_base, y=plan.y_base)
-    for bt, part in enumerate(plan.parts):
-        asm.comment(f"batched_matmul: batch {bt}")
-        lb = LoopBudget(asm, part.cfg, "batched_matmul")
-        emit_linear_core(asm, part, regs, lb)
+    p0 = plan.parts[0]
+    if plan.loops:
+        p1 = plan.parts[-1] if plan.nb > 1 else p0
+        steps = [(b - a) // max(1, plan.nb - 1) for a, b in ((p0.x_base, p1.x_base), (p0.y_base, p1.y_base))]
+        batch = Batch(plan.nb, steps[0], steps[1], (p1.w_offset - p0.w_offset) // max(1, plan.nb - 1) * p0.w.eb)
+        emit_linear_core(asm, p0, regs, LoopBudget(asm, p0.cfg, "batched_matmul"), batch)
+    else:
+        for bt, part in enumerate(plan.parts):
+            asm.comment(f"batched_matmul: batch {bt}")
+            emit_linear_core(asm, part, regs, LoopBudget(asm, part.cfg, "batched_matmul"))
     asm.end("batched_matmul")

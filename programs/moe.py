@@ -210,7 +210,7 @@ def plan_router_topk(
     mram_tile0: int = 0,
     max_k_tiles: int | None = None,
     split_base: int | None = None,
-    loops: bool = False,
+    loops: bool = True,
 ) -> RouterPlan:
     k = "router_topk"
     if policy not in POLICIES:

@@ -180,11 +180,11 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     if plan.gamma is not None:
         asm.comment(f"{plan.kernel}: load gamma")
         assert plan.gamma_base is not None  # _plan requires it with gamma
-        load_vector(asm, cfg, plan.gamma, plan.hidden, plan.gamma_base, [gX, gY])
+        load_vector(asm, cfg, plan.gamma, plan.hidden, plan.gamma_base, [gX, gY, gL, gLc, gT])
     if plan.beta is not None:
         asm.comment(f"{plan.kernel}: load beta")
         assert plan.beta_base is not None  # _plan requires it with beta
-        load_vector(asm, cfg, plan.beta, plan.hidden, plan.beta_base, [gX, gY])
+        load_vector(asm, cfg, plan.beta, plan.hidden, plan.beta_base, [gX, gY, gL, gLc, gT])
     asm.comment(f"{plan.kernel}: constants EPS, INV_HIDDEN")
     swapped = mutation_hooks.active("norm_slots_swapped")
     asm.S_LD_FP(F(fEps), G(0), SLOT["INV_HIDDEN"] if swapped else SLOT["EPS"])

@@ -28,6 +28,7 @@ from .asm import fp as F
 from .asm import gp as G
 from .common import (
     SLOT,
+    Index,
     LoopBudget,
     Region,
     check_addr,
@@ -35,7 +36,6 @@ from .common import (
     fail,
     need_int,
     need_multiple,
-    step_adder,
     take_regs,
 )
 from .hbm_tensors import HbmTensor, preload_act, row_pad
@@ -203,7 +203,7 @@ def plan_rope(
 def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, (fOne,) = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
     gX, gY, gA, gB, gT, gL, gL2, gW = regs[:8]
-    V, M, B, cfg = plan.V, plan.M, plan.B, plan.cfg
+    V, cfg = plan.V, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
     nh, d, pitch = plan.nh, plan.d, plan.pitch
     cols = nh * d
@@ -211,48 +211,12 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
         KERNEL, rows=plan.rows, nh=nh, d=d, x=plan.x_base, y=plan.y_base, path="block" if plan.block_path else "matrix"
     )
     asm.comment(f"{KERNEL}: load cos and sin tables")
-    preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB])
-    preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB])
+    preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB, gL, gL2, gT])
+    preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB, gL, gL2, gT])
     if not plan.block_path:
-        asm.comment(f"{KERNEL}: rotation tile -> MRAM tile {plan.mram_tile0}; XR = X @ R")
-        rot = plan.rot
-        assert rot is not None  # plan_rope requires it on the matrix path
-        rt = plan.mram_tile0 * M * M
-        load_imm(asm, gA, rot.scale_offset)
-        asm.C_SET_SCALE_REG(G(gA))
-        load_imm(asm, gA, rt)
-        asm.H_PREFETCH_M(G(gA), G(0), areg(rot.areg), 0, rot.prec)
-        step = step_adder(asm, regs[8:], B * V)  # B*V == B*M (the matrix path needs V == M)
-        for blk in range(plan.nblk):
-            load_imm(asm, gW, rt)
-            load_imm(asm, gT, plan.xr_base + blk * pitch * V)
-            with lb.loop(gL, M // B, "column blocks j"):
-                load_imm(asm, gX, plan.x_base + blk * pitch * V)
-                asm.S_ADDI_INT(G(gY), G(gT), 0)
-                with lb.loop(gL2, pitch // B, "row blocks g"):
-                    asm.M_MM(0, G(gW), G(gX))
-                    asm.M_MM_WO(G(gY), G(0), 0)
-                    step(gX)
-                    step(gY)
-                step(gW)
-                asm.S_ADDI_INT(G(gT), G(gT), B)
+        _rotate_matrix(asm, plan, lb, regs)
     else:
-        asm.comment(f"{KERNEL}: XR = rotate_half(X) by block permutation")
-        asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
-        half = d // (2 * V)
-        for h in range(nh):
-            hb = h * d // V
-            for q in range(d // V):
-                src = hb + q + half if q < half else hb + q - half
-                load_imm(asm, gX, plan.x_base + src * pitch * V)
-                load_imm(asm, gY, plan.xr_base + (hb + q) * pitch * V)
-                with lb.loop(gL, pitch, "rows"):
-                    if q < half:
-                        asm.V_SUB_VF(G(gY), G(gX), F(0), 0, 1)
-                    else:
-                        asm.V_MUL_VF(G(gY), G(gX), F(fOne), 0)
-                    asm.S_ADDI_INT(G(gX), G(gX), V)
-                    asm.S_ADDI_INT(G(gY), G(gY), V)
+        _rotate_blocks(asm, plan, lb, regs, fOne)
     asm.comment(f"{KERNEL}: Y = X*cos + XR*sin")
     load_imm(asm, gX, plan.x_base)
     load_imm(asm, gA, plan.cos_base)
@@ -273,3 +237,72 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
         for r in (gX, gA, gB, gW) + (() if inplace else (gY,)):
             asm.S_ADDI_INT(G(r), G(r), V)
     asm.end(KERNEL)
+
+
+def _rotate_matrix(asm: Asm, plan: RopePlan, lb: LoopBudget, regs: Sequence[int]) -> None:
+    """``XR = X @ R`` block by block (a loop over the column blocks, hardware loops over j and g)."""
+    gX, gY, gA, gB, gT, gL, gL2, gW = regs[:8]
+    V, M, B = plan.V, plan.M, plan.B
+    P = plan.pitch * V
+    asm.comment(f"{KERNEL}: rotation tile -> MRAM tile {plan.mram_tile0}; XR = X @ R")
+    rot = plan.rot
+    assert rot is not None  # plan_rope requires it on the matrix path
+    rt = plan.mram_tile0 * M * M
+    load_imm(asm, gA, rot.scale_offset)
+    asm.C_SET_SCALE_REG(G(gA))
+    load_imm(asm, gA, rt)
+    asm.H_PREFETCH_M(G(gA), G(0), areg(rot.areg), 0, rot.prec)
+    if lb.needs_register(B * V):  # B*V == B*M (the matrix path needs V == M); a 9th register holds it
+        lb.hold(regs[8], B * V)
+    load_imm(asm, gA, plan.x_base)
+    load_imm(asm, gT, plan.xr_base)
+
+    def block(_blk: Index) -> None:
+        load_imm(lb.asm, gW, rt)
+        with lb.loop(gL, M // B, "column blocks j"):
+            lb.asm.S_ADDI_INT(G(gX), G(gA), 0)
+            lb.asm.S_ADDI_INT(G(gY), G(gT), 0)
+            with lb.loop(gL2, plan.pitch // B, "row blocks g"):
+                lb.asm.M_MM(0, G(gW), G(gX))
+                lb.asm.M_MM_WO(G(gY), G(0), 0)
+                lb.add(gX, B * V)
+                lb.add(gY, B * V)
+            lb.add(gW, B * V, gL2)
+            lb.add(gT, B)
+        lb.add(gT, P - M, gL)
+        lb.add(gA, P, gL)
+
+    lb.repeat(gB, plan.nblk, "column blocks", block)
+
+
+def _rotate_blocks(asm: Asm, plan: RopePlan, lb: LoopBudget, regs: Sequence[int], fOne: int) -> None:
+    """``XR = rotate_half(X)`` by block permutation, head by head: the first half of a head's XR blocks is
+    ``-X`` of its second half, the second half a copy of the first; each half is one contiguous row run."""
+    gX, gY, gA, gB, _gT, gL = regs[:6]
+    V, d, P = plan.V, plan.d, plan.pitch * plan.V
+    half = d // (2 * V)
+    run_rows = half * plan.pitch
+    asm.comment(f"{KERNEL}: XR = rotate_half(X) by block permutation")
+    asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+    load_imm(asm, gA, plan.x_base)
+    load_imm(asm, gY, plan.xr_base)
+
+    def rows(negate: bool) -> None:
+        def row(step: bool) -> None:
+            if negate:
+                lb.asm.V_SUB_VF(G(gY), G(gX), F(0), 0, 1)
+            else:
+                lb.asm.V_MUL_VF(G(gY), G(gX), F(fOne), 0)
+            lb.add(gX, V)
+            lb.add(gY, V)
+
+        lb.run(gL, run_rows, "rows", row)
+
+    def head(_h: Index) -> None:
+        lb.offset(gX, gA, half * P)
+        rows(negate=True)
+        lb.asm.S_ADDI_INT(G(gX), G(gA), 0)
+        rows(negate=False)
+        lb.add(gA, 2 * half * P, gL)
+
+    lb.repeat(gB, plan.nh, "heads", head)

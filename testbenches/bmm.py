@@ -22,7 +22,7 @@ DEFAULTS = {
     "Mr": hw(1, "MLEN"),
     "K": hw(2, "MLEN"),
     "N": hw(2, "MLEN"),
-    "loops": False,
+    "loops": True,
     "scale": 1.0,
     "seed": 0,
 }

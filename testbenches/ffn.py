@@ -29,7 +29,7 @@ DEFAULTS = {
     "inter": hw(4, "MLEN"),
     "max_k_tiles": None,
     "alias": False,
-    "loops": False,
+    "loops": True,
     "scale": 1.0,
     "seed": 0,
 }

@@ -25,7 +25,7 @@ DEFAULTS = {
     "bias": False,
     "max_k_tiles": None,
     "big_base": False,
-    "loops": False,
+    "loops": True,
     "scale": 1.0,
     "seed": 0,
 }

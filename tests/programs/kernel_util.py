@@ -80,3 +80,44 @@ def check_deterministic_and_hooks(make, own_hooks: dict, **params) -> None:
             except ValueError:
                 continue
         assert mutated != base, f"hook {hook} does not change the emitted text"
+
+
+#: the instructions an operation log leaves out: scalar integer arithmetic and loop control
+_POINTER_OPS = frozenset(
+    ("S_ADDI_INT", "S_ADD_INT", "S_SUB_INT", "S_MUL_INT", "S_LUI_INT", "C_LOOP_START", "C_LOOP_END", "C_BREAK")
+)
+
+
+def operation_log(text: str, cfg, int_sram=None) -> list[tuple]:
+    """Every instruction the program executes except pointer arithmetic and loop control, in order, as
+    ``(mnemonic, operands)`` with each ``gpN`` operand replaced by the value gp[N] holds then (the scalar
+    trace of tests/util/scalar_trace.py).  Two programs with the same log issue the same compute and memory
+    operations on the same addresses in the same order, however they compute the addresses."""
+    from isa.table import INSTRUCTIONS
+    from tests.util import scalar_trace
+
+    prog = assemble(text, "<log>")
+    log: list[tuple] = []
+    ops = scalar_trace._OPS
+    saved = dict(ops)
+
+    def recorder(orig):
+        def rec(tr, d):
+            mn, _, rest = prog.source[tr.pc].text.split(";")[0].strip().partition(" ")
+            vals = tuple(
+                tr.gpr[int(o[2:])] if re.fullmatch(r"gp\d+", o) else o for o in (x.strip() for x in rest.split(","))
+            )
+            log.append((mn, vals))
+            return orig(tr, d) if orig is not None else None
+
+        return rec
+
+    try:
+        for ins in INSTRUCTIONS:
+            if ins.mnemonic not in _POINTER_OPS:
+                ops[ins.mnemonic] = recorder(saved.get(ins.mnemonic))
+        scalar_trace.trace(prog, cfg, int_sram=int_sram)
+    finally:
+        ops.clear()
+        ops.update(saved)
+    return log

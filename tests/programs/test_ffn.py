@@ -129,3 +129,17 @@ def test_workspace_rows():
 def test_plan_errors_name_the_parameter(over, needle):
     with pytest.raises(ValueError, match=needle):
         make(**over)
+
+
+@pytest.mark.parametrize(
+    "p,inter_only",
+    [
+        (dict(rows=9, hidden=192, inter=256, max_k_tiles=2), False),
+        (dict(rows=8, hidden=128, inter=256, alias=True, max_k_tiles=1), False),
+        (dict(rows=20, hidden=192, inter=128, max_k_tiles=2), True),
+    ],
+)
+def test_loops_and_unrolled_do_the_same_operations(p, inter_only):
+    looped = make(loops=True, intermediate=inter_only, **p)
+    unrolled = make(loops=False, intermediate=inter_only, **p)
+    assert ku.operation_log(looped, CFG) == ku.operation_log(unrolled, CFG)

@@ -14,7 +14,7 @@ from tests.programs import kernel_util as ku
 CFG = get_config("default")
 
 
-def make_topk(cfg=CFG, gp=ku.GP, fp=ku.FP, T=4, policy=0, router=False, fp_out=16, int_out=0):
+def make_topk(cfg=CFG, gp=ku.GP, fp=ku.FP, T=4, policy=0, router=False, fp_out=16, int_out=0, loops=True):
     V = cfg.VLEN
     pitch = rp(cfg, T)
     E = 32 if policy == 0 else 128
@@ -34,6 +34,7 @@ def make_topk(cfg=CFG, gp=ku.GP, fp=ku.FP, T=4, policy=0, router=False, fp_out=1
             fp_out=fp_out,
             int_out=int_out,
             stage_base=st,
+            loops=loops,
         )
         return ku.emit_text(emit_router_topk, plan, gp, fp)
     plan = plan_topk(
@@ -65,3 +66,10 @@ def test_topk_structure():
         make_topk(policy=2)
     with pytest.raises(ValueError, match="stage_base=None"):
         plan_topk(CFG, T=4, policy=1, logits_base=0, pitch=4, fp_out=16, int_out=0)
+
+
+@pytest.mark.parametrize("policy,T", [(0, 4), (1, 5), (1, 40)])
+def test_router_loops_and_unrolled_do_the_same_operations(policy, T):
+    looped = make_topk(T=T, policy=policy, router=True, loops=True)
+    unrolled = make_topk(T=T, policy=policy, router=True, loops=False)
+    assert ku.operation_log(looped, CFG) == ku.operation_log(unrolled, CFG)
