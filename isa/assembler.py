@@ -274,10 +274,10 @@ def assemble(text: str, filename: str = "<asm>") -> Program:
             where.append(index)
     if errors:
         raise AssemblerError(errors)
-    index_of = np.frombuffer(where, dtype=np.int64) if where else np.zeros(0, dtype=np.int64)
-    texts = [lines[k] for k in index_of.tolist()]
+    index_of = np.array(where, dtype=np.int64)
+    texts = list(map(lines.__getitem__, where))
     source = SourceMap.from_lines(filename, index_of + 1, texts)
-    return Program.trusted(read_only(np.frombuffer(words, dtype=np.uint32).copy()), source, filename)
+    return Program.trusted(read_only(np.array(words, dtype=np.uint32)), source, filename)
 
 
 def assemble_file(path: str | Path) -> Program:

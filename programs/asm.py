@@ -95,6 +95,8 @@ def _asm_encoders() -> dict[str, tuple[Encoder | None, ...]]:
 
 
 _ENCODERS = MappingProxyType(_asm_encoders())
+#: distinct instructions an Asm remembers (bounds its memo's memory)
+_MEMO_MAX = 1 << 16
 
 
 class Asm:
@@ -110,6 +112,8 @@ class Asm:
         self._recipes = array("H")  # EXPLICIT: the line is in _explicit
         self._explicit: dict[int, str] = {}  # word index -> line text
         self._comments: dict[int, str] = {}  # line index -> comment line (every other line is a word's)
+        #: (mnemonic, operands, their types) -> (word, recipe) of accepted instructions (generators repeat most)
+        self._memo: dict[tuple[str, tuple[object, ...], tuple[type, ...]], tuple[int, int]] = {}
 
     @property
     def n_instructions(self) -> int:
@@ -118,11 +122,25 @@ class Asm:
     # ---- emission
     def emit(self, mnemonic: str, *operands: int | str) -> None:
         """Emit one instruction; ints are immediates/flags, strings registers (``gp(3)``)."""
-        method = _METHODS.get(mnemonic)
-        if method is None:
-            self._emit_checked(mnemonic, operands)
-        else:
-            method(self, *operands)
+        self._add(mnemonic, _ENCODERS.get(mnemonic, ()), operands)
+
+    def _add(self, mnemonic: str, encoders: tuple[Encoder | None, ...], operands: tuple[object, ...]) -> None:
+        """Append one instruction: remembered, or encoded from the operands, or through the full path."""
+        key = (mnemonic, operands, tuple(map(type, operands)))  # exact types: True or 1.0 is not 1
+        encoded = self._memo.get(key)
+        if encoded is None:
+            try:
+                encoder = encoders[len(operands)]
+            except IndexError:
+                encoder = None
+            encoded = None if encoder is None else encode_operands(encoder, operands)
+            if encoded is None:
+                self._emit_checked(mnemonic, operands)
+                return
+            if len(self._memo) < _MEMO_MAX:
+                self._memo[key] = encoded
+        self._words.append(encoded[0])
+        self._recipes.append(encoded[1])
 
     def _emit_checked(self, mnemonic: str, operands: tuple[object, ...]) -> None:
         """The full path: the line as text, the generator rules and the real assembler."""
@@ -220,31 +238,18 @@ class Asm:
 
 
 def _mnemonic_method(mnemonic: str) -> Callable[..., None]:
-    """``asm.MNEMONIC(*operands)``: encoded straight from the operands when its plan takes them (the
-    common case), else through the full path (:meth:`Asm._emit_checked`), which raises or spells oddly."""
     encoders = _ENCODERS[mnemonic]
 
     def method(self: Asm, *operands: int | str) -> None:
-        try:
-            encoder = encoders[len(operands)]
-        except IndexError:
-            encoder = None
-        encoded = None if encoder is None else encode_operands(encoder, operands)
-        if encoded is None:
-            self._emit_checked(mnemonic, operands)
-            return
-        self._words.append(encoded[0])
-        self._recipes.append(encoded[1])
+        self._add(mnemonic, encoders, operands)
 
     method.__name__ = method.__qualname__ = mnemonic
     method.__doc__ = f"``emit({mnemonic!r}, ...)``"
     return method
 
 
-#: MNEMONIC -> its emitting method (also installed as ``Asm.MNEMONIC``)
-_METHODS = MappingProxyType({mnemonic: _mnemonic_method(mnemonic) for mnemonic in BY_MNEMONIC})
-for _mnemonic, _method in _METHODS.items():
-    setattr(Asm, _mnemonic, _method)
+for _mnemonic in BY_MNEMONIC:
+    setattr(Asm, _mnemonic, _mnemonic_method(_mnemonic))
 
 
 def load_imm(asm: AsmSink, r: int, v: int) -> None:

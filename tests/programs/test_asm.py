@@ -245,3 +245,20 @@ def test_program_equals_assembled_text_for_generator_outputs(testbench, params, 
     asm = matching[-1]
     name = f"{testbench}.asm"
     assert_same_program(asm.program(name), assemble(case.program, name))
+
+
+def test_remembered_instructions_do_not_accept_equal_values_of_other_types():
+    asm = Asm()
+    asm.S_ADDI_INT(gp(1), gp(0), 1)
+    asm.V_ADD_VV(gp(1), gp(2), gp(3), 0)
+    for ops, message in [
+        ((gp(1), gp(0), True), "boolean operand True"),
+        ((gp(1), gp(0), 1.0), r"operand 1\.0 is neither a register nor an int"),
+        ((gp(1), gp(0), np.int64(1)), r"operand np.int64\(1\) is neither a register nor an int"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            asm.S_ADDI_INT(*ops)
+    with pytest.raises(ValueError, match="boolean operand False"):
+        asm.emit("V_ADD_VV", gp(1), gp(2), gp(3), False)
+    asm.S_ADDI_INT(gp(1), gp(0), 1)
+    assert asm.lines() == ["S_ADDI_INT gp1, gp0, 1", "V_ADD_VV gp1, gp2, gp3, 0", "S_ADDI_INT gp1, gp0, 1"]
