@@ -218,27 +218,22 @@ class SpelledTexts:
         return spell(int(self._words[k]), recipe)
 
     def all(self) -> list[str]:
-        """Every text, in word order: spelled a recipe at a time, the fields extracted array-wise."""
-        order = np.argsort(self._recipes, kind="stable")
-        recipes = self._recipes[order]
-        starts = np.flatnonzero(np.diff(recipes)) + 1 if len(order) else np.zeros(0, dtype=np.int64)
-        grouped: list[str] = []  # the texts in ``order``
-        for group in np.split(order, starts):
-            if len(group):
-                grouped.extend(self._spell_group(int(self._recipes[group[0]]), group))
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(len(order))
-        return list(map(grouped.__getitem__, inverse.tolist()))
+        """Every text, in word order; each distinct (word, recipe) is spelled once (programs repeat lines)."""
+        keys = self._words.astype(np.uint64) | (self._recipes.astype(np.uint64) << np.uint64(32))
+        explicit = np.flatnonzero(self._recipes == EXPLICIT)
+        keys[explicit] = np.uint64(_EXPLICIT_KEY) | explicit.astype(np.uint64)  # one key per explicit word
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        texts = [self._text_of_key(key) for key in distinct.tolist()]
+        return list(map(texts.__getitem__, inverse.reshape(-1).tolist()))
 
-    def _spell_group(self, recipe: int, group: np.ndarray) -> list[str]:
-        if recipe == EXPLICIT:
-            return [self._explicit[k] for k in group.tolist()]
-        fmt, fields = TEMPLATES[recipe]
-        if not fields:
-            return [fmt] * len(group)
-        words = self._words[group]
-        columns = [((words >> shift) & mask).tolist() for shift, mask in fields]
-        return list(map(fmt.__mod__, zip(*columns, strict=True)))
+    def _text_of_key(self, key: int) -> str:
+        if key >= _EXPLICIT_KEY:
+            return self._explicit[key - _EXPLICIT_KEY]
+        return spell(key & 0xFFFFFFFF, key >> 32)
+
+
+#: keys of :meth:`SpelledTexts.all` at and above this are explicit words (their index added)
+_EXPLICIT_KEY = (EXPLICIT + 1) << 32
 
 
 #: (mnemonic, operand count) -> encoder of :data:`PLANS`
