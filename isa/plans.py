@@ -206,7 +206,7 @@ class SpelledTexts:
     __slots__ = ("_words", "_recipes", "_explicit")
 
     def __init__(self, words: np.ndarray, recipes: np.ndarray, explicit: Mapping[int, str]):
-        self._words, self._recipes, self._explicit = words, recipes, MappingProxyType(dict(explicit))
+        self._words, self._recipes, self._explicit = words, recipes, dict(explicit)  # a private copy
 
     def __len__(self) -> int:
         return len(self._words)

@@ -127,7 +127,10 @@ class Asm:
     def _add(self, mnemonic: str, encoders: tuple[Encoder | None, ...], operands: tuple[object, ...]) -> None:
         """Append one instruction: remembered, or encoded from the operands, or through the full path."""
         key = (mnemonic, operands, tuple(map(type, operands)))  # exact types: True or 1.0 is not 1
-        encoded = self._memo.get(key)
+        try:
+            encoded = self._memo.get(key)
+        except TypeError:  # an unhashable operand: not an instruction the memo can hold (the full path refuses it)
+            encoded = None
         if encoded is None:
             try:
                 encoder = encoders[len(operands)]

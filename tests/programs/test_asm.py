@@ -72,7 +72,7 @@ def random_operand(r: random.Random) -> object:
         return r.choice(_REGS)
     if roll < 0.85:
         return r.choice(_INTS) if r.random() < 0.5 else r.randrange(0, 64)
-    return r.choice([*_ODD_STRINGS, -1, -7, True, False, 1.0, None, np.int64(3)])
+    return r.choice([*_ODD_STRINGS, -1, -7, True, False, 1.0, None, np.int64(3), [1], {}])
 
 
 def form_operand(op: Operand, r: random.Random) -> object:
@@ -258,6 +258,8 @@ def test_remembered_instructions_do_not_accept_equal_values_of_other_types():
     ]:
         with pytest.raises(ValueError, match=message):
             asm.S_ADDI_INT(*ops)
+    with pytest.raises(ValueError, match=r"operand \[1\] is neither a register nor an int"):
+        asm.S_ADDI_INT(gp(1), gp(0), [1])
     with pytest.raises(ValueError, match="boolean operand False"):
         asm.emit("V_ADD_VV", gp(1), gp(2), gp(3), False)
     asm.S_ADDI_INT(gp(1), gp(0), 1)
