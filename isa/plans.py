@@ -93,15 +93,16 @@ def _operand_code(op: Operand, int_bit: int) -> OperandCode | None:
         if op.field is None:
             return None
         count = min(REGISTER_COUNT[op.kind], fmax + 1)
-        regs = {f"{op.kind}{n}": n << shift for n in range(count) if n not in forbid}
+        regs = MappingProxyType({f"{op.kind}{n}": n << shift for n in range(count) if n not in forbid})
         hi = 0 if op.zero_literal and 0 not in forbid else -1  # the number 0 spells register 0
         return OperandCode(regs, hi, 0, frozenset(), int_bit, (op.kind, shift, fmax), ("", shift, fmax))
     if op.kind == "zero":  # the placeholder: gp0 or the number 0, never anything else
-        return OperandCode({"gp0": 0}, 0, 0, frozenset(), int_bit, ("gp0", 0, 0), ("0", 0, 0))
+        return OperandCode(MappingProxyType({"gp0": 0}), 0, 0, frozenset(), int_bit, ("gp0", 0, 0), ("0", 0, 0))
+    no_regs: Mapping[str, int] = MappingProxyType({})
     if op.field is None:  # an unencoded number: only 0 (anything else goes to the full assembler)
-        return OperandCode({}, 0 if op.max_value is None else -1, 0, forbid, 0, ("0", 0, 0), ("0", 0, 0))
+        return OperandCode(no_regs, 0 if op.max_value is None else -1, 0, forbid, 0, ("0", 0, 0), ("0", 0, 0))
     hi = min(op.max_value, fmax) if op.max_value is not None else fmax
-    return OperandCode({}, hi, 1 << shift, forbid, 0, ("", shift, fmax), ("", shift, fmax))
+    return OperandCode(no_regs, hi, 1 << shift, forbid, 0, ("", shift, fmax), ("", shift, fmax))
 
 
 def _compile_form(instr: Instr, form: tuple[Operand, ...], recipe: int) -> tuple[Plan, int] | None:
