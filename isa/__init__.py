@@ -8,7 +8,7 @@ Public API: :func:`assemble`, :func:`assemble_file`, :class:`AssemblerError`, :f
 from .assembler import AsmDiagnostic, AssemblerError, assemble, assemble_file
 from .disasm import disassemble, disassemble_word
 from .memfile import MemFormatError, format_mem, parse_mem, read_mem, write_mem
-from .program import Program, SourceLine
+from .program import Program, SourceLine, SourceMap
 
 __all__ = [
     "AsmDiagnostic",
@@ -24,4 +24,5 @@ __all__ = [
     "write_mem",
     "Program",
     "SourceLine",
+    "SourceMap",
 ]

@@ -11,11 +11,15 @@ and raised together as one :class:`AssemblerError`.
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .encoding import encode
-from .program import Program, SourceLine
+from .plans import encode_operands, encoder_for
+from .program import Program, SourceMap, read_only
 from .table import BY_MNEMONIC, FIELDS, NOT_INSTRUCTIONS, OPERAND_KINDS, REGISTER_COUNT, Instr, Operand
 
 __all__ = ["AsmDiagnostic", "AssemblerError", "assemble", "assemble_file"]
@@ -216,41 +220,64 @@ def _assemble_line(code: str) -> int | None:
     return encode(mnem, **fields)
 
 
-#: line text -> encoded word (None: blank/comment) of lines that assembled without error. Generated
-#: programs repeat most lines (and ``programs.asm.Asm`` validates every line before the whole text is
-#: assembled), so this memo removes most of the parsing; bounded (cleared when full) to cap its memory.
-_LINE_MEMO: dict[str, int | None] = {}
-_LINE_MEMO_MAX = 1 << 17
+def _token_operand(tok: str) -> int | str:
+    """A stripped operand token as :func:`~isa.plans.encode_operands` takes it: plain decimal digits as an
+    int, anything else as the text (the plan accepts only canonical register names)."""
+    if tok.isdigit() and tok.isascii() and len(tok) <= _MAX_DIGITS:
+        return int(tok)
+    return tok
 
 
-def assemble_line_cached(line: str) -> int | None:
-    """The word of one source line (None if blank/comment); raises _LineError. Memoized (see above)."""
-    if line in _LINE_MEMO:
-        return _LINE_MEMO[line]
-    word = _assemble_line(strip_comment(line))
-    if len(_LINE_MEMO) >= _LINE_MEMO_MAX:
-        _LINE_MEMO.clear()
-    _LINE_MEMO[line] = word
-    return word
+def line_word(line: str) -> int | None:
+    """The word of one source line (None if blank/comment); raises _LineError.
+
+    The common spelling is encoded straight from its tokens (:mod:`isa.plans`); anything the plan does
+    not take goes through :func:`_assemble_line`, which gives the word or the located error.
+    """
+    code = strip_comment(line)
+    parts = code.split(None, 1)
+    if not parts:
+        return None
+    ops = [_token_operand(t.strip()) for t in parts[1].split(",")] if len(parts) > 1 else []
+    encoder = encoder_for(parts[0], len(ops))
+    if encoder is not None:
+        encoded = encode_operands(encoder, ops)
+        if encoded is not None:
+            return encoded[0]
+    return _assemble_line(code)
+
+
+#: distinct lines remembered per :func:`assemble` call (generated programs repeat most of their lines)
+_MEMO_MAX = 1 << 16
 
 
 def assemble(text: str, filename: str = "<asm>") -> Program:
     """Assemble ``text``. Raises :class:`AssemblerError` listing every error of the text."""
-    words: list[int] = []
-    source: list[SourceLine] = []
+    lines = text.splitlines()
+    words = array("I")
+    where = array("q")  # 0-based line index of each word
+    memo: dict[str, int] = {}  # line -> word, -1 for blank/comment
     errors: list[AsmDiagnostic] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        try:
-            word = assemble_line_cached(line)
-        except _LineError as e:
-            errors.append(AsmDiagnostic(filename, lineno, e.column, e.token, e.reason, line))
-            continue
-        if word is not None:
+    for index, line in enumerate(lines):
+        word = memo.get(line)
+        if word is None:
+            try:
+                encoded = line_word(line)
+            except _LineError as e:
+                errors.append(AsmDiagnostic(filename, index + 1, e.column, e.token, e.reason, line))
+                continue
+            word = -1 if encoded is None else encoded
+            if len(memo) < _MEMO_MAX:
+                memo[line] = word
+        if word >= 0:
             words.append(word)
-            source.append(SourceLine(filename, lineno, line))
+            where.append(index)
     if errors:
         raise AssemblerError(errors)
-    return Program(tuple(words), tuple(source), filename)
+    index_of = np.array(where, dtype=np.int64)
+    texts = list(map(lines.__getitem__, where))
+    source = SourceMap.from_lines(filename, index_of + 1, texts)
+    return Program.trusted(read_only(np.array(words, dtype=np.uint32)), source, filename)
 
 
 def assemble_file(path: str | Path) -> Program:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import SupportsInt
 
 from .fileio import atomic_write
-from .program import Program, SourceLine
+from .program import Program, SourceMap
 
 __all__ = ["MemFormatError", "format_mem", "parse_mem", "read_mem", "write_mem"]
 
@@ -36,7 +36,8 @@ def parse_mem(text: str, filename: str = "<mem>") -> Program:
     from .disasm import disassemble_word
 
     words: list[int] = []
-    source: list[SourceLine] = []
+    lines: list[int] = []
+    texts: list[str] = []
     index = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
         for tok in line.split():
@@ -50,9 +51,10 @@ def parse_mem(text: str, filename: str = "<mem>") -> Program:
                 )
             w = int(m.group(1), 16)
             words.append(w)
-            source.append(SourceLine(filename, lineno, f"{disassemble_word(w)}   (word 0x{w:08X})"))
+            lines.append(lineno)
+            texts.append(f"{disassemble_word(w)}   (word 0x{w:08X})")
             index += 1
-    return Program(tuple(words), tuple(source), filename)
+    return Program(words, SourceMap.from_lines(filename, lines, texts), filename)
 
 
 def read_mem(path: str | Path) -> Program:

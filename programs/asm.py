@@ -1,9 +1,11 @@
 """The one assembly-text builder every generator uses (kernels.md §1.2-§1.3).
 
-:class:`Asm` formats each instruction canonically (upper-case mnemonic, ``gpN``/``fN``/``aN``, decimal
-immediates, whole-line ``; `` comments) and validates it as it is emitted, through the real assembler plus
-the generator rules of kernels.md §1.2 (no gp0/f0 destinations, S_LUI_INT < 2^20, ...). Any violation is a
-``ValueError`` naming the instruction. :func:`load_imm` and :func:`add_imm` are the only way a generator
+:class:`Asm` validates and encodes each instruction as it is emitted, with the assembler's rules (through
+the opcode table's precompiled operand plans, :mod:`isa.plans`, or the real assembler for anything unusual)
+plus the generator rules of kernels.md §1.2 (no gp0/f0 destinations, S_LUI_INT < 2^20, ...). Any violation
+is a ``ValueError`` naming the instruction. Its text -- canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``,
+decimal immediates, whole-line ``; `` comments -- is made only when asked for; :meth:`Asm.program` gives
+the assembled program directly. :func:`load_imm` and :func:`add_imm` are the only way a generator
 materialises a constant that may not fit an immediate field.
 
 Register operands are written with :func:`gp`, :func:`fp` and :func:`areg` (``gp(3) == "gp3"``); plain
@@ -12,10 +14,17 @@ ints are immediates or flags.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Protocol
 
-from isa.assembler import _LineError, assemble_line_cached
+import numpy as np
+
+from isa.assembler import _LineError, line_word
+from isa.plans import EXPLICIT, PLANS, Encoder, Plan, SpelledTexts, encode_operands
+from isa.program import Program, SourceMap, read_only
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import mutation_hooks
@@ -45,28 +54,99 @@ class AsmSink(Protocol):
     def __getattr__(self, name: str) -> Callable[..., None]: ...
 
 
+_GP_NAMES = tuple(f"gp{n}" for n in range(16))
+_FP_NAMES = tuple(f"f{n}" for n in range(8))
+_A_NAMES = tuple(f"a{n}" for n in range(8))
+
+
 def gp(n: int) -> str:
-    return f"gp{int(n)}"
+    return _GP_NAMES[n] if type(n) is int and 0 <= n < 16 else f"gp{int(n)}"
 
 
 def fp(n: int) -> str:
-    return f"f{int(n)}"
+    return _FP_NAMES[n] if type(n) is int and 0 <= n < 8 else f"f{int(n)}"
 
 
 def areg(n: int) -> str:
-    return f"a{int(n)}"
+    return _A_NAMES[n] if type(n) is int and 0 <= n < 8 else f"a{int(n)}"
+
+
+def _with_rules(plan: Plan) -> Plan:
+    """``plan`` refusing what :meth:`Asm._check_rules` refuses (gp0 / f0 as the first operand of a writing
+    instruction, an S_LUI_INT immediate >= 2^20): such an instruction takes the full path, which raises."""
+    codes = list(plan.codes)
+    banned = ({"gp0"} if plan.mnemonic in _INT_DEST else set()) | ({"f0"} if plan.mnemonic in _FP_DEST else set())
+    if codes and banned:
+        regs = {name: bits for name, bits in codes[0].regs.items() if name not in banned}
+        codes[0] = replace(codes[0], regs=MappingProxyType(regs))
+    if plan.mnemonic == "S_LUI_INT" and len(codes) == 2:
+        codes[1] = replace(codes[1], hi=min(codes[1].hi, LUI_LIMIT - 1))
+    return replace(plan, codes=tuple(codes))
+
+
+def _asm_encoders() -> dict[str, tuple[Encoder | None, ...]]:
+    """MNEMONIC -> its encoders by operand count (None: no plan for that count), with the generator rules."""
+    out: dict[str, list[Encoder | None]] = {mnemonic: [] for mnemonic in BY_MNEMONIC}
+    for (mnemonic, count), plan in PLANS.items():
+        by_count = out[mnemonic]
+        by_count.extend([None] * (count + 1 - len(by_count)))
+        by_count[count] = _with_rules(plan).encoder
+    return {mnemonic: tuple(by_count) for mnemonic, by_count in out.items()}
+
+
+_ENCODERS = MappingProxyType(_asm_encoders())
+#: distinct instructions an Asm remembers (bounds its memo's memory)
+_MEMO_MAX = 1 << 16
 
 
 class Asm:
-    """Accumulates validated assembly lines. ``str(asm)`` / :meth:`text` gives the program text."""
+    """Accumulates validated instructions and comments. ``str(asm)`` / :meth:`text` gives the program text,
+    :meth:`program` the assembled program (without going through text).
+
+    An instruction is kept as its word and a recipe that spells its line back (:mod:`isa.plans`); only
+    comments and rarely spelled instructions are kept as text.
+    """
 
     def __init__(self) -> None:
-        self._lines: list[str] = []
-        self.n_instructions = 0
+        self._words = array("I")
+        self._recipes = array("H")  # EXPLICIT: the line is in _explicit
+        self._explicit: dict[int, str] = {}  # word index -> line text
+        self._comments: dict[int, str] = {}  # line index -> comment line (every other line is a word's)
+        #: (mnemonic, operands, their types) -> (word, recipe) of accepted instructions (generators repeat most)
+        self._memo: dict[tuple[str, tuple[object, ...], tuple[type, ...]], tuple[int, int]] = {}
+
+    @property
+    def n_instructions(self) -> int:
+        return len(self._words)
 
     # ---- emission
     def emit(self, mnemonic: str, *operands: int | str) -> None:
         """Emit one instruction; ints are immediates/flags, strings registers (``gp(3)``)."""
+        self._add(mnemonic, _ENCODERS.get(mnemonic, ()), operands)
+
+    def _add(self, mnemonic: str, encoders: tuple[Encoder | None, ...], operands: tuple[object, ...]) -> None:
+        """Append one instruction: remembered, or encoded from the operands, or through the full path."""
+        key = (mnemonic, operands, tuple(map(type, operands)))  # exact types: True or 1.0 is not 1
+        try:
+            encoded = self._memo.get(key)
+        except TypeError:  # an unhashable operand: not an instruction the memo can hold (the full path refuses it)
+            encoded = None
+        if encoded is None:
+            try:
+                encoder = encoders[len(operands)]
+            except IndexError:
+                encoder = None
+            encoded = None if encoder is None else encode_operands(encoder, operands)
+            if encoded is None:
+                self._emit_checked(mnemonic, operands)
+                return
+            if len(self._memo) < _MEMO_MAX:
+                self._memo[key] = encoded
+        self._words.append(encoded[0])
+        self._recipes.append(encoded[1])
+
+    def _emit_checked(self, mnemonic: str, operands: tuple[object, ...]) -> None:
+        """The full path: the line as text, the generator rules and the real assembler."""
         mnemonic = mnemonic.upper()
         if mnemonic not in BY_MNEMONIC:
             raise ValueError(f"Asm: unknown mnemonic {mnemonic!r}")
@@ -84,22 +164,25 @@ class Asm:
                 raise ValueError(f"Asm: {mnemonic}: operand {o!r} is neither a register nor an int")
         line = mnemonic + (" " + ", ".join(ops) if ops else "")
         self._check_rules(mnemonic, ops, line)
+        if line.splitlines() != [line]:
+            raise ValueError(f"Asm: {line!r}: an instruction must be one line")
         try:
-            assemble_line_cached(line)
+            word = line_word(line)
         except _LineError as exc:
             raise ValueError(f"Asm: {line}: {exc.reason}") from None
-        self._lines.append(line)
-        self.n_instructions += 1
+        assert word is not None  # the line starts with a mnemonic
+        self._explicit[len(self._words)] = line
+        self._words.append(word)
+        self._recipes.append(EXPLICIT)
 
     def __getattr__(self, name: str) -> Callable[..., None]:
-        # asm.S_ADDI_INT(gp(1), gp(0), 5) == asm.emit("S_ADDI_INT", ...)
-        if name.isupper() and name in BY_MNEMONIC:
-            return lambda *ops: self.emit(name, *ops)
+        # asm.S_ADDI_INT(gp(1), gp(0), 5) == asm.emit("S_ADDI_INT", ...): every mnemonic of the table is a
+        # method (set after the class); this signature tells type checkers so
         raise AttributeError(name)
 
     def comment(self, text: str) -> None:
         for part in str(text).splitlines() or [""]:
-            self._lines.append(f"; {part}".rstrip())
+            self._comments[len(self._words) + len(self._comments)] = f"; {part}".rstrip()
 
     def begin(self, kernel: str, **params: object) -> None:
         kv = " ".join(f"{k}={v}" for k, v in params.items())
@@ -109,13 +192,42 @@ class Asm:
         self.comment(f"{kernel} end")
 
     # ---- results
+    def _line_count(self) -> int:
+        return len(self._words) + len(self._comments)
+
+    def _word_lines(self) -> np.ndarray:
+        """The 0-based line index of every word: the lines that are not comments, in order."""
+        is_word = np.ones(self._line_count(), dtype=bool)
+        is_word[list(self._comments)] = False
+        return np.flatnonzero(is_word)
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only copies of the words and their recipes."""
+        return read_only(np.array(self._words, dtype=np.uint32)), read_only(np.array(self._recipes, np.uint16))
+
+    def lines(self) -> list[str]:
+        texts = SpelledTexts(*self._arrays(), self._explicit).all()
+        out: list[str] = []
+        taken = 0  # words placed so far
+        for index, comment in self._comments.items():  # in line order
+            upto = taken + index - len(out)
+            out.extend(texts[taken:upto])
+            out.append(comment)
+            taken = upto
+        out.extend(texts[taken:])
+        return out
+
     def text(self) -> str:
-        return "\n".join(self._lines) + ("\n" if self._lines else "")
+        return "\n".join(self.lines()) + ("\n" if self._line_count() else "")
 
     __str__ = text
 
-    def lines(self) -> list[str]:
-        return list(self._lines)
+    def program(self, name: str) -> Program:
+        """The assembled program, equal to ``assemble(self.text(), name)`` (words and source map) without
+        formatting or parsing text: line texts are spelled from the words when asked for."""
+        words, recipes = self._arrays()
+        source = SourceMap(name, self._word_lines() + 1, SpelledTexts(words, recipes, self._explicit))
+        return Program.trusted(words, source, name)
 
     # ---- generator rules beyond the assembler (kernels.md §1.2)
     @staticmethod
@@ -128,20 +240,35 @@ class Asm:
             raise ValueError(f"Asm: {line}: S_LUI_INT immediate must be < 2^20 (upper bits are lost)")
 
 
+def _mnemonic_method(mnemonic: str) -> Callable[..., None]:
+    encoders = _ENCODERS[mnemonic]
+
+    def method(self: Asm, *operands: int | str) -> None:
+        self._add(mnemonic, encoders, operands)
+
+    method.__name__ = method.__qualname__ = mnemonic
+    method.__doc__ = f"``emit({mnemonic!r}, ...)``"
+    return method
+
+
+for _mnemonic in BY_MNEMONIC:
+    setattr(Asm, _mnemonic, _mnemonic_method(_mnemonic))
+
+
 def load_imm(asm: AsmSink, r: int, v: int) -> None:
     """``gp[r] = v`` for ``0 <= v < 2^32`` (S_ADDI_INT, or S_LUI_INT + S_ADDI_INT)."""
     if not 0 <= v < U32_LIMIT:
         raise ValueError(f"load_imm: value {v} is outside 0..2^32-1")
     if r == 0:
         raise ValueError("load_imm: destination must not be gp0")
+    if v < IMM18_LIMIT:  # (both mutation hooks below emit this same instruction for such a value)
+        asm.S_ADDI_INT(gp(r), gp(0), v)
+        return
     if mutation_hooks.active("raw_large_immediate"):
         asm.S_ADDI_INT(gp(r), gp(0), v)  # mutation: raises in Asm when v >= 2^18
         return
     if mutation_hooks.active("truncated_immediate"):
         asm.S_ADDI_INT(gp(r), gp(0), v & (IMM18_LIMIT - 1))
-        return
-    if v < IMM18_LIMIT:
-        asm.S_ADDI_INT(gp(r), gp(0), v)
         return
     asm.S_LUI_INT(gp(r), v >> 12)
     if v & 0xFFF:

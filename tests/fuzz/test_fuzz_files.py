@@ -87,7 +87,7 @@ def check_mem(data: bytes, path, label: str):
     except Exception as exc:  # noqa: BLE001
         raise AssertionError(f"{label}: read_mem raised {type(exc).__name__}: {exc}") from exc
     assert all(0 <= w < 1 << 32 for w in prog.words)
-    assert parse_mem(format_mem(prog.words)).words == prog.words
+    assert parse_mem(format_mem(prog.words)).words.tolist() == prog.words.tolist()
     return prog
 
 

@@ -11,14 +11,14 @@ def test_format_is_upstream():
 
 def test_reader_is_lenient():
     prog = parse_mem("0x00200062 62\n\n  0XdeadBEEF\tFFFFFFFF  0x0\n")
-    assert prog.words == (0x00200062, 0x62, 0xDEADBEEF, 0xFFFFFFFF, 0)
+    assert prog.words.tolist() == [0x00200062, 0x62, 0xDEADBEEF, 0xFFFFFFFF, 0]
     assert [s.line for s in prog.source] == [1, 1, 3, 3, 3]
     assert prog.source[0].text.startswith("S_ADDI_INT gp1, gp0, 128")
 
 
 def test_empty_file_is_empty_program():
-    assert parse_mem("").words == ()
-    assert parse_mem("\n \n").words == ()
+    assert parse_mem("").words.tolist() == []
+    assert parse_mem("\n \n").words.tolist() == []
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_roundtrip_through_file(tmp_path):
     path = tmp_path / "p.mem"
     write_mem(path, prog.words)
     assert path.read_text() == "0x00200062\n0x00000034\n0x0004C877\n"
-    assert read_mem(path).words == prog.words
+    assert read_mem(path).words.tolist() == prog.words.tolist()
     assert [p.name for p in tmp_path.iterdir()] == ["p.mem"]  # no temp file left behind
 
 
