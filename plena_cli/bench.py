@@ -218,11 +218,10 @@ def _scalar_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, 
 
 def _reference_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """A testbench case on both backends: the reference interpreter's time over the Numba core's."""
-    from isa.assembler import assemble
     from testbenches.harness import prepare_machine
 
     case = _build_case(spec["tb"], params)
-    prog = assemble(case.program, f"{case.testbench}.asm")
+    prog = case.assembled()
     m = prepare_machine(case, "numba")
     res, wall = _run_machine(m, prog, "serial")
     m2 = prepare_machine(case, "reference")
@@ -332,12 +331,11 @@ def _floor_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[str, A
     """The bit-exact floor of prefill_1k's tile products (M_MM/M_TMM count of its program) and the FMA peak."""
     import numpy as np
 
-    from isa.assembler import assemble
     from testbenches.harness import prepare_machine
 
     case = _build_case(spec["tb"], params)
     m = prepare_machine(case, "numba")
-    res, _wall = _run_machine(m, assemble(case.program, "floor.asm"), "serial")
+    res, _wall = _run_machine(m, case.assembled(), "serial")
     B, M = m.cfg.BLEN, m.cfg.MLEN
     bo = res.stats.get("by_opcode", {})
     n = int(bo.get("M_MM", 0)) + int(bo.get("M_TMM", 0))

@@ -220,7 +220,8 @@ Index = int | LoopVar
 class CountedSink(AsmSink, Protocol):
     """What a :class:`LoopBudget` emits into: an :class:`~programs.asm.Asm` or the counting stand-in."""
 
-    n_instructions: int
+    @property
+    def n_instructions(self) -> int: ...
 
 
 class _CountingSink:

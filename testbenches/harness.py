@@ -302,6 +302,16 @@ class Case:
     #: the case building's clock (:class:`CaseBuilder`): ``build_s`` (the whole build) and ``generate_s`` (from
     #: the last input placed before ``cb.asm()`` to the last instruction emitted: planning and emission)
     build_times: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
+    #: (the text, its assembled program) when the builder had the words; used while ``program`` is that text
+    compiled: tuple[str, Program] | None = field(default=None, repr=False, compare=False)
+
+    def assembled(self) -> Program:
+        """``assemble(self.program, "<testbench>.asm")``, without re-parsing when the builder kept the words."""
+        from isa.assembler import assemble
+
+        if self.compiled is not None and self.compiled[0] is self.program:
+            return self.compiled[1]
+        return assemble(self.program, f"{self.testbench}.asm")
 
     @property
     def label(self) -> str:
@@ -375,8 +385,8 @@ class _TimedAsm(Asm):
         super().__init__()
         self._clock = clock
 
-    def emit(self, mnemonic: str, *operands: int | str) -> None:
-        super().emit(mnemonic, *operands)
+    def _add(self, mnemonic: str, encoders: tuple[Any, ...], operands: tuple[object, ...]) -> None:
+        super()._add(mnemonic, encoders, operands)  # the one path of every instruction (emit and asm.MNEMONIC)
         self._clock["emitted"] = time.perf_counter()
 
 
@@ -581,6 +591,8 @@ class CaseBuilder:
 
     def case(self, program: Asm | str, **extra: Any) -> Case:
         text = program.text() if isinstance(program, Asm) else str(program)
+        if isinstance(program, Asm):  # assembled from the words, no re-parse (valid while case.program is text)
+            extra.setdefault("compiled", (text, program.program(f"{self.testbench}.asm")))
         segs = []
         for p in self.tensors.values():
             segs.append((p.base, np.asarray(self.image.hbm.read(p.base, p.end - p.base), dtype=np.uint8).copy()))
@@ -741,11 +753,9 @@ def _simulate(
 ) -> tuple[Machine, RunResult, Program, np.ndarray, np.ndarray, int]:
     """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw). Adds the
     seconds it spends assembling, preparing the machine and simulating to ``phases``."""
-    from isa.assembler import assemble
-
     ph = phases if phases is not None else {}
     t0 = time.perf_counter()
-    prog = assemble(case.program, f"{case.testbench}.asm")
+    prog = case.assembled()
     t1 = time.perf_counter()
     m = prepare_machine(case, backend)
     rows_hi = (
