@@ -40,6 +40,7 @@ from plena_sim.bf16 import encode as bf16_encode
 from plena_sim.bf16 import round_values
 
 __all__ = [
+    "abs_matmul",
     "CheckResult",
     "Tolerance",
     "ToleranceKwargs",
@@ -58,6 +59,17 @@ TAU_FACTOR = 2.0**-24
 
 
 # =========================================================================== bf16 (host side)
+
+
+def abs_matmul(x: npt.NDArray[np.float64], w: npt.ArrayLike, cols: int = 512) -> npt.NDArray[np.float64]:
+    """The error envelope ``|x| @ |w|``, a block of ``cols`` columns of ``w`` at a time (no ``|w|`` copy of a
+    large weight alive at once)."""
+    w = np.asarray(w)
+    ax = np.abs(x)
+    out = np.empty((ax.shape[0], w.shape[1]))
+    for c in range(0, w.shape[1], cols):
+        out[:, c : c + cols] = ax @ np.abs(w[:, c : c + cols])
+    return out
 
 
 def is_bf16_exact(values: npt.ArrayLike) -> bool:

@@ -424,7 +424,9 @@ class CaseBuilder:
 
     # ---- data
     def randn(self, shape: int | tuple[int, ...], scale: float = 1.0) -> npt.NDArray[np.float64]:
-        return self.rng.standard_normal(shape) * scale
+        a = self.rng.standard_normal(shape)
+        a *= scale  # in place: no second array of the size
+        return a
 
     def randn_into(self, out: npt.NDArray[np.float64], scale: float = 1.0) -> None:
         """``out[...] = randn(out.shape, scale)`` without a temporary (the same values; ``out`` C-contiguous)."""
