@@ -7,10 +7,16 @@ which of them need additive −inf mask rows).  ``emit_flash_attention(asm, plan
 program.  The plan is the single source of truth for readback (:meth:`FlashPlan.output_read`,
 :meth:`FlashPlan.state_words`, :meth:`FlashPlan.scores_tile_addr`).
 
-Loop order (§3.6, normative): b, g, q tile i, head batch (unrolled in Python) → kv tile t (unrolled,
-increasing, fully masked tiles cut off with a Python ``break``) → heads; every per-row or per-block body is
-a hardware loop.  The online-softmax state of a block is reset once before its first kv tile and carried
-across tiles; ``O *= 1/l`` runs once after the last tile.
+Loop order (§3.6, normative): b, g, q tile i, head batch → kv tile t (increasing, fully masked tiles cut
+off) → heads; every per-row body is a hardware loop.  The online-softmax state of a block is reset once
+before its first kv tile and carried across tiles; ``O *= 1/l`` runs once after the last tile.  The outer
+levels are hardware loops too where that pays (:mod:`programs.flash_loops`): runs of consecutive blocks
+that differ in one of b, g, i, head batch (with the same rows, masks and heads; the number of fully
+visible kv tiles may grow from block to block, e.g. causal q tiles), each run of equally masked kv tiles
+of a block, and the heads of a tile; every address is an affine function of the loop counters.  The
+dynamic instruction sequence is that of the fully unrolled kernel plus scalar counter arithmetic and loop
+instructions.  A loop iteration must stay below MAX_LOOP_INSTRUCTIONS, so a block with more work than that
+is emitted on its own (its kv tiles still one loop).
 
 Paths (§3.3): *batched* (``M_BTMM``/``M_BTMV``, legal iff ``d == H``, ``ratio <= BA``, ``BA*H == M``; the
 default whenever legal) and *per-head* (``M_TMM``/``M_TMV``).  Head-dim chunks (``d > M``, ``d % M == 0``)
@@ -141,6 +147,7 @@ class FlashPlan:
     qk_slot: int
     neg_slot: int
     blocks: tuple[Block, ...]
+    loops: bool = True  # False: blocks, kv tiles and heads unrolled (the reference form)
     dynamic_instructions: int = 0
     static_instructions: int = 0
     max_loop_iteration: int = 0
@@ -843,6 +850,7 @@ def _plan(
     qk_slot: int = 5,
     neg_slot: int = 0,
     fp_reserved: Mapping[str, tuple[int, int]] | None = None,
+    loops: bool = True,
     dry_run: bool = True,
 ) -> FlashPlan:
     pb = _problem(
@@ -913,6 +921,7 @@ def _plan(
         qk_slot=qk_slot,
         neg_slot=neg_slot,
         blocks=blocks,
+        loops=bool(loops),
     )
     if dry_run:
         _dry_run(plan)
@@ -922,7 +931,7 @@ def _plan(
 def plan_flash_attention(config: HardwareConfig, **params: Any) -> FlashPlan:
     """Plan flash attention (kernels.md §3).  Parameters (§3.2): ``batch, hq, hkv, d, q_len, kv_len,
     causal, q, k, v, kv_layout, kv_capacity, kv_row_elems, o_base, o_rows_p, scratch_base, fp_state_base,
-    mram_tile0, path, qk_slot, neg_slot, fp_reserved``.  ``q``/``k``/``v`` may be omitted to size the
+    mram_tile0, path, qk_slot, neg_slot, fp_reserved, loops``.  ``q``/``k``/``v`` may be omitted to size the
     HBM tensors first (:attr:`FlashPlan.hbm_slack`); such a plan cannot be emitted.  ``head_dim`` is
     accepted as an alias of ``d``."""
     if "head_dim" in params:
@@ -1028,7 +1037,7 @@ class _Base:
         (self.t0, self.t1, self.l1, self.cQ, self.p1, self.p2, self.p3, self.p4) = regs[:8]
         (self.cT, self.cH, self.mk) = regs[8:]
         (self.f_neg, self.f_qk, self.f_old, self.f_m, self.f_t, self.f_l) = list(fpr)[:FP_NEEDED]
-        self.L = Loops(tr, IterRegs(tmp=self.p4, t0=self.t0, mask=self.mk, vcount=self.t1))
+        self.L = Loops(tr, IterRegs(tmp=self.p4, t0=self.t0, mask=self.mk, vcount=self.t1), enabled=plan.loops)
         self.q, self.k, self.v = _dummy_tensors(plan)
         self._runs: dict[int, list[list[TileStep]]] = {}
 

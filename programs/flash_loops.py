@@ -224,8 +224,8 @@ class _Level:
 class Loops:
     """The open levels of an emitter and the affine values over them (module docstring)."""
 
-    def __init__(self, tr: Tracker, regs: IterRegs):
-        self.tr, self.regs = tr, regs
+    def __init__(self, tr: Tracker, regs: IterRegs, enabled: bool = True):
+        self.tr, self.regs, self.enabled = tr, regs, enabled
         self.stack: list[_Level] = []
         self._decisions: dict[tuple[Any, ...], bool] = {}
 
@@ -374,7 +374,9 @@ class Loops:
         """``body`` once per item of level ``name`` (``items``: a list, or a function of the enclosing
         indices): one hardware loop on ``gp[cnt]`` where possible, else one copy per item.  ``split``
         (a list of items whose bodies grow linearly along the list): the items whose body fits one loop
-        iteration are looped in runs, the others emitted on their own.  ``what`` names the level."""
+        iteration are looped in runs, the others emitted on their own.  ``what`` names the level.  With
+        ``enabled`` False every level is unrolled."""
+        loop_ok = loop_ok and self.enabled
         if split and not callable(items) and loop_ok and len(items) > 1:
             self._repeat_split(name, cnt, list(items), body, what, mask)
             return
