@@ -629,6 +629,27 @@ def test_loops_run_exactly_the_unrolled_operations(case_id, hw):
     assert dyn_l <= 1.08 * dyn_u, (dyn_l, dyn_u)
 
 
+@pytest.mark.parametrize(
+    "over, fp_state_base",
+    [
+        (dict(batch=3, hq=4, hkv=1, d=16, q_len=200, kv_len=200, causal=False), 16),  # a batch loop
+        (dict(batch=1, hq=8, hkv=4, d=16, q_len=64, kv_len=320, causal=True), 16),  # a group loop
+        (dict(batch=1, hq=4, hkv=1, d=16, q_len=256, kv_len=448, causal=True), 16),  # off % M != 0
+        (dict(batch=1, hq=2, hkv=1, d=32, q_len=128, kv_len=256, causal=True), 900),  # q row groups of 40
+        (dict(batch=2, hq=16, hkv=1, d=32, q_len=70, kv_len=130, causal=True), 16),  # head batches 5,5,5,1
+    ],
+)
+def test_loops_run_the_unrolled_operations_on_other_shapes(over, fp_state_base):
+    cfg = get_config("default")
+    sp = shape(over, cfg)
+    lay = dict(layout_for(cfg, sp), fp_state_base=fp_state_base)
+    req = fa.hbm_requirements(cfg, **sp, **lay)
+    q, k, v = tensors(cfg, sp, req)
+    looped, unrolled = (fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=v, loops=lp) for lp in (True, False))
+    assert op_sequence(program(looped))[0] == op_sequence(program(unrolled))[0]
+    assert looped.static_instructions < unrolled.static_instructions
+
+
 def _workload(kind: str, **over):
     """Plans of the issue-18 workloads (default machine, loops on): prefill_1k and decode_32k shapes."""
     base = {
