@@ -7,10 +7,16 @@ which of them need additive −inf mask rows).  ``emit_flash_attention(asm, plan
 program.  The plan is the single source of truth for readback (:meth:`FlashPlan.output_read`,
 :meth:`FlashPlan.state_words`, :meth:`FlashPlan.scores_tile_addr`).
 
-Loop order (§3.6, normative): b, g, q tile i, head batch (unrolled in Python) → kv tile t (unrolled,
-increasing, fully masked tiles cut off with a Python ``break``) → heads; every per-row or per-block body is
-a hardware loop.  The online-softmax state of a block is reset once before its first kv tile and carried
-across tiles; ``O *= 1/l`` runs once after the last tile.
+Loop order (§3.6, normative): b, g, q tile i, head batch → kv tile t (increasing, fully masked tiles cut
+off) → heads; every per-row body is a hardware loop.  The online-softmax state of a block is reset once
+before its first kv tile and carried across tiles; ``O *= 1/l`` runs once after the last tile.  The outer
+levels are hardware loops too where that pays (:mod:`programs.flash_loops`): runs of consecutive blocks
+that differ in one of b, g, i, head batch (with the same rows, masks and heads; the number of fully
+visible kv tiles may grow from block to block, e.g. causal q tiles), each run of equally masked kv tiles
+of a block, and the heads of a tile; every address is an affine function of the loop counters.  The
+dynamic instruction sequence is that of the fully unrolled kernel plus scalar counter arithmetic and loop
+instructions.  A loop iteration must stay below MAX_LOOP_INSTRUCTIONS, so a block with more work than that
+is emitted on its own (its kv tiles still one loop).
 
 Paths (§3.3): *batched* (``M_BTMM``/``M_BTMV``, legal iff ``d == H``, ``ratio <= BA``, ``BA*H == M``; the
 default whenever legal) and *per-head* (``M_TMM``/``M_TMV``).  Head-dim chunks (``d > M``, ``d % M == 0``)
@@ -23,10 +29,10 @@ hardware-loop iteration, which it checks against ``MAX_LOOP_INSTRUCTIONS``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, NoReturn, Protocol
+from functools import partial
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -35,6 +41,7 @@ from plena_sim.config import HardwareConfig, MxType
 from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, add_imm, areg, fp, gp, load_imm
 from .common import Footprint, Region, check_disjoint, check_fp_range, take_regs
+from .flash_loops import IterRegs, Ix, Loops, NullSink, Tracker
 from .hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
 
 __all__ = [
@@ -54,7 +61,7 @@ __all__ = [
 #: §3.9 stretch goal: head dims d > MLEN (d % MLEN == 0) through head-dim chunks, per-head path only
 SUPPORTS_HEAD_DIM_CHUNKS = True
 
-GP_NEEDED = 8
+GP_NEEDED = 11
 FP_NEEDED = 6
 _U32 = 1 << 32
 _LOOP_COUNT_MAX = LOOP_COUNT_MAX  # the imm22 field (isa table)
@@ -140,6 +147,7 @@ class FlashPlan:
     qk_slot: int
     neg_slot: int
     blocks: tuple[Block, ...]
+    loops: bool = True  # False: blocks, kv tiles and heads unrolled (the reference form)
     dynamic_instructions: int = 0
     static_instructions: int = 0
     max_loop_iteration: int = 0
@@ -809,7 +817,7 @@ def _check_hbm(
 def _dry_run(plan: FlashPlan) -> None:
     """Emit ``plan`` into a counting sink: its exact dynamic and static instruction counts and largest
     hardware-loop iteration (checked against MAX_LOOP_INSTRUCTIONS) are stored on the plan."""
-    tr = _Tracker(_NullSink(), plan.config.MAX_LOOP_INSTRUCTIONS, plan.kernel)
+    tr = Tracker(NullSink(), plan.config.MAX_LOOP_INSTRUCTIONS, plan.kernel)
     _emit(tr, plan, list(range(1, GP_NEEDED + 1)), list(range(1, FP_NEEDED + 1)))
     object.__setattr__(plan, "dynamic_instructions", tr.dynamic)
     object.__setattr__(plan, "static_instructions", tr.static)
@@ -842,6 +850,7 @@ def _plan(
     qk_slot: int = 5,
     neg_slot: int = 0,
     fp_reserved: Mapping[str, tuple[int, int]] | None = None,
+    loops: bool = True,
     dry_run: bool = True,
 ) -> FlashPlan:
     pb = _problem(
@@ -912,6 +921,7 @@ def _plan(
         qk_slot=qk_slot,
         neg_slot=neg_slot,
         blocks=blocks,
+        loops=bool(loops),
     )
     if dry_run:
         _dry_run(plan)
@@ -921,7 +931,7 @@ def _plan(
 def plan_flash_attention(config: HardwareConfig, **params: Any) -> FlashPlan:
     """Plan flash attention (kernels.md §3).  Parameters (§3.2): ``batch, hq, hkv, d, q_len, kv_len,
     causal, q, k, v, kv_layout, kv_capacity, kv_row_elems, o_base, o_rows_p, scratch_base, fp_state_base,
-    mram_tile0, path, qk_slot, neg_slot, fp_reserved``.  ``q``/``k``/``v`` may be omitted to size the
+    mram_tile0, path, qk_slot, neg_slot, fp_reserved, loops``.  ``q``/``k``/``v`` may be omitted to size the
     HBM tensors first (:attr:`FlashPlan.hbm_slack`); such a plan cannot be emitted.  ``head_dim`` is
     accepted as an alias of ``d``."""
     if "head_dim" in params:
@@ -960,78 +970,7 @@ def hbm_requirements(config: HardwareConfig, **params: Any) -> dict[str, int]:
 # =========================================================================== emission machinery
 
 
-class _Sink(Protocol):
-    """Where a :class:`_Tracker` sends its instructions: an :class:`~programs.asm.Asm` or a :class:`_NullSink`."""
-
-    def emit(self, mnemonic: str, *ops: int | str) -> None: ...
-
-    def comment(self, text: str) -> None: ...
-
-
-class _NullSink:
-    """Counting-only sink for the plan's dry run (no text, no validation)."""
-
-    def emit(self, mnemonic: str, *ops: int | str) -> None:
-        pass
-
-    def comment(self, text: str) -> None:
-        pass
-
-
-class _Tracker:
-    """Wraps an Asm-like sink: counts static/dynamic instructions, emits hardware loops and checks
-    each loop iteration's dynamic count against MAX_LOOP_INSTRUCTIONS (isa.md §6.6 runaway guard)."""
-
-    def __init__(self, sink: _Sink, loopmax: int, kernel: str):
-        self.sink = sink
-        self.loopmax = loopmax
-        self.kernel = kernel
-        self.frames = [0]
-        self.static = 0
-        self.max_iter = 0
-
-    def emit(self, mnemonic: str, *ops: int | str) -> None:
-        self.sink.emit(mnemonic, *ops)
-        self.frames[-1] += 1
-        self.static += 1
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        if name.isupper():
-            return lambda *ops: self.emit(name, *ops)
-        raise AttributeError(name)
-
-    def comment(self, text: str) -> None:
-        self.sink.comment(text)
-
-    @property
-    def dynamic(self) -> int:
-        return self.frames[0]
-
-    @contextlib.contextmanager
-    def loop(self, reg: int, n: int, what: str) -> Iterator[None]:
-        """A hardware loop of ``n`` iterations on counter ``gp<reg>``; ``n == 1`` is emitted inline."""
-        if n < 1:
-            raise ValueError(f"{self.kernel}: loop {what} has count {n}")
-        if n > _LOOP_COUNT_MAX:
-            raise ValueError(f"{self.kernel}: loop {what} count {n} exceeds {_LOOP_COUNT_MAX}")
-        if n == 1:
-            yield
-            return
-        self.emit("C_LOOP_START", gp(reg), n)
-        self.frames.append(0)
-        yield
-        self.emit("C_LOOP_END", gp(reg))
-        per = self.frames.pop()
-        if per >= self.loopmax:
-            raise ValueError(
-                f"{self.kernel}: loop {what} executes {per} instructions per iteration, "
-                f"reaching MAX_LOOP_INSTRUCTIONS={self.loopmax}"
-            )
-        self.max_iter = max(self.max_iter, per)
-        self.frames[-1] += n * per
-
-
-def _emit(tr: _Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int]) -> None:
+def _emit(tr: Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int]) -> None:
     if plan.kernel == "flash_attention":
         _FlashEmitter(tr, plan, gpr, fpr).run()
     else:
@@ -1047,18 +986,60 @@ def _dummy_tensors(plan: FlashPlan) -> tuple[HbmTensor, HbmTensor, HbmTensor]:
     return q, k, v
 
 
-class _Base:
-    """Shared pieces of flash attention and attention_scores: Q staging, K/V addressing, scores."""
+def _tile_runs(tiles: Sequence[TileStep]) -> list[list[TileStep]]:
+    """Consecutive kv tiles with the same mask (the fully visible ones: none), one hardware loop each."""
+    runs: list[list[TileStep]] = []
+    for ts in tiles:
+        if runs and (ts.masked, ts.mask_n) == (runs[-1][0].masked, runs[-1][0].mask_n):
+            runs[-1].append(ts)
+        else:
+            runs.append([ts])
+    return runs
 
-    def __init__(self, tr: _Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int]):
+
+def _mask_runs(ns: Sequence[int]) -> list[tuple[int, int, int]]:
+    """The MASK row counts ``ns`` as runs ``(first n, step >= 0, rows)`` of arithmetic progressions."""
+    runs = []
+    r = 0
+    while r < len(ns):
+        step = ns[r + 1] - ns[r] if r + 1 < len(ns) else 0
+        k = r + 1
+        if step >= 0:
+            while k < len(ns) and ns[k] - ns[k - 1] == step:
+                k += 1
+        runs.append((ns[r], max(step, 0) if k > r + 1 else 0, k - r))
+        r = k
+    return runs
+
+
+def _coords(blk: Block) -> tuple[int, int, int, int]:
+    """A block's schedule coordinates (b, g, i, first head)."""
+    return (blk.b, blk.g, blk.i, blk.heads[0])
+
+
+class _Base:
+    """Shared pieces of flash attention and attention_scores: Q staging, K/V addressing, scores.
+
+    The code is emitted as nested levels (:class:`~programs.flash_loops.Loops`): consecutive blocks
+    ``"q"``, the kv tiles of a run of equally masked tiles ``"t"``, the heads ``"h"``; every number that
+    depends on them is a function of the index assignment ``ix`` (``self.blk(ix)``, ``self.tile(ix)``,
+    ``self.head(ix)``).  Registers: ``t0 t1`` scratch (t1 also the count of a variable loop), ``l1`` the
+    row-loop counter, ``p1 p2 p3`` pointers, ``p4`` the spare of large steps and of the counter
+    arithmetic, ``cQ cT cH`` the block / kv-tile / head loop counters, ``mk`` a heads loop's lane mask."""
+
+    def __init__(self, tr: Tracker, plan: FlashPlan, gpr: Sequence[int], fpr: Sequence[int]):
         self.a = tr
         self.p = plan
         cfg = plan.config
         self.M, self.V, self.B, self.H, self.BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
         self.Pv = cfg.P_V
-        (self.t0, self.t1, self.l1, self.l2, self.p1, self.p2, self.p3, self.p4) = list(gpr)[:GP_NEEDED]
+        regs = list(gpr)[:GP_NEEDED]
+        (self.t0, self.t1, self.l1, self.cQ, self.p1, self.p2, self.p3, self.p4) = regs[:8]
+        (self.cT, self.cH, self.mk) = regs[8:]
         (self.f_neg, self.f_qk, self.f_old, self.f_m, self.f_t, self.f_l) = list(fpr)[:FP_NEEDED]
+        self.L = Loops(tr, IterRegs(tmp=self.p4, t0=self.t0, mask=self.mk, vcount=self.t1), enabled=plan.loops)
         self.q, self.k, self.v = _dummy_tensors(plan)
+        self._runs: dict[int, list[list[TileStep]]] = {}
 
     # ---- small helpers
     def li(self, r: int, value: int) -> None:
@@ -1068,6 +1049,44 @@ class _Base:
         """``dst = src + value``: one S_ADDI_INT, or through the spare register when value >= 2^18
         (pointer steps of B*V, B*M, M*M at large MLEN)."""
         add_imm(self.a, dst, src, value, self.p4)
+
+    def load(self, dst: int, fn: Callable[[Ix], int]) -> None:
+        """``gp[dst] = fn(ix)`` in every iteration of the open levels."""
+        self.L.load(dst, fn)
+
+    def blk(self, ix: Ix) -> Block:
+        return self.L.get("q", ix)
+
+    def tile(self, ix: Ix) -> TileStep:
+        return self.L.get("t", ix)
+
+    def head(self, ix: Ix) -> tuple[int, int]:
+        """(head slot j, q head h)."""
+        return self.L.get("h", ix)
+
+    def tile_runs(self, blk: Block) -> list[list[TileStep]]:
+        if id(blk) not in self._runs:
+            self._runs[id(blk)] = _tile_runs(blk.tiles)
+        return self._runs[id(blk)]
+
+    def heads_of(self, ix: Ix) -> list[tuple[int, int]]:
+        return list(enumerate(self.blk(ix).heads))
+
+    def run_of(self, ix: Ix, r: int) -> list[TileStep]:
+        """The r-th run of equally masked kv tiles of the block."""
+        return self.tile_runs(self.blk(ix))[r]
+
+    def slot_of(self, ix: Ix, c: int = 0) -> int:
+        """The Q slot of the head, chunk c."""
+        return self.qslot(self.head(ix)[0], c)
+
+    def s_of(self, ix: Ix) -> int:
+        """The head's score rows."""
+        return self.s_row(self.head(ix)[0])
+
+    def kv_of(self, ix: Ix, c: int) -> int:
+        """The K/V HBM byte offset of the kv tile, chunk c."""
+        return self.kv_offset(self.blk(ix), self.tile(ix).t, c)
 
     def ktile(self, c: int) -> int:
         return (self.p.mram_tile0 + c) * self.M * self.M
@@ -1090,33 +1109,96 @@ class _Base:
             return self.p.rows["q"]
         return self.p.rows["q"] + (j * self.p.nc + c) * M * V
 
+    # ---- the blocks
+    def _shape(self, blk: Block) -> tuple[Any, ...]:
+        """What two blocks of one block loop must share: rows, heads, off-grid heads, the kv tile runs
+        (masks and lengths; the length of a leading run of fully visible tiles may differ)."""
+        runs = self.tile_runs(blk)
+        sig = tuple(
+            (r[0].masked, r[0].mask_n, None if k == 0 and not r[0].masked else len(r)) for k, r in enumerate(runs)
+        )
+        off_grid = tuple(self.p.o_lane(h) % self.B != 0 for h in blk.heads)
+        return (blk.br, len(blk.heads), sig, off_grid)
+
+    def _lead(self, blk: Block) -> int:
+        runs = self.tile_runs(blk)
+        return 0 if runs[0][0].masked else len(runs[0])
+
+    def _joins(self, run: Sequence[Block], blk: Block) -> bool:
+        """Whether ``blk`` continues the block run ``run``: same shape, one schedule coordinate moving
+        (the same one as in the run so far), and the leading visible tiles growing steadily."""
+        last = run[-1]
+        if self._shape(blk) != self._shape(last):
+            return False
+        moved = [k for k, (x, y) in enumerate(zip(_coords(last), _coords(blk), strict=True)) if x != y]
+        if len(moved) != 1:
+            return False
+        if len(run) == 1:
+            return True
+        first_moved = [k for k, (x, y) in enumerate(zip(_coords(run[0]), _coords(run[1]), strict=True)) if x != y]
+        return moved == first_moved and self._lead(blk) - self._lead(last) == self._lead(run[1]) - self._lead(run[0])
+
+    def block_runs(self) -> list[list[Block]]:
+        runs: list[list[Block]] = []
+        for blk in self.p.blocks:
+            if runs and self._joins(runs[-1], blk):
+                runs[-1].append(blk)
+            else:
+                runs.append([blk])
+        return runs
+
+    def block_comment(self, what: str) -> None:
+        blk = self.L.first("q")
+        self.a.comment(
+            f"{what} b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))} "
+            f"q0={blk.q0} br={blk.br} tiles={len(blk.tiles)}" + (" (first of a hw loop)" if self.L.looped("q") else "")
+        )
+
+    def heads_loopable(self) -> bool:
+        """A heads loop needs every head of the block on the same side of the B grid (``shift``)."""
+        flags = {self.p.o_lane(h) % self.B != 0 for h in self.L.first("q").heads}
+        return len(flags) == 1
+
     # ---- Q staging (§3.4): SCALE/STRIDE <- Q, Pv-row prefetches, KEEP lane zeroing
-    def stage_q(self, blk: Block) -> None:
-        p, a = self.p, self.a
+    def staged_heads(self, ix: Ix) -> list[tuple[int, int]]:
+        """The heads whose Q rows are staged (the group's first on the batched path)."""
+        blk = self.blk(ix)
+        return [(0, blk.heads[0])] if self.p.batched else list(enumerate(blk.heads))
+
+    def q_src(self, ix: Ix, c: int) -> int:
+        p, blk = self.p, self.blk(ix)
+        _j, h = self.head(ix)
+        q0 = 0 if mutation_hooks.active("q_tile_index_ignored") else blk.q0
+        g_off = blk.g * p.ratio if mutation_hooks.active("q_group_offset_doubled") else 0  # column 2*g*ratio*d
+        return p.q_src(blk.b, q0, h + g_off, c) * p.eb_q
+
+    def stage_q(self) -> None:
+        p, a, L = self.p, self.a, self.L
         V, Pv = self.V, self.Pv
         self.set_scale_stride(self.q.scale_offset, p.hq * p.d * p.eb_q)
-        q0 = 0 if mutation_hooks.active("q_tile_index_ignored") else blk.q0
-        npf = ceil_div(blk.br, Pv)
-        staged = [(0, blk.heads[0])] if p.batched else list(enumerate(blk.heads))
-        for j, h in staged:
-            g_off = 0
-            if mutation_hooks.active("q_group_offset_doubled"):
-                g_off = blk.g * p.ratio  # column 2*g*ratio*d instead of g*ratio*d (+j)
+        br = L.first("q").br
+        npf = ceil_div(br, Pv)
+
+        def prefetch() -> None:
             for c in range(p.nc):
-                self.li(self.t0, self.qslot(j, c))
-                self.li(self.t1, p.q_src(blk.b, q0, h + g_off, c) * p.eb_q)
-                for k in range(npf):
+                self.load(self.t0, partial(self.slot_of, c=c))
+                self.load(self.t1, partial(self.q_src, c=c))
+                with a.loop(self.l1, npf, "q prefetch"):
                     a.H_PREFETCH_V(gp(self.t0), gp(self.t1), areg(self.q.areg), 1, self.q.prec)
-                    if k + 1 < npf:
+                    if npf > 1:
                         self.addi(self.t0, self.t0, Pv * V)
                         add_imm(a, self.t1, self.t1, Pv * p.hq * p.d * p.eb_q, self.p1)
+
+        def keep() -> None:
+            self.load(self.p1, self.slot_of)
+            with a.loop(self.l1, br, "keep"):
+                a.V_MUL_VV(gp(self.p1), gp(self.p1), gp(self.p2))
+                a.S_ADDI_INT(gp(self.p1), gp(self.p1), V)
+
+        L.repeat("h", self.cH, self.staged_heads, prefetch, "q staging heads")
         if p.path == "per_head" and p.d < V and not mutation_hooks.active("q_lanes_not_zeroed"):
             self.li(self.p2, p.rows["keep"])
-            for j, _h in staged:
-                self.li(self.p1, self.qslot(j, 0))
-                with a.loop(self.l1, blk.br, "keep"):
-                    a.V_MUL_VV(gp(self.p1), gp(self.p1), gp(self.p2))
-                    a.S_ADDI_INT(gp(self.p1), gp(self.p1), V)
+            L.repeat("h", self.cH, self.staged_heads, keep, "keep heads")
 
     # ---- K/V prefetch of tile t (§3.4)
     def kv_offset(self, blk: Block, t: int, c: int) -> int:
@@ -1133,16 +1215,23 @@ class _Base:
         stride = None if mutation_hooks.active("stale_stride") else p.R * p.eb_kv
         self.set_scale_stride(scale, stride)
 
-    def prefetch_kv(self, blk: Block, t: int, with_v: bool) -> None:
+    def prefetch_kv(self, with_v: bool) -> None:
         a = self.a
         rs = 0 if mutation_hooks.active("contiguous_kv_prefetch") else 1
         for c in range(self.p.nc):
-            self.li(self.t1, self.kv_offset(blk, t, c))
+            self.load(self.t1, partial(self.kv_of, c=c))
             self.li(self.t0, self.ktile(c))
             a.H_PREFETCH_M(gp(self.t0), gp(self.t1), areg(self.k.areg), rs, self.k.prec)
             if with_v:
                 self.li(self.t0, self.vtile(c))
                 a.H_PREFETCH_M(gp(self.t0), gp(self.t1), areg(self.v.areg), rs, self.v.prec)
+
+    def tile_levels(self, body: Callable[[TileStep], None]) -> None:
+        """``body(first tile)`` over every kv tile of the block, one level per run of equally masked tiles."""
+        for r, run in enumerate(self.tile_runs(self.L.first("q"))):
+            ts = run[0]
+            self.a.comment(f"kv tiles t={ts.t}.. ({len(run)} in the first block) c0={ts.c0} masked={int(ts.masked)}")
+            self.L.repeat("t", self.cT, partial(self.run_of, r=r), partial(body, ts), "kv tiles")
 
     # ---- scores (§3.7, §3.8)
     def s_row(self, j: int) -> int:
@@ -1167,23 +1256,28 @@ class _Base:
             a.M_BTMM(0, gp(self.p1), gp(self.p2))
             a.M_BMM_WO(gp(self.p3), 0)
 
-    def scores_per_head(self, j: int, br: int) -> None:
+    def chunk_operands(self, kq: int, qq: int, c: int) -> tuple[int, int]:
+        """(K, Q) operand registers of head-dim chunk c: ``kq``/``qq`` themselves for c = 0, else t0/t1
+        loaded with ``+c*M*M`` / ``+c*M*V``."""
+        if not c:
+            return kq, qq
+        self.addi(self.t0, kq, c * self.M * self.M)
+        self.addi(self.t1, qq, c * self.M * self.V)
+        return self.t0, self.t1
+
+    def scores_per_head(self, br: int) -> None:
         """Head slot j's scores into S (M×M prefill rows < ceil(br/B)*B, or one decode row)."""
         a, p = self.a, self.p
         M, V, B, nc = self.M, self.V, self.B, p.nc
         S = p.rows["s"]
         nkb = M // B
+        self.load(self.p1, self.slot_of)
         if p.decode:
-            self.li(self.p1, self.qslot(j, 0))
             self.li(self.p2, self.ktile(0))
             self.li(self.p3, S)
             for jb in range(nkb):
                 for c in range(nc):
-                    kq, qq = self.p2, self.p1
-                    if c:
-                        self.addi(self.t0, self.p2, c * M * M)
-                        self.addi(self.t1, self.p1, c * M * V)
-                        kq, qq = self.t0, self.t1
+                    kq, qq = self.chunk_operands(self.p2, self.p1, c)
                     if mutation_hooks.active("tmv_operands_swapped"):
                         a.M_TMV(0, gp(qq), gp(kq))
                     else:
@@ -1193,17 +1287,12 @@ class _Base:
                     self.addi(self.p2, self.p2, B * M)
             return
         sum_blocks = mutation_hooks.active("qkt_sum_key_blocks")
-        self.li(self.p1, self.qslot(j, 0))
         self.li(self.p3, S)
         with a.loop(self.l1, ceil_div(br, B), "scores row blocks"):
             self.li(self.p2, self.ktile(0))
             for jb in range(nkb):
                 for c in range(nc):
-                    kq, qq = self.p2, self.p1
-                    if c:
-                        self.addi(self.t0, self.p2, c * M * M)
-                        self.addi(self.t1, self.p1, c * M * V)
-                        kq, qq = self.t0, self.t1
+                    kq, qq = self.chunk_operands(self.p2, self.p1, c)
                     a.M_TMM(0, gp(qq), gp(kq))
                 if not sum_blocks:
                     a.M_MM_WO(gp(self.p3), gp(0), jb * B)
@@ -1220,8 +1309,8 @@ class _FlashEmitter(_Base):
         p, a = self.p, self.a
         a.comment(f"flash_attention begin {p.describe()}")
         self.prologue()
-        for blk in p.blocks:
-            self.block(blk)
+        for run in self.block_runs():
+            self.L.repeat("q", self.cQ, run, self.block, "blocks", split=True)
         a.comment("flash_attention end")
 
     # ---- prologue (§3.6): NEG, KEEP, O zeroing, f_neg, f_qk
@@ -1256,41 +1345,90 @@ class _FlashEmitter(_Base):
             a.S_LD_FP(fp(self.f_t), gp(0), 6)  # INV_BMM_SCALE borrows f_t
             a.S_MUL_FP(fp(self.f_qk), fp(self.f_qk), fp(self.f_t))
 
+    # ---- per-head numbers (head slot j, q head h of level "h")
+    def st(self, ix: Ix) -> int:
+        """FP state base of head slot j: m at +0, m_res at +qrows, l at +2*qrows (§3.5)."""
+        return self.p.fp_state_base + 3 * self.p.qrows * self.head(ix)[0]
+
+    def lane(self, ix: Ix) -> int:
+        return self.p.o_lane(self.head(ix)[1])
+
+    def off_grid(self) -> bool:
+        """The WO column offset must be a multiple of B: a head whose lanes start off that grid (d < B, or
+        lane % B != 0) is written at lane 0 and shifted to its lanes afterwards (exact copy)."""
+        return self.p.o_lane(self.L.first("h")[1]) % self.B != 0
+
+    def o_addr(self, ix: Ix, c: int) -> int:
+        blk, (_j, h) = self.blk(ix), self.head(ix)
+        return self.p.o_addr(self._o_head(blk, h), blk.b * self.p.q_len + blk.q0, c)
+
+    def pv_dst(self, ix: Ix) -> int:
+        """Where P@V of the head is written: at its lanes, or at lane 0 when it is off the B grid."""
+        return self.p.rows["pv"] + (0 if self.off_grid() else self.lane(ix))
+
+    def lane_bits(self, ix: Ix) -> int:
+        return self.p.lane_mask_bits(self.head(ix)[1])
+
+    def lane_mask(self) -> Callable[[Ix], int] | None:
+        """The heads' lane masks (d < V), else None."""
+        return self.lane_bits if self.p.lane_masked else None
+
     # ---- one (b, g, i, head batch) block
-    def block(self, blk: Block) -> None:
-        p, a = self.p, self.a
-        a.comment(
-            f"block b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))} "
-            f"q0={blk.q0} br={blk.br} tiles={len(blk.tiles)}"
-        )
-        self.stage_q(blk)
+    def block(self) -> None:
+        p, L = self.p, self.L
+        self.block_comment("block")
+        self.stage_q()
         per_tile_reset = mutation_hooks.active("state_reset_per_tile")
         if not per_tile_reset:
-            self.reset_state(blk)
+            self.reset_state()
         self.kv_scale_stride()
-        for ts in blk.tiles:
-            a.comment(f"kv tile t={ts.t} c0={ts.c0} bc={ts.bc} masked={int(ts.masked)}")
-            if per_tile_reset:
-                self.reset_state(blk)
-            if ts.masked:
-                self.build_mask(ts)
-            self.prefetch_kv(blk, ts.t, with_v=True)
-            if p.batched:
-                self.scores_batched()
-            for j, h in enumerate(blk.heads):
-                if not p.batched:
-                    self.scores_per_head(j, blk.br)
-                self.softmax(j, blk.br, ts.masked)
-                self.pv(j, h, blk.br)
-                self.o_update(blk, j, h)
-                if mutation_hooks.active("normalize_per_tile"):
-                    self.normalize(blk, j, h)
+        self.tile_levels(lambda ts: self.tile_body(ts, per_tile_reset))
         if not mutation_hooks.active("normalize_per_tile"):
-            for j, h in enumerate(blk.heads):
-                self.normalize(blk, j, h)
+            L.repeat(
+                "h",
+                self.cH,
+                self.heads_of,
+                self.normalize,
+                "normalize heads",
+                mask=self.lane_mask(),
+                loop_ok=self.heads_loopable(),
+            )
+        del p
 
-    def reset_state(self, blk: Block) -> None:
+    def tile_body(self, ts: TileStep, reset: bool) -> None:
+        """One kv tile (``ts`` its structure): (state reset under the mutation,) MASK rows, K/V prefetch,
+        scores, every head."""
+        p = self.p
+        if reset:
+            self.reset_state()
+        if ts.masked:
+            self.build_mask(ts)
+        self.prefetch_kv(with_v=True)
+        if p.batched:
+            self.scores_batched()
+        self.L.repeat(
+            "h",
+            self.cH,
+            self.heads_of,
+            lambda: self.head_tile(ts),
+            "heads",
+            loop_ok=self.heads_loopable(),
+            mask=self.lane_mask(),
+        )
+
+    def head_tile(self, ts: TileStep) -> None:
+        br = self.L.first("q").br
+        if not self.p.batched:
+            self.scores_per_head(br)
+        self.softmax(br, ts.masked)
+        self.pv(br)
+        self.o_update()
+        if mutation_hooks.active("normalize_per_tile"):
+            self.normalize()
+
+    def reset_state(self) -> None:
         a, p, Q = self.a, self.p, self.p.qrows
+        blk = self.L.first("q")
         self.li(self.p1, p.fp_state_base)
         with a.loop(self.l1, blk.br, "state reset"):
             for j in range(len(blk.heads)):
@@ -1299,31 +1437,31 @@ class _FlashEmitter(_Base):
             a.S_ADDI_INT(gp(self.p1), gp(self.p1), 1)
 
     def build_mask(self, ts: TileStep) -> None:
-        """MASK row r = V_SHFT_V(NEG, n_r), unrolled (2 instructions per row, +1 when n_r changes)."""
+        """MASK row r = V_SHFT_V(NEG, n_r): one row loop per arithmetic run of the n_r."""
         a, p, V = self.a, self.p, self.V
         self.li(self.p1, p.rows["neg"])
         self.li(self.p2, p.rows["mask"])
-        ns = ts.mask_n
-        self.li(self.t0, ns[0])
-        for r, n in enumerate(ns):
-            if r and n != ns[r - 1]:
-                if n > ns[r - 1]:
-                    a.S_ADDI_INT(gp(self.t0), gp(self.t0), n - ns[r - 1])
-                else:
-                    self.li(self.t0, n)
-            a.V_SHFT_V(gp(self.p2), gp(self.p1), gp(self.t0))
-            if r + 1 < len(ns):
+        held = None  # the value of t0
+        for n0, step, rows in _mask_runs(ts.mask_n):
+            if held is None or n0 < held:
+                self.li(self.t0, n0)
+            elif n0 > held:
+                a.S_ADDI_INT(gp(self.t0), gp(self.t0), n0 - held)
+            with a.loop(self.l1, rows, "mask rows"):
+                a.V_SHFT_V(gp(self.p2), gp(self.p1), gp(self.t0))
                 a.S_ADDI_INT(gp(self.p2), gp(self.p2), V)
+                if step:
+                    a.S_ADDI_INT(gp(self.t0), gp(self.t0), step)
+            held = n0 + rows * step
 
     # ---- online softmax (§3.7) over rows < br of head slot j
-    def softmax(self, j: int, br: int, masked: bool) -> None:
+    def softmax(self, br: int, masked: bool) -> None:
         a, p, V = self.a, self.p, self.V
         step = 64 if mutation_hooks.active("hardcoded_tile_64") else V
         Q = p.qrows
-        mOff, mresOff, lOff = 3 * Q * j, 3 * Q * j + Q, 3 * Q * j + 2 * Q
         gS, gSt, gMask = self.p1, self.p2, self.p3
-        self.li(gS, self.s_row(j))
-        self.li(gSt, p.fp_state_base)
+        self.load(gS, self.s_of)
+        self.load(gSt, self.st)
         if masked:
             self.li(gMask, p.rows["mask"])
         with a.loop(self.l1, br, "softmax rows"):
@@ -1332,42 +1470,40 @@ class _FlashEmitter(_Base):
             if masked:
                 a.V_ADD_VV(gp(gS), gp(gS), gp(gMask), 0)
                 a.S_ADDI_INT(gp(gMask), gp(gMask), V)
-            a.S_LD_FP(fp(self.f_old), gp(gSt), mOff)
+            a.S_LD_FP(fp(self.f_old), gp(gSt), 0)
             a.S_ADD_FP(fp(self.f_m), fp(self.f_old), fp(0))
             a.V_RED_MAX(fp(self.f_m), gp(gS), 0)
             a.S_SUB_FP(fp(self.f_t), fp(self.f_old), fp(self.f_m))
             a.S_EXP_FP(fp(self.f_t), fp(self.f_t))
-            a.S_ST_FP(fp(self.f_t), gp(gSt), mresOff)
-            a.S_ST_FP(fp(self.f_m), gp(gSt), mOff)
+            a.S_ST_FP(fp(self.f_t), gp(gSt), Q)
+            a.S_ST_FP(fp(self.f_m), gp(gSt), 0)
             a.V_SUB_VF(gp(gS), gp(gS), fp(self.f_m), 0, 0)
             a.V_EXP_V(gp(gS), gp(gS), 0)
-            a.S_LD_FP(fp(self.f_l), gp(gSt), lOff)
+            a.S_LD_FP(fp(self.f_l), gp(gSt), 2 * Q)
             if not mutation_hooks.active("mres_not_applied_l"):
                 a.S_MUL_FP(fp(self.f_l), fp(self.f_l), fp(self.f_t))
             a.V_RED_SUM(fp(self.f_l), gp(gS), 0)
-            a.S_ST_FP(fp(self.f_l), gp(gSt), lOff)
+            a.S_ST_FP(fp(self.f_l), gp(gSt), 2 * Q)
             if br > 1:
                 a.S_ADDI_INT(gp(gS), gp(gS), step)
                 a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
 
     # ---- P@V (§3.7, §3.8) of head slot j (q head h) into PV at the head's lanes
-    def pv(self, j: int, h: int, br: int) -> None:
+    def p_rows(self, ix: Ix) -> int:
+        j = self.head(ix)[0]
+        if self.p.batched:
+            return self.s_row(j)
+        return self.p.rows["s"] + (j * self.M * self.M if mutation_hooks.active("per_head_p_offset") else 0)
+
+    def pv(self, br: int) -> None:
         a, p = self.a, self.p
         M, V, B, nc, d = self.M, self.V, self.B, p.nc, p.d
-        lane = p.o_lane(h)
-        if not p.batched:
-            P = p.rows["s"] + (j * M * M if mutation_hooks.active("per_head_p_offset") else 0)
-        else:
-            P = self.s_row(j)
+        shift = self.off_grid()
         gP, gVt, gPV = self.p1, self.p2, self.p3
-        # The WO column offset must be a multiple of B: a head whose lanes start off that grid (d < B,
-        # or lane % B != 0) is written at lane 0 and shifted to its lanes afterwards (exact copy).
-        shift = lane % B != 0
-        lane_wo = 0 if shift else lane
+        self.load(gP, self.p_rows)
+        self.load(gPV, self.pv_dst)
         if p.decode:
             step = B * M if mutation_hooks.active("mv_v_step_row") else B
-            self.li(gP, P)
-            self.li(gPV, p.rows["pv"] + lane_wo)
             for c in range(nc):
                 self.li(gVt, self.vtile(c))
                 njb = ceil_div(min(d - c * M, M), B)
@@ -1377,11 +1513,9 @@ class _FlashEmitter(_Base):
                     if jb + 1 < njb:
                         self.addi(gVt, gVt, step)
             if shift:
-                self.shift_pv_rows(1, lane)
+                self.shift_pv_rows(1)
             return
         step = B if mutation_hooks.active("pv_v_step_blen") else B * M
-        self.li(gP, P)
-        self.li(gPV, p.rows["pv"] + lane_wo)
         with a.loop(self.l1, ceil_div(br, B), "pv row blocks"):
             self.li(gVt, self.vtile(0))
             for c in range(nc):
@@ -1394,13 +1528,13 @@ class _FlashEmitter(_Base):
             self.addi(gP, gP, B * V)
             self.addi(gPV, gPV, B * V)
         if shift:
-            self.shift_pv_rows(br, lane)
+            self.shift_pv_rows(br)
 
-    def shift_pv_rows(self, br: int, lane: int) -> None:
+    def shift_pv_rows(self, br: int) -> None:
         """PV rows < br (one chunk: a head off the B grid has d < M) moved ``lane`` lanes up (V_SHFT_V)."""
         a = self.a
         self.li(self.p3, self.p.rows["pv"])
-        self.li(self.t0, lane)
+        self.load(self.t0, self.lane)
         with a.loop(self.l1, br, "pv lane shift"):
             a.V_SHFT_V(gp(self.p3), gp(self.p3), gp(self.t0))
             if br > 1:
@@ -1409,53 +1543,47 @@ class _FlashEmitter(_Base):
     def _o_head(self, blk: Block, h: int) -> int:
         return h - blk.g * self.p.ratio if mutation_hooks.active("o_group_offset_missing") else h
 
-    def set_head_mask(self, h: int) -> None:
-        self.li(self.t0, self.p.lane_mask_bits(h))
-        self.a.C_SET_V_MASK_REG(gp(self.t0))
-
     # ---- O = diag(m_res)·O + PV (§3.7)
-    def o_update(self, blk: Block, j: int, h: int) -> None:
+    def o_update(self) -> None:
         a, p, M, V = self.a, self.p, self.M, self.V
+        br = self.L.first("q").br
         mk = 1 if p.lane_masked else 0
         if mk:
-            self.set_head_mask(h)
-        ho = self._o_head(blk, h)
+            self.L.set_mask()
         no_mres = mutation_hooks.active("mres_not_applied_o")
-        row0 = blk.b * p.q_len + blk.q0
         gO, gPV, gSt = self.p1, self.p2, self.p3
         for c in range(p.nc):
-            self.li(gO, p.o_addr(ho, row0, c))
+            self.load(gO, partial(self.o_addr, c=c))
             self.li(gPV, p.rows["pv"] + c * M * V)
             if not no_mres:
-                self.li(gSt, p.fp_state_base)
-            with a.loop(self.l1, blk.br, "o update rows"):
+                self.load(gSt, self.st)
+            with a.loop(self.l1, br, "o update rows"):
                 if not no_mres:
-                    a.S_LD_FP(fp(self.f_t), gp(gSt), 3 * p.qrows * j + p.qrows)
+                    a.S_LD_FP(fp(self.f_t), gp(gSt), p.qrows)
                     a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
                 a.V_ADD_VV(gp(gO), gp(gO), gp(gPV), mk)
-                if blk.br > 1:
+                if br > 1:
                     a.S_ADDI_INT(gp(gO), gp(gO), V)
                     a.S_ADDI_INT(gp(gPV), gp(gPV), V)
                     if not no_mres:
                         a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
 
     # ---- O *= 1/l once after the last kv tile (§3.7)
-    def normalize(self, blk: Block, j: int, h: int) -> None:
+    def normalize(self) -> None:
         a, p, V = self.a, self.p, self.V
+        br = self.L.first("q").br
         mk = 1 if p.lane_masked else 0
         if mk and not mutation_hooks.active("normalize_mask_stale"):
-            self.set_head_mask(h)
-        ho = self._o_head(blk, h)
-        row0 = blk.b * p.q_len + blk.q0
+            self.L.set_mask()
         gO, gSt = self.p1, self.p3
         for c in range(p.nc):
-            self.li(gO, p.o_addr(ho, row0, c))
-            self.li(gSt, p.fp_state_base)
-            with a.loop(self.l1, blk.br, "normalize rows"):
-                a.S_LD_FP(fp(self.f_l), gp(gSt), 3 * p.qrows * j + 2 * p.qrows)
+            self.load(gO, partial(self.o_addr, c=c))
+            self.load(gSt, self.st)
+            with a.loop(self.l1, br, "normalize rows"):
+                a.S_LD_FP(fp(self.f_l), gp(gSt), 2 * p.qrows)
                 a.S_RECI_FP(fp(self.f_t), fp(self.f_l))
                 a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
-                if blk.br > 1:
+                if br > 1:
                     a.S_ADDI_INT(gp(gO), gp(gO), V)
                     a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
 
@@ -1475,27 +1603,42 @@ class _ScoresEmitter(_Base):
             self.li(self.t1, p.d)
             a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t1))
             a.V_SUB_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0, 1)
-        fcorr = self.f_qk
-        a.S_LD_FP(fp(fcorr), gp(0), 6 if p.batched else 3)
-        for blk in p.blocks:
-            a.comment(f"block b={blk.b} g={blk.g} i={blk.i} heads={','.join(map(str, blk.heads))}")
-            self.stage_q(blk)
-            self.kv_scale_stride()
-            for ts in blk.tiles:
-                self.prefetch_kv(blk, ts.t, with_v=False)
-                if p.batched:
-                    self.scores_batched()
-                for j, h in enumerate(blk.heads):
-                    if not p.batched:
-                        self.scores_per_head(j, blk.br)
-                    self.li(self.p1, self.s_row(j))
-                    self.li(self.p2, p.scores_tile_addr(blk.b, h, blk.i, ts.t))
-                    with a.loop(self.l1, blk.br, "copy rows"):
-                        a.V_MUL_VF(gp(self.p2), gp(self.p1), fp(fcorr), 0)
-                        if blk.br > 1:
-                            a.S_ADDI_INT(gp(self.p1), gp(self.p1), self.V)
-                            a.S_ADDI_INT(gp(self.p2), gp(self.p2), self.V)
+        a.S_LD_FP(fp(self.f_qk), gp(0), 6 if p.batched else 3)
+        for run in self.block_runs():
+            self.L.repeat("q", self.cQ, run, self.block, "blocks", split=True)
         a.comment("attention_scores end")
+
+    def block(self) -> None:
+        self.block_comment("block")
+        self.stage_q()
+        self.kv_scale_stride()
+        self.tile_levels(lambda ts: self.scores_tile())
+
+    def scores_tile(self) -> None:
+        """One kv tile: K prefetch, scores, each head's rows < br copied (scaled) to its output tile."""
+        p = self.p
+        self.prefetch_kv(with_v=False)
+        if p.batched:
+            self.scores_batched()
+        self.L.repeat("h", self.cH, self.heads_of, self.scores_head, "heads", loop_ok=False)
+
+    def out_of(self, ix: Ix) -> int:
+        """The head's output tile of the kv tile."""
+        blk = self.blk(ix)
+        return self.p.scores_tile_addr(blk.b, self.head(ix)[1], blk.i, self.tile(ix).t)
+
+    def scores_head(self) -> None:
+        p, a = self.p, self.a
+        br = self.L.first("q").br
+        if not p.batched:
+            self.scores_per_head(br)
+        self.load(self.p1, self.s_of)
+        self.load(self.p2, self.out_of)
+        with a.loop(self.l1, br, "copy rows"):
+            a.V_MUL_VF(gp(self.p2), gp(self.p1), fp(self.f_qk), 0)
+            if br > 1:
+                a.S_ADDI_INT(gp(self.p1), gp(self.p1), self.V)
+                a.S_ADDI_INT(gp(self.p2), gp(self.p2), self.V)
 
 
 # =========================================================================== public emitters
@@ -1512,7 +1655,7 @@ def emit_flash_attention(asm: Asm, plan: FlashPlan, *, gp: Sequence[int], fp: Se
         raise ValueError(f"flash_attention: plan is for {plan.kernel}")
     _check_bound("flash_attention", plan)
     gpr, fpr = take_regs("flash_attention", gp, fp, GP_NEEDED, FP_NEEDED)
-    tr = _Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "flash_attention")
+    tr = Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "flash_attention")
     _emit(tr, plan, gpr, fpr)
 
 
@@ -1522,5 +1665,5 @@ def emit_attention_scores(asm: Asm, plan: FlashPlan, *, gp: Sequence[int], fp: S
         raise ValueError(f"attention_scores: plan is for {plan.kernel}")
     _check_bound("attention_scores", plan)
     gpr, fpr = take_regs("attention_scores", gp, fp, GP_NEEDED, FP_NEEDED)
-    tr = _Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "attention_scores")
+    tr = Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "attention_scores")
     _emit(tr, plan, gpr, fpr)

@@ -23,10 +23,10 @@ from plena_sim.config import MxType  # noqa: E402
 from programs import flash_attention as fa  # noqa: E402
 from programs import mutation_hooks  # noqa: E402
 from programs.asm import Asm  # noqa: E402
-from programs.hbm_tensors import HbmTensor, ceil_div  # noqa: E402
+from programs.hbm_tensors import HbmTensor, ceil_div, round_up, row_pad  # noqa: E402
 from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt, mutations  # noqa: E402
 from testbenches.shapes import resolve_params
-from testbenches.variants import get_config  # noqa: E402
+from testbenches.variants import fixes_machine, get_config  # noqa: E402
 from tests.util import scalar_trace
 
 GP = tuple(range(1, 13))
@@ -84,19 +84,19 @@ def shape(p: dict, cfg) -> dict:
 def layout_for(cfg, sp, kernel="flash_attention", base_row=0):
     V, M = cfg.VLEN, cfg.MLEN
     if kernel == "flash_attention":
-        n = ceil_div(sp["hq"] * sp["d"], V) * (-(-sp["batch"] * sp["q_len"] // 4) * 4)
+        n = ceil_div(sp["hq"] * sp["d"], V) * round_up(sp["batch"] * sp["q_len"], row_pad(cfg))
         return dict(o_base=base_row * V, scratch_base=(base_row + n + 1) * V, fp_state_base=16, mram_tile0=0)
     n = sp["batch"] * sp["hq"] * ceil_div(sp["q_len"], M) * ceil_div(sp["kv_len"], M) * M
     return dict(s_out=base_row * V, scratch_base=(base_row + n + 1) * V, mram_tile0=0)
 
 
-def make_plan(cfg, sp, kernel="flash_attention", base_row=0):
+def make_plan(cfg, sp, kernel="flash_attention", base_row=0, **extra):
     lay = layout_for(cfg, sp, kernel, base_row)
     req = fa.hbm_requirements(cfg, kernel=kernel, **sp, **lay)
     q, k, v = tensors(cfg, sp, req)
     if kernel == "flash_attention":
-        return fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=v)
-    return fa.plan_attention_scores(cfg, **sp, **lay, q=q, k=k)
+        return fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=v, **extra)
+    return fa.plan_attention_scores(cfg, **sp, **lay, q=q, k=k, **extra)
 
 
 def program(plan) -> str:
@@ -106,20 +106,23 @@ def program(plan) -> str:
     return asm.text()
 
 
-def case_params(case_id: str):
+def case_params(case_id: str, hw: str | None = None):
+    """(params, config, testbench module) of a required or stretch case (on preset ``hw``, if given)."""
     for mod in (flashattn_prefill, flashattn_decode, flashattn_qkt):
         for cid, ov, var in mod.REQUIRED_CASES + mod.STRETCH_CASES:
             if cid == case_id:
-                cfg = get_config(var)
+                if hw is not None and fixes_machine(var):
+                    var = "default"
+                cfg = get_config(var, hw=hw)
                 return resolve_params(dict(mod.DEFAULTS, **ov), cfg), cfg, mod
     raise KeyError(case_id)
 
 
-def case_plan(case_id: str):
-    p, cfg, mod = case_params(case_id)
+def case_plan(case_id: str, hw: str | None = None, **extra):
+    p, cfg, mod = case_params(case_id, hw)
     sp = shape(p, cfg)
     kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
-    return make_plan(cfg, sp, kernel, int(p.get("vram_base_row", 0)))
+    return make_plan(cfg, sp, kernel, int(p.get("vram_base_row", 0)), **extra)
 
 
 def case_program(case_id: str) -> str:
@@ -548,3 +551,194 @@ def test_dynamic_instruction_budget():
         plan = make_plan(cfg, shape(p, cfg), "flash_attention", int(p.get("vram_base_row", 0)))
         worst[cid] = plan.dynamic_instructions
     assert max(worst.values()) < 300_000, worst
+
+
+# ----------------------------------------------------------------------------- hardware loops (issue 18)
+
+_ALU = {
+    "S_ADDI_INT": lambda g, f: g[f["rs1"]] + f["imm18"],
+    "S_ADD_INT": lambda g, f: g[f["rs1"]] + g[f["rs2"]],
+    "S_SUB_INT": lambda g, f: g[f["rs1"]] - g[f["rs2"]],
+    "S_MUL_INT": lambda g, f: g[f["rs1"]] * g[f["rs2"]],
+    "S_LUI_INT": lambda g, f: f["imm22"] << 12,
+}
+
+
+def _operation(ins, f, gpr) -> tuple[int, ...]:
+    """An instruction as (opcode, operand values): gp operands by value, base + imm18 as one address."""
+    vals = [gpr[f[o.field]] if o.kind == "gp" else f[o.field] for o in ins.operands if o.kind != "zero"]
+    if ins.fmt == "WO18" or ins.mnemonic == "M_MM_WO":
+        vals = [vals[0] + vals[-1], *vals[1:-1]]
+    elif ins.fmt == "I18":
+        vals = [vals[0], vals[1] + vals[2]]
+    return (ins.opcode, *vals)
+
+
+def op_sequence(text: str) -> tuple[list[tuple[int, ...]], int]:
+    """(every executed instruction except the scalar-integer ALU and loop instructions, as
+    :func:`_operation`; the dynamic instruction count): what the kernel computes and where, independent of
+    register choice, pointer stepping and loops."""
+    from isa.encoding import decode
+    from isa.table import BY_OPCODE
+
+    code = [(BY_OPCODE[decode(int(w))["opcode"]], decode(int(w))) for w in assemble(text, "<fa>").words]
+    gpr = [0] * 16
+    stack: list[list[int]] = []
+    ops, pc, dyn = [], 0, 0
+    while pc < len(code):
+        ins, f = code[pc]
+        mn, nxt, dyn = ins.mnemonic, pc + 1, dyn + 1
+        if mn in _ALU:
+            if f["rd"]:
+                gpr[f["rd"]] = _ALU[mn](gpr, f) % (1 << 32)
+        elif mn == "C_LOOP_START":
+            gpr[f["rd"]] = f["imm22"]
+            stack.append([pc, f["rd"]])
+        elif mn == "C_LOOP_END":
+            k = max(i for i, (_s, r) in enumerate(stack) if r == f["rd"])
+            if gpr[f["rd"]] > 1:
+                gpr[f["rd"]] -= 1
+                nxt = stack[k][0] + 1
+            else:
+                gpr[f["rd"]] = 0
+                del stack[k]
+        else:
+            ops.append(_operation(ins, f, gpr))
+        pc = nxt
+    return ops, dyn
+
+
+LOOP_CASES = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
+LOOP_CASES += ["D1", "D2", "D3", "D4", "D5", "D6", "D7", "prefill_per_head", "gqa_sbhd_per_head", "decode_per_head"]
+
+
+@pytest.mark.parametrize(
+    "case_id, hw",
+    [(c, None) for c in LOOP_CASES] + [(c, "v80-256x64") for c in ("P1", "P6", "D3")] + [("P3", "v80-64x16")],
+)
+def test_loops_run_exactly_the_unrolled_operations(case_id, hw):
+    """The looped program (blocks, kv tiles and heads as hardware loops where possible) executes the same
+    compute and memory instructions on the same addresses in the same order as the fully unrolled one
+    (``loops=False``); only scalar counter arithmetic and loop instructions are added (<= 8%)."""
+    looped, unrolled = case_plan(case_id, hw), case_plan(case_id, hw, loops=False)
+    ops_l, dyn_l = op_sequence(program(looped))
+    ops_u, dyn_u = op_sequence(program(unrolled))
+    assert ops_l == ops_u
+    assert (dyn_l, dyn_u) == (looped.dynamic_instructions, unrolled.dynamic_instructions)
+    assert looped.static_instructions <= unrolled.static_instructions
+    assert dyn_l <= 1.08 * dyn_u, (dyn_l, dyn_u)
+
+
+@pytest.mark.parametrize(
+    "over, fp_state_base",
+    [
+        (dict(batch=3, hq=4, hkv=1, d=16, q_len=200, kv_len=200, causal=False), 16),  # a batch loop
+        (dict(batch=1, hq=8, hkv=4, d=16, q_len=64, kv_len=320, causal=True), 16),  # a group loop
+        (dict(batch=1, hq=4, hkv=1, d=16, q_len=256, kv_len=448, causal=True), 16),  # off % M != 0
+        (dict(batch=1, hq=2, hkv=1, d=32, q_len=128, kv_len=256, causal=True), 900),  # q row groups of 40
+        (dict(batch=2, hq=16, hkv=1, d=32, q_len=70, kv_len=130, causal=True), 16),  # head batches 5,5,5,1
+    ],
+)
+def test_loops_run_the_unrolled_operations_on_other_shapes(over, fp_state_base):
+    cfg = get_config("default")
+    sp = shape(over, cfg)
+    lay = dict(layout_for(cfg, sp), fp_state_base=fp_state_base)
+    req = fa.hbm_requirements(cfg, **sp, **lay)
+    q, k, v = tensors(cfg, sp, req)
+    looped, unrolled = (fa.plan_flash_attention(cfg, **sp, **lay, q=q, k=k, v=v, loops=lp) for lp in (True, False))
+    assert op_sequence(program(looped))[0] == op_sequence(program(unrolled))[0]
+    assert looped.static_instructions < unrolled.static_instructions
+
+
+def _workload(kind: str, **over):
+    """Plans of the issue-18 workloads (default machine, loops on): prefill_1k and decode_32k shapes."""
+    base = {
+        "prefill": dict(batch=1, q_len=1024, kv_len=1024, hq=8, hkv=2, d=64, causal=True),
+        "decode": dict(batch=1, q_len=1, kv_len=32768, hq=32, hkv=8, d=64, causal=True),
+    }[kind]
+    cfg = get_config("default")
+    return make_plan(cfg, shape(dict(base, **over), cfg))
+
+
+def test_static_size_of_the_issue_18_workloads():
+    """prefill_1k fits 10,000 static instructions (174,010 unrolled); decode's static size does not grow
+    with the kv length (one kv-tile loop per block)."""
+    prefill = _workload("prefill")
+    assert prefill.static_instructions <= 10_000
+    decode = _workload("decode")
+    assert decode.static_instructions <= 5_000
+    assert _workload("decode", kv_len=8192).static_instructions == decode.static_instructions
+    assert prefill.max_loop_iteration < prefill.config.MAX_LOOP_INSTRUCTIONS
+
+
+def test_causal_q_tiles_share_a_block_loop_with_a_variable_kv_loop():
+    """Causal q tiles 1.. of one group are one block loop whose kv-tile loop runs i+1 - 1 full tiles:
+    ``C_LOOP_START gpT, 1`` with the counter set from a register; the scalar trace agrees with the plan."""
+    cfg = get_config("default")
+    M = cfg.MLEN
+    sp = shape(dict(batch=1, hq=4, hkv=1, d=16, q_len=6 * M, kv_len=6 * M, causal=True), cfg)
+    plan, tr = _check_program(cfg, sp, "flash_attention", 0)
+    text = program(plan)
+    cT, cQ = GP[8], GP[3]
+    assert f"C_LOOP_START gp{cT}, 1" in text
+    assert f"C_LOOP_START gp{cQ}, 5" in text  # q tiles 1..5 (tile 0 has no fully visible kv tile)
+    assert text.count("; block ") == 2
+    assert tr.prefetch_m == plan.expected_kv_prefetches()
+
+
+def test_loops_respect_the_loop_budget():
+    """With a small MAX_LOOP_INSTRUCTIONS the big levels are unrolled and the small ones stay loops; the
+    program still runs the unrolled operations and no iteration reaches the budget."""
+    cfg = get_config("default").with_overrides({"MAX_LOOP_INSTRUCTIONS": 3000})
+    sp = shape(dict(batch=1, hq=4, hkv=1, d=16, q_len=128, kv_len=256, causal=True), cfg)
+    looped, unrolled = make_plan(cfg, sp), make_plan(cfg, sp, loops=False)
+    assert looped.max_loop_iteration < 3000
+    assert op_sequence(program(looped))[0] == op_sequence(program(unrolled))[0]
+    tr = scalar_trace.trace(assemble(program(looped), "<fa>"), cfg)
+    assert tr.max_loop_iteration == looped.max_loop_iteration and tr.dynamic == looped.dynamic_instructions
+
+
+# ----------------------------------------------------------------------------- the loop machinery itself
+
+
+def _levels_program(fn, counts, loopmax=100_000):
+    """A block level over len(counts) items, each with a kv level of counts[q] items; every iteration
+    loads fn(q, t) into gp2 and records it with an H_PREFETCH_M (the scalar trace reads gp2 back), then
+    runs 200 filler instructions (so that a loop is worth its counter arithmetic)."""
+    from programs.flash_loops import IterRegs, Loops, Tracker
+
+    asm = Asm()
+    tr = Tracker(asm, loopmax, "test")
+    L = Loops(tr, IterRegs(tmp=8, t0=1, mask=12, vcount=3))
+    items = [list(range(c)) for c in counts]
+
+    def tile():
+        L.load(2, lambda ix: fn(ix["q"], L.get("t", ix)))
+        tr.S_ADDI_INT("gp1", "gp0", 0)
+        tr.H_PREFETCH_M("gp1", "gp2", "a1", 1, 1)
+        for _ in range(200):
+            tr.S_ADDI_INT("gp5", "gp0", 0)
+
+    def block():
+        L.repeat("t", 9, lambda ix: items[ix["q"]], tile, "tiles")
+
+    L.repeat("q", 4, list(range(len(counts))), block, "blocks")
+    return asm.text(), tr
+
+
+def test_level_loops_load_affine_values_and_count_like_the_trace():
+    cfg = get_config("default")
+    text, tr = _levels_program(lambda q, t: 1000 * q + 10 * t + 7, [2, 3, 4, 5])
+    got = [o for (o, *_r) in scalar_trace.trace(assemble(text, "<t>"), cfg).prefetch_m]
+    assert got == [1000 * q + 10 * t + 7 for q, c in enumerate([2, 3, 4, 5]) for t in range(c)]
+    assert "C_LOOP_START gp4, 4" in text and "C_LOOP_START gp9, 1" in text  # a variable kv loop
+    trace = scalar_trace.trace(assemble(text, "<t>"), cfg)
+    assert (trace.dynamic, trace.max_loop_iteration) == (tr.dynamic, tr.max_iter)
+
+
+def test_level_loops_unroll_what_is_not_affine():
+    cfg = get_config("default")
+    text, _tr = _levels_program(lambda q, t: q * q * 64 + t, [3, 3, 3])
+    got = [o for (o, *_r) in scalar_trace.trace(assemble(text, "<t>"), cfg).prefetch_m]
+    assert got == [q * q * 64 + t for q in range(3) for t in range(3)]
+    assert "C_LOOP_START gp4" not in text and text.count("C_LOOP_START gp9, 3") == 3
