@@ -101,24 +101,28 @@ def attention_golden(
     L, hkv = K.shape[1], K.shape[2]
     ratio = hq // hkv
     allowed = allowed_mask(S, L, causal)
+    hidden = np.where(allowed, 0.0, -np.inf)  # added to a score row: masked keys -> -inf, the rest exact
     scores = np.empty((B_, hq, S, L))
     O = np.empty((B_, S, hq, d))
     A = np.empty((B_, S, hq, d))
     smax = np.empty((B_, S, hq))
+    p = np.empty((S, L))
     for b in range(B_):
         for h in range(hq):
             Kh = K[b, :, h // ratio].astype(np.float64)
             Vh = V[b, :, h // ratio].astype(np.float64)
-            sc = qk * (Q[b, :, h] @ Kh.T)
-            scores[b, h] = sc
-            sm = np.where(allowed, sc, -np.inf)
-            m = sm.max(axis=-1, keepdims=True)
-            e = np.exp(sm - m)
-            p = e / e.sum(axis=-1, keepdims=True)
-            del sm, e
+            sc = scores[b, h]
+            np.matmul(Q[b, :, h], Kh.T, out=sc)
+            sc *= qk
+            np.abs(sc, out=p)
+            p += hidden
+            smax[b, :, h] = np.maximum(p.max(axis=-1), 0.0)  # max |score| over the visible keys
+            np.add(sc, hidden, out=p)
+            p -= p.max(axis=-1, keepdims=True)
+            np.exp(p, out=p)
+            p /= p.sum(axis=-1, keepdims=True)
             O[b, :, h] = p @ Vh
             A[b, :, h] = p @ np.abs(Vh)
-            smax[b, :, h] = np.where(allowed, np.abs(sc), 0.0).max(axis=-1)
     return O, A, smax, scores, allowed
 
 
