@@ -1,7 +1,11 @@
 """Matrix unit (isa.md §5): tile products into the accumulators and the write-outs to VRAM.
 
 One job: the semantics of the ``mat``, ``bmat`` and ``wo`` families. Every output is a float64 dot product,
-sequential in ascending k from +0.0 (:func:`.common.dot`), ``f32(p*s)`` then ``acc = f32(acc + p_s)``.
+sequential in ascending k from +0.0 (as :func:`.common.dot`), ``f32(p*s)`` then ``acc = f32(acc + p_s)``.
+An instruction stages its operands once into float64 scratch (X rows into ``xbuf``, the W slice into ``wbuf``
+as ``w[k, j]``) and computes whole tiles with the independent outputs vectorised: k steps outermost, then the
+rows, a contiguous row of outputs innermost (docs/performance.md, "Matrix unit: vectorised tiles"); the sums of
+a block of rows live in the last rows of ``xbuf``. A NaN sum is redone by :func:`.common.dot` (the NaN rule).
 Static checks (IL-BRD, CF-VM, CF-BA) are made before dispatch (:mod:`.static`).
 """
 
@@ -292,21 +296,16 @@ def _batched_writeout(alu, pc, addr, vram, hm_acc, hv_acc, cfg, frec):
     if addr % M != 0:
         return fault(frec, R_AL_BWO, pc, OPND_RD, addr, -1, M, addr % M, 0)
     r0 = addr // V
-    nr = BA * M if alu == ALU_BMM else BA
+    rows = hm_acc.reshape((BA * M, M)) if alu == ALU_BMM else hv_acc  # row b*M + s, or b
+    nr = rows.shape[0]
     if r0 + nr > nrows:
         i = nrows - r0 if nrows > r0 else np.int64(0)
         return fault(frec, R_BD_VROW, pc, OPND_RD, r0 + i, i, nrows, addr + i * M, 0)
-    if alu == ALU_BMM:
-        for b in range(BA):
-            for s2 in range(M):
-                for j in range(M):
-                    vram[r0 + b * M + s2, j] = f32_to_bf16_bits(hm_acc[b, s2, j])
-        hm_acc[:, :, :] = 0.0
-    else:
-        for b in range(BA):
-            for j in range(M):
-                vram[r0 + b, j] = f32_to_bf16_bits(hv_acc[b, j])
-        hv_acc[:, :] = 0.0
+    for i in range(nr):
+        r = np.uint64(r0 + i)
+        for j in range(M):
+            vram[r, j] = f32_to_bf16_bits(rows[i, j])
+    rows[:, :] = 0.0
     return RUN_OK
 
 
