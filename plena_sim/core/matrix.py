@@ -1,7 +1,11 @@
 """Matrix unit (isa.md §5): tile products into the accumulators and the write-outs to VRAM.
 
 One job: the semantics of the ``mat``, ``bmat`` and ``wo`` families. Every output is a float64 dot product,
-sequential in ascending k from +0.0 (:func:`.common.dot`), ``f32(p*s)`` then ``acc = f32(acc + p_s)``.
+sequential in ascending k from +0.0 (as :func:`.common.dot`), ``f32(p*s)`` then ``acc = f32(acc + p_s)``.
+An instruction stages its operands once into float64 scratch (X rows into ``xbuf``, the W slice into ``wbuf``
+as ``w[k, j]``) and computes whole tiles with the independent outputs vectorised: k steps outermost, then the
+rows, a contiguous row of outputs innermost (docs/performance.md, "Matrix unit: vectorised tiles"); the sums of
+a block of rows live in the last rows of ``xbuf``. A NaN sum is redone by :func:`.common.dot` (the NaN rule).
 Static checks (IL-BRD, CF-VM, CF-BA) are made before dispatch (:mod:`.static`).
 """
 
@@ -49,29 +53,32 @@ from .slots import (
     RUN_OK,
 )
 
+#: "no fault" rule of the check helpers (their result is the fault record: rule, operand, value, index, limit, x6, x7)
+_NONE = (-1, 0, 0, 0, 0, 0, 0)
+
 
 @njit(cache=True)
-def _offset_checks(alu, pc, m, off, mf, M, B, H, frec):
+def _offset_rule(alu, m, off, mf, M, B, H):
     """AL of the matrix operand's in-tile offset (AL-MM / AL-MV / AL-TMV / AL-BHEAD)."""
     if alu in (ALU_MM, ALU_TMM):
         if off % M != 0:
-            return fault(frec, R_AL_MM, pc, mf, m, -1, M, off, 0)
+            return (R_AL_MM, mf, m, -1, M, off, 0)
         if (off // M) % B != 0:
-            return fault(frec, R_AL_MM, pc, mf, m, off // M, B, off, 1)
+            return (R_AL_MM, mf, m, off // M, B, off, 1)
     elif alu == ALU_MV:
         if off % B != 0:
-            return fault(frec, R_AL_MV, pc, mf, m, -1, B, off, 0)
+            return (R_AL_MV, mf, m, -1, B, off, 0)
         if off >= M:
-            return fault(frec, R_AL_MV, pc, mf, m, -1, M, off, 1)
+            return (R_AL_MV, mf, m, -1, M, off, 1)
     elif alu == ALU_TMV:
         if off % (B * M) != 0:
-            return fault(frec, R_AL_TMV, pc, mf, m, -1, B * M, off, 0)
+            return (R_AL_TMV, mf, m, -1, B * M, off, 0)
     else:
         if off % H != 0:
-            return fault(frec, R_AL_BHEAD, pc, mf, m, -1, H, off, 0)
+            return (R_AL_BHEAD, mf, m, -1, H, off, 0)
         if off >= M:
-            return fault(frec, R_AL_BHEAD, pc, mf, m, -1, M, off, 1)
-    return RUN_OK
+            return (R_AL_BHEAD, mf, m, -1, M, off, 1)
+    return _NONE
 
 
 @njit(cache=True)
@@ -85,165 +92,262 @@ def _vector_rows(alu, M, B):
 
 
 @njit(cache=True)
-def _operand_checks(alu, pc, m, v, mf, vf, cfg, frec):
+def _operand_rule(alu, m, v, mf, vf, M, V, B, H, NT, nrows):
     """AL and BD of both operands in isa.md §8 order (M_TMM: the vector operand first)."""
-    M, V, B = cfg[CFG_M], cfg[CFG_V], cfg[CFG_B]
-    NT, nrows = cfg[CFG_NTILES], cfg[CFG_VROWS]
     tmm = alu == ALU_TMM
     if tmm and v % V != 0:
-        return fault(frec, R_AL_VROW, pc, vf, v, -1, V, v % V, 0)
-    st = _offset_checks(alu, pc, m, m % (M * M), mf, M, B, cfg[CFG_H], frec)
-    if st != RUN_OK:
-        return st
+        return (R_AL_VROW, vf, v, -1, V, v % V, 0)
+    r = _offset_rule(alu, m, m % (M * M), mf, M, B, H)
+    if r[0] >= 0:
+        return r
     if not tmm and v % V != 0:
-        return fault(frec, R_AL_VROW, pc, vf, v, -1, V, v % V, 0)
+        return (R_AL_VROW, vf, v, -1, V, v % V, 0)
     tile = m // (M * M)
     if not tmm and tile >= NT:
-        return fault(frec, R_BD_MTILE, pc, mf, tile, 0, NT, m, 0)
-    for i in range(_vector_rows(alu, M, B)):
-        if v // V + i >= nrows:
-            return fault(frec, R_BD_VROW, pc, vf, v // V + i, i, nrows, v + i * M, 0)
+        return (R_BD_MTILE, mf, tile, 0, NT, m, 0)
+    n, r0 = _vector_rows(alu, M, B), v // V
+    if r0 + n > nrows:  # the first row out of range
+        i = nrows - r0 if nrows > r0 else np.int64(0)
+        return (R_BD_VROW, vf, r0 + i, i, nrows, v + i * M, 0)
     if tmm and tile >= NT:
-        return fault(frec, R_BD_MTILE, pc, mf, tile, 0, NT, m, 0)
-    return RUN_OK
+        return (R_BD_MTILE, mf, tile, 0, NT, m, 0)
+    return _NONE
+
+
+# Index arithmetic on runtime offsets is cast to uint64 (``np.uint64(r0 + i)``): Numba then omits its
+# negative-index wraparound, which otherwise costs a select per access and keeps the loops scalar.
+
+#: depth steps per pass over a block of outputs (each output still adds them one by one, in ascending k)
+_KSTEP = 4
+#: rows of at least this many outputs take 8 depth steps per pass (fewer loads / stores of the sums)
+_WIDE = 16
+#: float64 sums per block of output rows (32 KiB, L1-sized)
+_SUM_BLOCK = 4096
+#: scratch width from which the operands are staged compactly (rows 4 KiB apart alias in the L1 sets)
+_COMPACT = 512
 
 
 @njit(cache=True)
-def _tile_product(alu, T, c, xbuf, wbuf, m_accum, v_accum, M, B):
-    """M_MM / M_TMM / M_MV / M_TMV: B output columns at column (or row) ``c`` of tile T."""
-    for j in range(B):  # wbuf[j, k] = weight of output column j at depth k
-        for k in range(M):
-            if alu in (ALU_MM, ALU_MV):
-                wbuf[j, k] = np.float64(T[k, c + j])
-            else:
-                wbuf[j, k] = np.float64(T[c + j, k])
-    if alu in (ALU_MM, ALU_TMM):
-        for i in range(B):
-            for j in range(B):
-                m_accum[i, j] = acc32(m_accum[i, j], np.float32(dot(xbuf[i], 0, wbuf[j], M)))
-    else:
-        for j in range(B):
-            v_accum[j] = acc32(v_accum[j], np.float32(dot(xbuf[0], 0, wbuf[j], M)))
+def _stage_x(vram, r0, R, K, row_step, lane_step, xbuf):
+    """xbuf[i, k] = VRAM row ``r0 + i*row_step``, lane ``i*lane_step + k`` (bf16 -> float64, exact)."""
+    for i in range(R):
+        r, c = np.uint64(r0 + i * row_step), i * lane_step
+        for k in range(K):
+            xbuf[i, k] = np.float64(bf16_bits_to_f32(vram[r, np.uint64(c + k)]))
 
 
 @njit(cache=True)
-def _batched_product(alu, T, h, xbuf, wbuf, hm_accum, hv_accum, M, H, BA, bmm_scale):
-    """M_BMM / M_BTMM / M_BMV / M_BTMV: every head b < BA against the head slice at ``h``."""
-    s = np.float64(np.float32(bmm_scale))
-    for j in range(M):  # wbuf[j, k]: j < M output column, k < H depth
-        for k in range(H):
-            if alu in (ALU_BMM, ALU_BMV):
-                wbuf[j, k] = np.float64(T[h + k, j])
-            else:
-                wbuf[j, k] = np.float64(T[j, h + k])
-    if alu in (ALU_BMV, ALU_BTMV):
-        for b in range(BA):
-            for j in range(M):
-                p = dot(xbuf[0], b * H, wbuf[j], H)
-                hv_accum[b, j] = acc32(hv_accum[b, j], np.float32(p * s))
+def _stage_w(T, transposed, a, b, K, N, wbuf):
+    """wbuf[k, j] = T[a + k, b + j] (``transposed``: T[b + j, a + k]) for k < K, j < N, as float64. A transposed
+    slice of a wide tile is copied in blocks of 8 lanes (each block reads one cache line per row of T)."""
+    if transposed and T.shape[1] >= _COMPACT:
+        for k0 in range(0, K, 8):
+            for j in range(N):
+                r = np.uint64(b + j)
+                for k in range(k0, min(k0 + 8, K)):
+                    wbuf[k, j] = np.float64(T[r, np.uint64(a + k)])
         return
-    for b in range(BA):
-        for srow in range(M):
-            for j in range(M):
-                p = dot(xbuf[srow], b * H, wbuf[j], H)
-                hm_accum[b, srow, j] = acc32(hm_accum[b, srow, j], np.float32(p * s))
+    for k in range(K):
+        if transposed:
+            for j in range(N):
+                wbuf[k, j] = np.float64(T[np.uint64(b + j), np.uint64(a + k)])
+        else:
+            for j in range(N):
+                wbuf[k, j] = np.float64(T[np.uint64(a + k), np.uint64(b + j)])
+
+
+@njit(cache=True)
+def _block_sums(x, xo, w, p, i0, G, K, N):
+    """p[g, j] = sum_k x[i0 + g, xo + k] * w[k, j] for g < G, j < N, each sum sequential in ascending k from
+    +0.0 (as :func:`.common.dot`): k steps outermost, then the rows, the N outputs of a row innermost (SIMD)."""
+    for g in range(G):
+        for j in range(N):
+            p[g, j] = 0.0
+    k = 0
+    while N >= _WIDE and k + 8 <= K:  # wide rows: 8 steps per pass over p (half the loads and stores of p)
+        for g in range(G):
+            xr, c = x[np.uint64(i0 + g)], xo + k
+            x0, x1, x2, x3 = xr[np.uint64(c)], xr[np.uint64(c + 1)], xr[np.uint64(c + 2)], xr[np.uint64(c + 3)]
+            x4, x5, x6, x7 = xr[np.uint64(c + 4)], xr[np.uint64(c + 5)], xr[np.uint64(c + 6)], xr[np.uint64(c + 7)]
+            for j in range(N):
+                q = (((p[g, j] + x0 * w[k, j]) + x1 * w[k + 1, j]) + x2 * w[k + 2, j]) + x3 * w[k + 3, j]
+                p[g, j] = (((q + x4 * w[k + 4, j]) + x5 * w[k + 5, j]) + x6 * w[k + 6, j]) + x7 * w[k + 7, j]
+        k += 8
+    while k + _KSTEP <= K:
+        for g in range(G):
+            i, c = np.uint64(i0 + g), xo + k
+            x0, x1, x2, x3 = x[i, np.uint64(c)], x[i, np.uint64(c + 1)], x[i, np.uint64(c + 2)], x[i, np.uint64(c + 3)]
+            for j in range(N):
+                p[g, j] = (((p[g, j] + x0 * w[k, j]) + x1 * w[k + 1, j]) + x2 * w[k + 2, j]) + x3 * w[k + 3, j]
+        k += _KSTEP
+    while k < K:  # the last K mod _KSTEP steps
+        for g in range(G):
+            xk = x[np.uint64(i0 + g), np.uint64(xo + k)]
+            for j in range(N):
+                p[g, j] = p[g, j] + xk * w[k, j]
+        k += 1
+
+
+@njit(cache=True)
+def _fold(acc, p, i0, G, N, s):
+    """acc[i0 + g, j] = f32(acc + f32(p[g, j] * s)) for g < G, j < N, if no sum is NaN (else False, nothing
+    changed: :func:`_fold_nan`); without a NaN both loops vectorise."""
+    nans = 0
+    for g in range(G):
+        for j in range(N):
+            nans += p[g, j] != p[g, j]
+    if nans:
+        return False
+    for g in range(G):
+        i = np.uint64(i0 + g)
+        for j in range(N):
+            acc[i, j] = acc32(acc[i, j], np.float32(p[g, j] * s))
+    return True
+
+
+@njit(cache=True)
+def _fold_nan(acc, p, i0, G, N, s, x, xo, w, K):
+    """:func:`_fold` of a block with NaN sums: each NaN sum is redone by :func:`.common.dot`, which applies the
+    NaN propagation rule."""
+    for g in range(G):
+        i = np.uint64(i0 + g)
+        for j in range(N):
+            pj = p[g, j]
+            if pj != pj:
+                pj = dot(x[i], xo, w[:, j], K)
+            acc[i, j] = acc32(acc[i, j], np.float32(pj * s))
+
+
+@njit(cache=True)
+def _tile(x, xo, w, p, R, K, N, s, acc):
+    """acc[i, j] += f32(s * sum_k x[i, xo + k] * w[k, j]) for i < R, j < N, in blocks of the rows of ``p``."""
+    G = p.shape[0]
+    for i0 in range(0, R, G):
+        g = min(G, R - i0)
+        _block_sums(x, xo, w, p, i0, g, K, N)
+        if not _fold(acc, p, i0, g, N, s):
+            _fold_nan(acc, p, i0, g, N, s, x, xo, w, K)
+
+
+@njit(cache=True)
+def _views(xbuf, wbuf, R, L, K, N):
+    """The operand views of one instruction: X (R rows of L lanes, from the first rows of ``xbuf``), W (K x N, from
+    ``wbuf``) and the float64 sums of a block of rows (from the last rows of ``xbuf``; its row count is the block
+    size). From a scratch width of _COMPACT on they are compact (row strides L, N): rows a power-of-two width
+    apart (16 KiB at MLEN 2048) share cache sets."""
+    W = xbuf.shape[1]
+    G = min(R, max(1, _SUM_BLOCK // N), xbuf.shape[0] - W)
+    if W < _COMPACT:
+        return xbuf, wbuf, xbuf[W : W + G]
+    xs, ws = xbuf.reshape(-1), wbuf.reshape(-1)
+    return xs[: R * L].reshape((R, L)), ws[: K * N].reshape((K, N)), xs[W * W : W * W + G * N].reshape((G, N))
 
 
 @njit(cache=True, error_model="numpy")
-def product(alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf):
-    """The ``mat`` and ``bmat`` families (not the write-outs), into the M/V or batched accumulators."""
+def _mat(alu, pc, rs1, rs2, gp, vram, mram, acc, cfg, frec, xbuf, wbuf):
+    """M_MM / M_TMM (B VRAM rows into the B x B accumulator) and M_MV / M_TMV (one row into v_accum viewed as
+    1 x B): B output columns at column (M_MV: lane offset; transposed: row) ``c`` of the tile."""
     M, V, B = cfg[CFG_M], cfg[CFG_V], cfg[CFG_B]
-    if alu == ALU_TMM:  # operand roles swapped
-        v, m, mf, vf = np.int64(gp[rs1]), np.int64(gp[rs2]), OPND_RS2, OPND_RS1
-    else:
-        m, v, mf, vf = np.int64(gp[rs1]), np.int64(gp[rs2]), OPND_RS1, OPND_RS2
-        if alu in (ALU_BMV, ALU_BTMV):
-            m = m + np.int64(gp[rd])
-    st = _operand_checks(alu, pc, m, v, mf, vf, cfg, frec)
-    if st != RUN_OK:
-        return st
-    T = mram[m // (M * M)]
-    off = m % (M * M)
-    r0 = v // V
-    for i in range(_vector_rows(alu, M, B)):  # X rows as float64 (bf16 values, exact)
-        for k in range(V):
-            xbuf[i, k] = np.float64(bf16_bits_to_f32(vram[r0 + i, k]))
-    if alu in (ALU_MM, ALU_TMM, ALU_MV, ALU_TMV):
-        c = off if alu == ALU_MV else off // M
-        _tile_product(alu, T, c, xbuf, wbuf, m_acc, v_acc, M, B)
-    else:
-        _batched_product(alu, T, off, xbuf, wbuf, hm_acc, hv_acc, M, cfg[CFG_H], cfg[CFG_BA], bmm_scale)
+    tmm = alu == ALU_TMM  # operand roles swapped
+    m, v = np.int64(gp[rs2]) if tmm else np.int64(gp[rs1]), np.int64(gp[rs1]) if tmm else np.int64(gp[rs2])
+    mf, vf = (OPND_RS2, OPND_RS1) if tmm else (OPND_RS1, OPND_RS2)
+    r = _operand_rule(alu, m, v, mf, vf, M, V, B, cfg[CFG_H], cfg[CFG_NTILES], cfg[CFG_VROWS])
+    if r[0] >= 0:
+        return fault(frec, r[0], pc, r[1], r[2], r[3], r[4], r[5], r[6])
+    off, R = m % (M * M), acc.shape[0]
+    x, w, p = _views(xbuf, wbuf, R, M, M, B)
+    _stage_x(vram, v // V, R, M, 1, 0, x)
+    _stage_w(mram[m // (M * M)], alu in (ALU_TMM, ALU_TMV), 0, off if alu == ALU_MV else off // M, M, B, w)
+    _tile(x, 0, w, p, R, M, B, 1.0, acc)
+    return RUN_OK
+
+
+@njit(cache=True, error_model="numpy")
+def _bmat(alu, pc, rd, rs1, rs2, gp, vram, mram, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf):
+    """M_BMM / M_BTMM (M VRAM rows, one tile product per head) and M_BMV / M_BTMV (one row, the heads as rows)
+    against the head slice at the tile offset ``h``; the sums scaled by f32(BMM_SCALE)."""
+    M, V, B, H, BA = cfg[CFG_M], cfg[CFG_V], cfg[CFG_B], cfg[CFG_H], cfg[CFG_BA]
+    mv = alu in (ALU_BMV, ALU_BTMV)
+    m, v = np.int64(gp[rs1]) + (np.int64(gp[rd]) if mv else 0), np.int64(gp[rs2])
+    r = _operand_rule(alu, m, v, OPND_RS1, OPND_RS2, M, V, B, H, cfg[CFG_NTILES], cfg[CFG_VROWS])
+    if r[0] >= 0:
+        return fault(frec, r[0], pc, r[1], r[2], r[3], r[4], r[5], r[6])
+    s = np.float64(np.float32(bmm_scale))
+    x, w, p = _views(xbuf, wbuf, BA if mv else M, H if mv else M, H, M)
+    _stage_w(mram[m // (M * M)], alu in (ALU_BTMM, ALU_BTMV), m % (M * M), 0, H, M, w)
+    if mv:
+        _stage_x(vram, v // V, BA, H, 0, H, x)
+        _tile(x, 0, w, p, BA, H, M, s, hv_acc)
+        return RUN_OK
+    _stage_x(vram, v // V, M, M, 1, 0, x)
+    for b in range(BA):
+        _tile(x, b * H, w, p, M, H, M, s, hm_acc[b])
     return RUN_OK
 
 
 @njit(cache=True)
-def _write_lanes(vram, r, vo, B, V, values):
-    """VROW r lanes [vo, vo+B) = bf16(values); the other lanes are rewritten canonicalised."""
+def _write_lanes(vram, r, vo, B, V, acc, i):
+    """VROW r lanes [vo, vo+B) = bf16(acc[i]); the other lanes are rewritten canonicalised (the whole row is
+    canonicalised first: one branch-free loop, then the B lanes are overwritten)."""
+    ru = np.uint64(r)
     for j in range(V):
-        if j >= vo and j < vo + B:
-            vram[r, j] = f32_to_bf16_bits(values[j - vo])
-        else:
-            vram[r, j] = canon(vram[r, j])
+        vram[ru, j] = canon(vram[ru, j])
+    for j in range(B):
+        vram[ru, np.uint64(vo + j)] = f32_to_bf16_bits(acc[i, j])
 
 
-@njit(cache=True)
-def _lane_writeout(alu, pc, rs1, addr, gp, vram, m_accum, v_accum, cfg, frec):
-    """M_MM_WO (B rows at pitch M*gp[stride]) and M_MV_WO (one row), B lanes at ``addr mod M``."""
+@njit(cache=True, error_model="numpy")
+def _lane_writeout(pc, rs1, addr, gp, vram, acc, cfg, frec):
+    """M_MM_WO (B rows at pitch M*gp[rs1], rs1 = 0: 1) and M_MV_WO (v_accum viewed as 1 x B: one row), B lanes
+    at ``addr mod M``; clears the accumulator."""
     M, V, B, nrows = cfg[CFG_M], cfg[CFG_V], cfg[CFG_B], cfg[CFG_VROWS]
     vo = addr % M
     if vo % B != 0:
         return fault(frec, R_AL_WO, pc, OPND_RD, addr, -1, B, vo, 0)
-    vb = addr - vo
-    if alu == ALU_MV:
-        if vb // V >= nrows:
-            return fault(frec, R_BD_VROW, pc, OPND_RD, vb // V, 0, nrows, vb, 0)
-        _write_lanes(vram, vb // V, vo, B, V, v_accum)
-        v_accum[:] = 0.0
-        return RUN_OK
-    s = np.int64(1) if rs1 == 0 else np.int64(gp[rs1])
-    for i in range(B):
-        if (vb + i * M * s) // V >= nrows:
-            return fault(frec, R_BD_VROW, pc, OPND_RD, (vb + i * M * s) // V, i, nrows, vb + i * M * s, 0)
-    for i in range(B):
-        _write_lanes(vram, (vb + i * M * s) // V, vo, B, V, m_accum[i])
-    m_accum[:, :] = 0.0
+    vb, pitch = addr - vo, M * (np.int64(1) if rs1 == 0 else np.int64(gp[rs1]))
+    for i in range(acc.shape[0]):
+        if (vb + i * pitch) // V >= nrows:
+            return fault(frec, R_BD_VROW, pc, OPND_RD, (vb + i * pitch) // V, i, nrows, vb + i * pitch, 0)
+    for i in range(acc.shape[0]):
+        _write_lanes(vram, (vb + i * pitch) // V, vo, B, V, acc, i)
+    acc[:, :] = 0.0
     return RUN_OK
 
 
 @njit(cache=True, error_model="numpy")
-def writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg, frec):
-    """The ``wo`` family: M_MM_WO, M_MV_WO, M_BMM_WO (BA*M rows), M_BMV_WO (BA rows); clears the accumulator."""
+def _batched_writeout(alu, pc, addr, vram, hm_acc, hv_acc, cfg, frec):
+    """M_BMM_WO (BA*M rows, head-major) and M_BMV_WO (BA rows) from VRAM row ``addr / V``; clears the accumulator."""
     M, V, BA, nrows = cfg[CFG_M], cfg[CFG_V], cfg[CFG_BA], cfg[CFG_VROWS]
-    addr = np.int64(gp[rd]) + imm
-    if alu in (ALU_MM, ALU_MV):
-        return _lane_writeout(alu, pc, rs1, addr, gp, vram, m_acc, v_acc, cfg, frec)
     if addr % M != 0:
         return fault(frec, R_AL_BWO, pc, OPND_RD, addr, -1, M, addr % M, 0)
     r0 = addr // V
-    nr = BA * M if alu == ALU_BMM else BA
+    rows = hm_acc.reshape((BA * M, M)) if alu == ALU_BMM else hv_acc  # row b*M + s, or b
+    nr = rows.shape[0]
     if r0 + nr > nrows:
         i = nrows - r0 if nrows > r0 else np.int64(0)
         return fault(frec, R_BD_VROW, pc, OPND_RD, r0 + i, i, nrows, addr + i * M, 0)
-    if alu == ALU_BMM:
-        for b in range(BA):
-            for s2 in range(M):
-                for j in range(M):
-                    vram[r0 + b * M + s2, j] = f32_to_bf16_bits(hm_acc[b, s2, j])
-        hm_acc[:, :, :] = 0.0
-    else:
-        for b in range(BA):
-            for j in range(M):
-                vram[r0 + b, j] = f32_to_bf16_bits(hv_acc[b, j])
-        hv_acc[:, :] = 0.0
+    for i in range(nr):
+        r = np.uint64(r0 + i)
+        for j in range(M):
+            vram[r, j] = f32_to_bf16_bits(rows[i, j])
+    rows[:, :] = 0.0
     return RUN_OK
 
 
 @njit(cache=True, error_model="numpy")
 def execute(fam, alu, pc, f, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf):
-    """The matrix unit's instructions (families mat, bmat, wo): the status."""
+    """The matrix unit's instructions (families mat, bmat, wo): the status. Each path gets only the arrays it
+    uses (an array argument of a call costs reference counting, docs/performance.md)."""
     rd, rs1, rs2, _rs3, _f1, imm = f
     if fam == FAM_WO:
-        return writeout(alu, pc, rd, rs1, imm, gp, vram, m_acc, v_acc, hm_acc, hv_acc, cfg, frec)
-    return product(
-        alu, pc, rd, rs1, rs2, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
-    )
+        addr = np.int64(gp[rd]) + imm
+        if alu == ALU_MM:
+            return _lane_writeout(pc, rs1, addr, gp, vram, m_acc, cfg, frec)
+        if alu == ALU_MV:
+            return _lane_writeout(pc, rs1, addr, gp, vram, v_acc.reshape((1, v_acc.shape[0])), cfg, frec)
+        return _batched_writeout(alu, pc, addr, vram, hm_acc, hv_acc, cfg, frec)
+    if alu in (ALU_MM, ALU_TMM):
+        return _mat(alu, pc, rs1, rs2, gp, vram, mram, m_acc, cfg, frec, xbuf, wbuf)
+    if alu in (ALU_MV, ALU_TMV):
+        return _mat(alu, pc, rs1, rs2, gp, vram, mram, v_acc.reshape((1, v_acc.shape[0])), cfg, frec, xbuf, wbuf)
+    return _bmat(alu, pc, rd, rs1, rs2, gp, vram, mram, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf)
