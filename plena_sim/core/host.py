@@ -104,7 +104,7 @@ def _scratch(cfg) -> tuple:
     )
     return (
         np.empty(W, dtype=np.float32),
-        np.empty((W + 64, W), dtype=np.float64),  # matrix unit: W rows of X, then float64 sums
+        np.empty((W + 72, W + 8), dtype=np.float64),  # matrix unit: X rows, 64 rows of sums; +8: no 4 KiB aliasing
         np.empty((W, W), dtype=np.float64),
         bufs,
         np.empty(_MAX_E, dtype=np.float32),

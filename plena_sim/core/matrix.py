@@ -4,8 +4,10 @@ One job: the semantics of the ``mat``, ``bmat`` and ``wo`` families. Every outpu
 sequential in ascending k from +0.0 (as :func:`.common.dot`), ``f32(p*s)`` then ``acc = f32(acc + p_s)``.
 An instruction stages its operands once into float64 scratch (X rows into ``xbuf``, the W slice into ``wbuf``
 as ``w[k, j]``) and computes whole tiles with the independent outputs vectorised: k steps outermost, then the
-rows, a contiguous row of outputs innermost (docs/performance.md, "Matrix unit: vectorised tiles"); the sums of
-a block of rows live in the last rows of ``xbuf``. A NaN sum is redone by :func:`.common.dot` (the NaN rule).
+rows, a contiguous row of outputs innermost (docs/performance.md, "Matrix unit: vectorised tiles"). The X rows
+take the first ``xbuf.shape[1]`` rows of ``xbuf``, the float64 sums of a block of rows the rows after them (the
+host pads the rows of ``xbuf``: rows 4 KiB apart would share L1 cache sets). A NaN sum is redone by
+:func:`.common.dot` (the NaN propagation rule).
 Static checks (IL-BRD, CF-VM, CF-BA) are made before dispatch (:mod:`.static`).
 """
 
@@ -123,8 +125,8 @@ _KSTEP = 4
 _WIDE = 16
 #: float64 sums per block of output rows (32 KiB, L1-sized)
 _SUM_BLOCK = 4096
-#: scratch width from which the operands are staged compactly (rows 4 KiB apart alias in the L1 sets)
-_COMPACT = 512
+#: tile width (MLEN) from which transposed slices are copied in blocks of 8 lanes
+_WIDE_TILE = 512
 
 
 @njit(cache=True)
@@ -140,7 +142,7 @@ def _stage_x(vram, r0, R, K, row_step, lane_step, xbuf):
 def _stage_w(T, transposed, a, b, K, N, wbuf):
     """wbuf[k, j] = T[a + k, b + j] (``transposed``: T[b + j, a + k]) for k < K, j < N, as float64. A transposed
     slice of a wide tile is copied in blocks of 8 lanes (each block reads one cache line per row of T)."""
-    if transposed and T.shape[1] >= _COMPACT:
+    if transposed and T.shape[1] >= _WIDE_TILE:
         for k0 in range(0, K, 8):
             for j in range(N):
                 r = np.uint64(b + j)
@@ -220,27 +222,14 @@ def _fold_nan(acc, p, i0, G, N, s, x, xo, w, K):
 
 @njit(cache=True)
 def _tile(x, xo, w, p, R, K, N, s, acc):
-    """acc[i, j] += f32(s * sum_k x[i, xo + k] * w[k, j]) for i < R, j < N, in blocks of the rows of ``p``."""
-    G = p.shape[0]
+    """acc[i, j] += f32(s * sum_k x[i, xo + k] * w[k, j]) for i < R, j < N, in blocks of rows whose float64 sums
+    fit ``p`` (and _SUM_BLOCK)."""
+    G = min(R, max(1, _SUM_BLOCK // N), p.shape[0])
     for i0 in range(0, R, G):
         g = min(G, R - i0)
         _block_sums(x, xo, w, p, i0, g, K, N)
         if not _fold(acc, p, i0, g, N, s):
             _fold_nan(acc, p, i0, g, N, s, x, xo, w, K)
-
-
-@njit(cache=True)
-def _views(xbuf, wbuf, R, L, K, N):
-    """The operand views of one instruction: X (R rows of L lanes, from the first rows of ``xbuf``), W (K x N, from
-    ``wbuf``) and the float64 sums of a block of rows (from the last rows of ``xbuf``; its row count is the block
-    size). From a scratch width of _COMPACT on they are compact (row strides L, N): rows a power-of-two width
-    apart (16 KiB at MLEN 2048) share cache sets."""
-    W = xbuf.shape[1]
-    G = min(R, max(1, _SUM_BLOCK // N), xbuf.shape[0] - W)
-    if W < _COMPACT:
-        return xbuf, wbuf, xbuf[W : W + G]
-    xs, ws = xbuf.reshape(-1), wbuf.reshape(-1)
-    return xs[: R * L].reshape((R, L)), ws[: K * N].reshape((K, N)), xs[W * W : W * W + G * N].reshape((G, N))
 
 
 @njit(cache=True, error_model="numpy")
@@ -255,10 +244,9 @@ def _mat(alu, pc, rs1, rs2, gp, vram, mram, acc, cfg, frec, xbuf, wbuf):
     if r[0] >= 0:
         return fault(frec, r[0], pc, r[1], r[2], r[3], r[4], r[5], r[6])
     off, R = m % (M * M), acc.shape[0]
-    x, w, p = _views(xbuf, wbuf, R, M, M, B)
-    _stage_x(vram, v // V, R, M, 1, 0, x)
-    _stage_w(mram[m // (M * M)], alu in (ALU_TMM, ALU_TMV), 0, off if alu == ALU_MV else off // M, M, B, w)
-    _tile(x, 0, w, p, R, M, B, 1.0, acc)
+    _stage_x(vram, v // V, R, M, 1, 0, xbuf)
+    _stage_w(mram[m // (M * M)], alu in (ALU_TMM, ALU_TMV), 0, off if alu == ALU_MV else off // M, M, B, wbuf)
+    _tile(xbuf, 0, wbuf, xbuf[xbuf.shape[1] :], R, M, B, 1.0, acc)
     return RUN_OK
 
 
@@ -272,16 +260,15 @@ def _bmat(alu, pc, rd, rs1, rs2, gp, vram, mram, hm_acc, hv_acc, cfg, bmm_scale,
     r = _operand_rule(alu, m, v, OPND_RS1, OPND_RS2, M, V, B, H, cfg[CFG_NTILES], cfg[CFG_VROWS])
     if r[0] >= 0:
         return fault(frec, r[0], pc, r[1], r[2], r[3], r[4], r[5], r[6])
-    s = np.float64(np.float32(bmm_scale))
-    x, w, p = _views(xbuf, wbuf, BA if mv else M, H if mv else M, H, M)
-    _stage_w(mram[m // (M * M)], alu in (ALU_BTMM, ALU_BTMV), m % (M * M), 0, H, M, w)
+    s, p = np.float64(np.float32(bmm_scale)), xbuf[xbuf.shape[1] :]
+    _stage_w(mram[m // (M * M)], alu in (ALU_BTMM, ALU_BTMV), m % (M * M), 0, H, M, wbuf)
     if mv:
-        _stage_x(vram, v // V, BA, H, 0, H, x)
-        _tile(x, 0, w, p, BA, H, M, s, hv_acc)
+        _stage_x(vram, v // V, BA, H, 0, H, xbuf)
+        _tile(xbuf, 0, wbuf, p, BA, H, M, s, hv_acc)
         return RUN_OK
-    _stage_x(vram, v // V, M, M, 1, 0, x)
+    _stage_x(vram, v // V, M, M, 1, 0, xbuf)
     for b in range(BA):
-        _tile(x, b * H, w, p, M, H, M, s, hm_acc[b])
+        _tile(xbuf, b * H, wbuf, p, M, H, M, s, hm_acc[b])
     return RUN_OK
 
 
