@@ -224,10 +224,11 @@ class _Level:
 class Loops:
     """The open levels of an emitter and the affine values over them (module docstring)."""
 
-    def __init__(self, tr: Tracker, regs: IterRegs, enabled: bool = True):
+    def __init__(self, tr: Tracker, regs: IterRegs, enabled: bool = True, memo: dict[Any, Any] | None = None):
+        """``memo``: the loop decisions (and block estimates) of an earlier emission of the same kernel."""
         self.tr, self.regs, self.enabled = tr, regs, enabled
         self.stack: list[_Level] = []
-        self._decisions: dict[tuple[Any, ...], bool] = {}
+        self._decisions: dict[Any, Any] = {} if memo is None else memo
 
     # ---- items and index assignments
     def get(self, name: str, ix: Ix) -> Any:
@@ -413,11 +414,15 @@ class Loops:
     ) -> None:
         """Runs of consecutive items whose body (its unrolled dynamic count extrapolated from the first
         two items, with a margin for the counter arithmetic) fits one loop iteration are looped."""
-        dyn = []
-        for k in range(2):
-            with self._open(_Level(name, None, _constant(items), index=k, mask=mask, what=what)):
-                (d,), _static = self.tr.measure(body)
-            dyn.append(d)
+        key = ("split", name, what, self._signature(), tuple(items))
+        if key not in self._decisions:
+            dyn = []
+            for k in range(2):
+                with self._open(_Level(name, None, _constant(items), index=k, mask=mask, what=what)):
+                    (d,), _static = self.tr.measure(body)
+                dyn.append(d)
+            self._decisions[key] = dyn
+        dyn = self._decisions[key]
         fits = []
         for k in range(len(items)):
             est = dyn[0] + k * (dyn[1] - dyn[0])
