@@ -148,6 +148,9 @@ class FlashPlan:
     neg_slot: int
     blocks: tuple[Block, ...]
     loops: bool = True  # False: blocks, kv tiles and heads unrolled (the reference form)
+    #: which levels the emitter makes hardware loops, per set of active fault hooks: found by the dry run
+    #: (trial emissions), reused when the program is emitted
+    loop_decisions: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     dynamic_instructions: int = 0
     static_instructions: int = 0
     max_loop_iteration: int = 0
@@ -1037,7 +1040,8 @@ class _Base:
         (self.t0, self.t1, self.l1, self.cQ, self.p1, self.p2, self.p3, self.p4) = regs[:8]
         (self.cT, self.cH, self.mk) = regs[8:]
         (self.f_neg, self.f_qk, self.f_old, self.f_m, self.f_t, self.f_l) = list(fpr)[:FP_NEEDED]
-        self.L = Loops(tr, IterRegs(tmp=self.p4, t0=self.t0, mask=self.mk, vcount=self.t1), enabled=plan.loops)
+        memo = plan.loop_decisions.setdefault(mutation_hooks.enabled(), {})
+        self.L = Loops(tr, IterRegs(tmp=self.p4, t0=self.t0, mask=self.mk, vcount=self.t1), plan.loops, memo)
         self.q, self.k, self.v = _dummy_tensors(plan)
         self._runs: dict[int, list[list[TileStep]]] = {}
 

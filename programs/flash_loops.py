@@ -16,8 +16,11 @@ hardware loop when it can and as one copy per item otherwise:
   runs until the counter, decremented by each ``C_LOOP_END``, reaches 1);
 * the lane mask of a heads loop is a geometric progression kept in its own register;
 * a level is looped only if one iteration's dynamic count stays below MAX_LOOP_INSTRUCTIONS, measured by
-  emitting the body into a counting sink first (:meth:`Tracker.measure`); ``split=True`` loops the longest
-  prefix that fits and continues with the rest.
+  emitting the body into a counting sink first (:meth:`Tracker.measure`), and if the loop is worth its
+  counter arithmetic (at most 2% more dynamic instructions, or at least 4 static instructions saved per
+  dynamic one added); ``split=True`` loops the runs of items that fit and emits the others on their own;
+* each decision is made once per context (the open levels and their items) and kept in a memo, which an
+  emitter may share with a later emission of the same kernel (the plan's dry run, then the program).
 
 Both forms run the same compute and memory instructions on the same addresses in the same order; only
 scalar-integer and loop instructions differ.  :class:`Tracker` counts static and dynamic instructions
@@ -224,10 +227,11 @@ class _Level:
 class Loops:
     """The open levels of an emitter and the affine values over them (module docstring)."""
 
-    def __init__(self, tr: Tracker, regs: IterRegs, enabled: bool = True):
+    def __init__(self, tr: Tracker, regs: IterRegs, enabled: bool = True, memo: dict[Any, Any] | None = None):
+        """``memo``: the loop decisions (and block estimates) of an earlier emission of the same kernel."""
         self.tr, self.regs, self.enabled = tr, regs, enabled
         self.stack: list[_Level] = []
-        self._decisions: dict[tuple[Any, ...], bool] = {}
+        self._decisions: dict[Any, Any] = {} if memo is None else memo
 
     # ---- items and index assignments
     def get(self, name: str, ix: Ix) -> Any:
@@ -413,11 +417,15 @@ class Loops:
     ) -> None:
         """Runs of consecutive items whose body (its unrolled dynamic count extrapolated from the first
         two items, with a margin for the counter arithmetic) fits one loop iteration are looped."""
-        dyn = []
-        for k in range(2):
-            with self._open(_Level(name, None, _constant(items), index=k, mask=mask, what=what)):
-                (d,), _static = self.tr.measure(body)
-            dyn.append(d)
+        key = ("split", name, what, self._signature(), tuple(items))
+        if key not in self._decisions:
+            dyn = []
+            for k in range(2):
+                with self._open(_Level(name, None, _constant(items), index=k, mask=mask, what=what)):
+                    (d,), _static = self.tr.measure(body)
+                dyn.append(d)
+            self._decisions[key] = dyn
+        dyn = self._decisions[key]
         fits = []
         for k in range(len(items)):
             est = dyn[0] + k * (dyn[1] - dyn[0])
