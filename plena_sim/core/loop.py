@@ -70,6 +70,14 @@ def rollback(depth, lcount):
         lcount[k] -= 1
 
 
+@njit(cache=True)
+def _leave(pc, n, max_instr, frec):
+    """The status when the loop stops at the top: done (the PC left the program) or the budget fault."""
+    if pc >= n:
+        return RUN_DONE
+    return fault(frec, R_BUDGET, pc, OPND_NONE, max_instr, -1, max_instr, 0, 0)
+
+
 @njit(cache=True, error_model="numpy")
 def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     """Run from ``ctrl[CTRL_PC]`` until the PC leaves the program or a status (fault, grow) is returned."""
@@ -89,7 +97,7 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     while True:
         pc = ctrl[CTRL_PC]
         if pc >= n or stats[STAT_RETIRED] == max_instr:  # the PC left the program, or the budget is spent
-            return RUN_DONE if pc >= n else fault(frec, R_BUDGET, pc, OPND_NONE, max_instr, -1, max_instr, 0, 0)
+            return _leave(pc, n, max_instr, frec)
         depth, over = ctrl[CTRL_LOOP_DEPTH], False
         for k in range(depth):  # the runaway guard counts this instruction in every record
             lcount[k] += 1
@@ -114,9 +122,11 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
             st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec)
         elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):
             st = vector.elementwise(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, vram, cfg, frec, rowf)
-        elif fam in (FAM_REDUCE, FAM_TOPK):
-            st = vector.execute(
-                fam, alu, pc, f, gp, fp, ctrl, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts
+        elif fam in (FAM_REDUCE, FAM_TOPK):  # straight to the unit function, with only the arrays it reads
+            st = (
+                vector.reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
+                if fam == FAM_REDUCE
+                else vector.topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
             )
         elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
             st = matrix.execute(

@@ -20,7 +20,6 @@ from isa.encoding import (
     ALU_MUL,
     ALU_SUB,
     ALU_SUM,
-    FAM_REDUCE,
     FAM_SHIFT,
     FAM_VBIN,
 )
@@ -263,13 +262,3 @@ def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, 
         fp_sram[fdst + i] = f32_to_bf16_bits(w)
         int_sram[idst + i] = np.uint32(sel[i])
     return RUN_OK
-
-
-@njit(cache=True, error_model="numpy")
-def execute(fam, alu, pc, f, gp, fp, ctrl, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts):
-    """The vector unit's reductions and V_TOPK (the element-wise families go to :func:`elementwise` directly, one
-    call level per instruction): the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields."""
-    rd, rs1, rs2, rs3, _f1, _imm = f
-    if fam == FAM_REDUCE:
-        return reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
-    return topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
