@@ -4,34 +4,24 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from plena_cli.render import compile_core
 from plena_sim import core
 
+COLD = [
+    "plena-sim: compiling the simulator core (first run after install or a source change; cached after)",
+    "plena-sim: compiled in 42 s",
+]
 
-def _console() -> tuple[Console, io.StringIO]:
-    buf = io.StringIO()
-    return Console(file=buf, width=120, force_terminal=False), buf
 
-
-def test_cold_cache_is_announced(monkeypatch):
+@pytest.mark.parametrize(("warm", "quiet", "lines"), [(False, True, COLD), (True, False, [])])
+def test_compile_notice(monkeypatch, warm, quiet, lines):
     calls = []
-    monkeypatch.setattr(core, "is_warm", lambda: False)
+    monkeypatch.setattr(core, "is_warm", lambda: warm)
     monkeypatch.setattr(core, "warm_up", lambda: calls.append(1) or 42.4)
-    err, buf = _console()
-    compile_core(err, quiet=True)
-    assert calls == [1]
-    assert buf.getvalue().splitlines() == [
-        "plena-sim: compiling the simulator core (first run after install or a source change; cached after)",
-        "plena-sim: compiled in 42 s",
-    ]
-
-
-def test_warm_cache_is_silent(monkeypatch):
-    calls = []
-    monkeypatch.setattr(core, "is_warm", lambda: True)
-    monkeypatch.setattr(core, "warm_up", lambda: calls.append(1) or 0.1)
-    err, buf = _console()
-    compile_core(err, quiet=False)
-    assert calls == [1] and buf.getvalue() == ""
+    buf = io.StringIO()
+    compile_core(Console(file=buf, width=120, force_terminal=False), quiet=quiet)
+    assert calls == [1]  # the core is loaded (or compiled) exactly once either way
+    assert buf.getvalue().splitlines() == lines
