@@ -14,8 +14,9 @@ ints are immediates or flags.
 
 from __future__ import annotations
 
+import contextlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Protocol
@@ -29,7 +30,7 @@ from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import mutation_hooks
 
-__all__ = ["Asm", "AsmSink", "gp", "fp", "areg", "load_imm", "add_imm", "IMM18_LIMIT", "LUI_LIMIT"]
+__all__ = ["Asm", "AsmSink", "gp", "fp", "areg", "load_imm", "add_imm", "region", "IMM18_LIMIT", "LUI_LIMIT"]
 
 #: S_ADDI_INT / S_LD_* / S_ST_* / S_MAP_V_FP / M_*_WO immediates are < this
 IMM18_LIMIT = FIELDS["imm18"].max + 1
@@ -52,6 +53,17 @@ class AsmSink(Protocol):
     def comment(self, text: str) -> None: ...
 
     def __getattr__(self, name: str) -> Callable[..., None]: ...
+
+
+@contextlib.contextmanager
+def region(asm: AsmSink, name: str) -> Iterator[None]:
+    """Mark the body as the region ``name``: ``; @region NAME`` before it, ``; @endregion`` after it (regions nest;
+    the assembler records them and every run reports each region's instructions and cycles)."""
+    if not name or name != name.strip() or "\n" in name or name.startswith("("):
+        raise ValueError(f"region name {name!r} must be one non-empty line without outer blanks, not '(...)'")
+    asm.comment(f"@region {name}")
+    yield
+    asm.comment("@endregion")
 
 
 _GP_NAMES = tuple(f"gp{n}" for n in range(16))
