@@ -112,12 +112,12 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
         case = build_case(mod, args.name, params, cfg, args)
         if spinner is not None:
             spinner.update("assemble + simulate + compare ...")
-        rep, sim, program_mem = _simulate(case, args, want_trace=bool(args.trace or perfetto))
+        rep, sim, golden, program_mem = _simulate(case, args, want_trace=bool(args.trace or perfetto))
     trace = cast("Trace | None", rep.trace)  # Report.trace is typed object: a Trace when traced
     doc = result_json(args.name, params, cfg, rep, tolerance_info(case))
     doc["wall_s"] = time.perf_counter() - t0
     if save_dir is not None:
-        _save(save_dir, case, sim, program_mem, doc)
+        _save(save_dir, case, sim, golden, program_mem, doc)
     if perfetto is not None and trace is not None:
         write_perfetto(perfetto, trace)
     if args.json:
@@ -150,8 +150,9 @@ def _machine_name(args: argparse.Namespace, cfg: HardwareConfig) -> str:
 
 def _simulate(
     case: Case, args: argparse.Namespace, want_trace: bool
-) -> tuple[Report, npt.NDArray[Any] | None, str | None]:
-    """Run the case in a temporary work directory: ``(report, sim output or None, program.mem text or None)``."""
+) -> tuple[Report, npt.NDArray[Any] | None, npt.NDArray[Any] | None, str | None]:
+    """Run the case in a temporary work directory: ``(report, sim output, golden, program.mem text)``, each None
+    when the run did not produce it (the golden of a check derived from the machine exists only after the run)."""
     import numpy as np
 
     from testbenches.harness import run
@@ -160,12 +161,19 @@ def _simulate(
         rep = run(case, backend=args.backend, workdir=tmp, timing=args.timing, trace=want_trace)
         sim_file, mem_file = Path(tmp) / "sim.npy", Path(tmp) / "program.mem"
         sim = np.load(sim_file) if sim_file.exists() else None
+        golden_file = Path(tmp) / "golden.npy"
+        golden = np.load(golden_file) if golden_file.exists() else None
         program_mem = mem_file.read_text() if mem_file.exists() else None
-    return rep, sim, program_mem
+    return rep, sim, golden, program_mem
 
 
 def _save(
-    save_dir: Path, case: Case, sim: npt.NDArray[Any] | None, program_mem: str | None, doc: dict[str, Any]
+    save_dir: Path,
+    case: Case,
+    sim: npt.NDArray[Any] | None,
+    golden: npt.NDArray[Any] | None,
+    program_mem: str | None,
+    doc: dict[str, Any],
 ) -> None:
     """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output) and result.json."""
     import numpy as np
@@ -174,8 +182,9 @@ def _save(
     if program_mem is not None:
         write_out(save_dir / "program.mem", program_mem, "--save")
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
-    if case.golden is not None:
-        arrays["golden"] = np.asarray(case.golden, dtype=np.float32)
+    golden = case.golden if case.golden is not None else golden
+    if golden is not None:
+        arrays["golden"] = np.asarray(golden, dtype=np.float32)
     if sim is not None:
         arrays["output"] = np.asarray(sim, dtype=np.float32)
     save_npz(save_dir / "arrays.npz", arrays, "--save")

@@ -54,6 +54,7 @@ __all__ = [
     "plan_attention_scores",
     "emit_attention_scores",
     "hbm_requirements",
+    "scratch_rows",
     "GP_NEEDED",
     "FP_NEEDED",
 ]
@@ -968,6 +969,19 @@ def hbm_requirements(config: HardwareConfig, **params: Any) -> dict[str, int]:
     if "s_out" in p:
         p["o_base"] = p.pop("s_out")
     return _plan(kernel, config, dry_run=False, **p).hbm_slack
+
+
+def scratch_rows(config: HardwareConfig, **params: Any) -> int:
+    """VRAM rows the scratch items take from ``scratch_base`` (without building the tensors or dry-running)."""
+    p = dict(params)
+    for name in ("q", "k", "v"):
+        p.pop(name, None)
+    if "head_dim" in p:
+        p["d"] = p.pop("head_dim")
+    plan = _plan("flash_attention", config, dry_run=False, **p)
+    r0 = plan.scratch_base // plan.V
+    ends = [a + n for name, (a, n, role) in plan.vram_regions.items() if role == "scratch"]
+    return max(ends, default=r0) - r0
 
 
 # =========================================================================== emission machinery

@@ -78,7 +78,9 @@ def set_addr_regs(asm: Asm, bases: Mapping[int, int], regs: Sequence[int]) -> No
         asm.C_SET_ADDR_REG(areg(a), gp(g2) if hi else gp(0), gp(g1))
 
 
-def _check_act(name: str, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, rows_p: int, group: int) -> None:
+def _check_act(
+    name: str, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, rows_p: int, group: int, row0: int = 0
+) -> None:
     V = cfg.VLEN
     if cols % V:
         raise ValueError(f"{name}: cols={cols} must be a multiple of VLEN={V}")
@@ -88,8 +90,10 @@ def _check_act(name: str, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: in
         raise ValueError(f"{name}: rows={rows} exceeds rows_p={rows_p}")
     if (cols * t.eb) % t.blk:
         raise ValueError(f"{name}: row bytes cols*eb={cols * t.eb} must be a multiple of the MX block bytes {t.blk}")
-    if t.alloc_elems < rows_p * cols:
-        raise ValueError(f"{name}: tensor alloc_elems={t.alloc_elems} < rows_p*cols={rows_p * cols}")
+    if row0 < 0:
+        raise ValueError(f"{name}: row0={row0} must be >= 0")
+    if t.alloc_elems < (row0 + rows_p) * cols:
+        raise ValueError(f"{name}: tensor alloc_elems={t.alloc_elems} < (row0+rows_p)*cols={(row0 + rows_p) * cols}")
 
 
 def _transfer_act(
@@ -103,6 +107,7 @@ def _transfer_act(
     regs: Sequence[int],
     group: int,
     block_step: int,
+    hbm_start: int = 0,
 ) -> None:
     """``op gv, go`` per ``group``-row transfer, column block ``c`` outer, row group ``q`` inner (hardware
     loops): VRAM ``vram_base + c*block_step + q*group*V``, HBM ``(q*group*cols + c*V)*eb`` (SCALE/STRIDE set).
@@ -128,7 +133,7 @@ def _transfer_act(
         if lb.needs_register(step) and spare:
             lb.hold(spare.pop(0), step)
     load_imm(asm, gv, vram_base)
-    load_imm(asm, go, 0)
+    load_imm(asm, go, hbm_start)
 
     def transfer(step: bool) -> None:
         lb.asm.emit(op, gp(gv), gp(go), areg(t.areg), 1, t.prec)
@@ -163,15 +168,24 @@ def preload_act(
 
 
 def store_act(
-    asm: Asm, cfg: HardwareConfig, t: HbmTensor, rows: int, cols: int, vram_base: int, rows_p: int, regs: Sequence[int]
+    asm: Asm,
+    cfg: HardwareConfig,
+    t: HbmTensor,
+    rows: int,
+    cols: int,
+    vram_base: int,
+    rows_p: int,
+    regs: Sequence[int],
+    row0: int = 0,
 ) -> None:
-    """VRAM CBM ``[rows, cols]`` -> HBM tensor ``t`` (mirror of :func:`preload_act`, Ps-row groups)."""
-    _check_act("store_act", cfg, t, rows, cols, rows_p, cfg.P_W)
+    """VRAM CBM ``[rows, cols]`` -> HBM tensor ``t`` from its row ``row0`` on (mirror of :func:`preload_act`,
+    Ps-row groups; all ``rows_p`` rows are written)."""
+    _check_act("store_act", cfg, t, rows, cols, rows_p, cfg.P_W, row0)
     V = cfg.VLEN
     scale = (rows * cols) // 2 if mutation_hooks.active("store_scale_wrong") else t.scale_offset
     _set_scale_stride(asm, scale, cols * t.eb, regs[0])
     block = V if mutation_hooks.active("store_block_address") else rows_p * V
-    _transfer_act(asm, cfg, "H_STORE_V", t, cols, vram_base, rows_p, regs, cfg.P_W, block)
+    _transfer_act(asm, cfg, "H_STORE_V", t, cols, vram_base, rows_p, regs, cfg.P_W, block, row0 * cols * t.eb)
 
 
 def load_vector(asm: Asm, cfg: HardwareConfig, t: HbmTensor, n: int, vram_base: int, regs: Sequence[int]) -> int:

@@ -69,6 +69,10 @@ HOOKS: frozenset[str] = frozenset(
         "softmax_tail_mask_missing",
         "gelu_alpha_one",
         "topk_bases_swapped",
+        # model layers (issue 15)
+        "layer_residual_from_norm",
+        "layer_rope_on_v",
+        "layer_k_not_cached",
     }
 )
 

@@ -37,6 +37,9 @@ TESTBENCHES: dict[str, str] = {
     "v_shift_v": "v_shift_v",
     "loop": "loop",
     "moe_topk": "moe_topk",
+    # model layers (issue 15)
+    "decoder_layer": "decoder_layer",
+    "decoder_decode": "decoder_decode",
 }
 
 

@@ -264,6 +264,10 @@ class HbmBytes:
 # =========================================================================== case / check / report
 
 
+#: what a derived check's function returns: the golden, its envelope A (or None) and its tolerance (or None)
+Derived = tuple[np.ndarray, np.ndarray | None, Tolerance | None]
+
+
 @dataclass
 class Check:
     name: str
@@ -274,6 +278,9 @@ class Check:
     A: np.ndarray | None = None
     group_by: tuple[str, ...] | None = None
     golden_from: str | None = None  # take the golden from this check of case.companion (exact)
+    #: the golden computed after the run from the machine (a composed program's stage judged on the values its
+    #: inputs held): ``derive(machine) -> (golden, A or None, tolerance or None for the check's own)``
+    derive: Callable[[Machine], Derived] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -444,9 +451,12 @@ class CaseBuilder:
         writable: bool = False,
         shape: tuple[int, ...] | None = None,
         as_float64: bool = True,
+        bind: bool = True,
     ) -> tuple[HbmTensor, np.ndarray]:
         """Place ``values`` (see the module docstring); returns the tensor and its dequantized values: a float64
-        copy, or with ``as_float64=False`` the read-only float32 view of the values the device sees (exact)."""
+        copy, or with ``as_float64=False`` the read-only float32 view of the values the device sees (exact).
+        ``bind=False``: no a-register is set for it at the start (the program binds one itself, from
+        ``self.tensors[name].base``; the tensor's ``areg`` is then a placeholder 0)."""
         if cls not in _CLASSES:
             raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
         arr = np.asarray(values, dtype=np.float64)
@@ -468,10 +478,12 @@ class CaseBuilder:
         t = self.cfg.hbm_type(key)
         p = self.image.add(name, full, key)
         del full, arr  # the caller's values may go before the float64 copy below is made
-        if len(self.aregs) >= 8:
-            raise ValueError("CaseBuilder: more than 8 HBM tensors need an a-register")
-        a = len(self.aregs)
-        self.aregs[a] = p.base
+        a = 0
+        if bind:
+            if len(self.aregs) >= 8:
+                raise ValueError("CaseBuilder: more than 8 HBM tensors need an a-register")
+            a = len(self.aregs)
+            self.aregs[a] = p.base
         self.tensors[name] = p
         block = t.block if isinstance(t, MxType) else 0
         ht = HbmTensor(
@@ -569,6 +581,7 @@ class CaseBuilder:
         A: npt.ArrayLike | None = None,
         group_by: Sequence[str] | None = None,
         golden_from: str | None = None,
+        derive: Callable[[Machine], Derived] | None = None,
         **tol_sizes: object,
     ) -> Check:
         if isinstance(tol, str):
@@ -587,6 +600,7 @@ class CaseBuilder:
             None if A is None else np.asarray(A, dtype=np.float64),
             tuple(group_by) if group_by else None,
             golden_from,
+            derive,
         )
         self.checks.append(c)
         return c
@@ -816,6 +830,7 @@ def run(
         phases=phases,
     )
     sims: dict[str, np.ndarray] = {}
+    derived: dict[str, np.ndarray] = {}
     companion_sims: dict[str, np.ndarray] | None = None
     if res.fault is not None:
         f = res.fault
@@ -832,7 +847,7 @@ def run(
         rep.error = f"expected one of {expect}, but the run completed without a fault"
         rep.summary = f"{case.label}: {rep.error}"
     else:
-        companion_sims = _judge(case, rep, m, backend, sims)
+        companion_sims = _judge(case, rep, m, backend, sims, derived)
         after = np.asarray(m.vram.bits[:hw])
         rep.checks.append(_footprint(case, before, after))
         rep.checks.append(_hbm_footprint(case, hbm_before, m))
@@ -844,7 +859,9 @@ def run(
     rep.e2e_s = case.build_times.get("build_s", 0.0) + rep.wall_time
     # judging: everything after the simulation (so that the split sums to the end to end exactly)
     phases["judge_s"] = max(rep.e2e_s - sum(v for k, v in phases.items() if k != "judge_s"), 0.0)
-    _artifacts(case, rep, prog, sims, workdir, golden_override=companion_sims)
+    by_check = {c.name: c.golden_from for c in case.checks if c.golden_from is not None}
+    goldens = {name: companion_sims[src] for name, src in by_check.items() if companion_sims and src in companion_sims}
+    _artifacts(case, rep, prog, sims, workdir, goldens={**goldens, **derived})
     return rep
 
 
@@ -858,20 +875,25 @@ def _build_phases(case: Case) -> dict[str, float]:
 
 
 def _judge(
-    case: Case, rep: Report, m: Machine, backend: str, sims: dict[str, np.ndarray]
+    case: Case, rep: Report, m: Machine, backend: str, sims: dict[str, np.ndarray], derived: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray] | None:
-    """Read back and compare every check (appending to ``rep.checks``, the outputs to ``sims``) and the
-    constant slots; returns the companion's outputs if a check took its golden from them."""
+    """Read back and compare every check (appending to ``rep.checks``, the outputs to ``sims``, the goldens derived
+    from the machine to ``derived``) and the constant slots; returns the companion's outputs if a check took its
+    golden from them."""
     companion_sims: dict[str, np.ndarray] | None = None
     for chk in case.checks:
-        golden = chk.golden
+        golden, A, tol = chk.golden, chk.A, chk.tol
         try:
             if chk.golden_from is not None:
                 if companion_sims is None:
                     companion_sims = _companion_outputs(case.companion, backend)
                 golden = companion_sims[chk.golden_from]
+            if chk.derive is not None:
+                golden, A, tol_d = chk.derive(m)
+                tol = tol_d or tol
+                derived[chk.name] = golden
             sim = chk.read.read(m)
-        except Exception as exc:  # a readback/companion problem is a failure of the case
+        except Exception as exc:  # a readback/companion/derivation problem is a failure of the case
             rep.checks.append(CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}"))
             continue
         sims[chk.name] = sim
@@ -879,11 +901,11 @@ def _judge(
             sim,
             np.asarray(golden),
             coords=chk.coords,
-            A=chk.A,
+            A=A,
             name=chk.name,
             group_by=chk.group_by,
-            tolerance_name=chk.tol.name,
-            **chk.tol.kwargs(),
+            tolerance_name=tol.name,
+            **tol.kwargs(),
         )
         rep.checks.append(r)
     rep.checks.append(_constants(case, m))
@@ -915,8 +937,10 @@ def _artifacts(
     prog: Program,
     sims: Mapping[str, np.ndarray],
     workdir: str | Path | None,
-    golden_override: Mapping[str, np.ndarray] | None = None,
+    goldens: Mapping[str, np.ndarray] | None = None,
 ) -> None:
+    """``workdir``: program.asm/.mem, golden*.npy and sim*.npy per check (``goldens``: those only known after the
+    run, by check name), report.json."""
     if workdir is None:
         return
     from isa.memfile import format_mem
@@ -928,9 +952,7 @@ def _artifacts(
     (wd / "program.mem").write_text(format_mem(prog.words), encoding="utf-8")
     for k, chk in enumerate(case.checks):
         suffix = "" if k == 0 else f"_{chk.name}"
-        g = chk.golden
-        if g is None and golden_override and chk.golden_from is not None and chk.golden_from in golden_override:
-            g = golden_override[chk.golden_from]
+        g = chk.golden if chk.golden is not None else (goldens or {}).get(chk.name)
         if g is not None:
             np.save(wd / f"golden{suffix}.npy", np.asarray(g))
         if chk.name in sims:

@@ -1,0 +1,594 @@
+"""A pre-norm transformer decoder layer as one program, composed from the kernel generators.
+
+``x -> RMSNorm -> Q, K, V projections -> RoPE on Q and K -> flash attention (GQA, causal) -> O projection
+-> + x -> RMSNorm -> SwiGLU FFN -> + h1``.  The same composition is the *prefill* layer (``seq`` tokens per
+sequence, positions ``pos0 ..``) and the *decode step* (one token per sequence at position ``kv_len - 1``
+against a KV cache already in HBM, its K/V appended at that position).
+
+Data path (which stage output goes where, :attr:`LayerPlan.data_path`): every stage output stays in VRAM
+where the next stage reads it, except Q, K and V, which go through HBM (MX-quantized: flash attention
+prefetches its operands from HBM, and K/V belong in the KV cache). Prefill writes K/V rows ``b*cap + s``
+(``bshd``); the decode step writes its rows at position ``kv_len - 1`` of an ``sbhd`` cache, where the batch's
+rows are consecutive.
+
+Resources: VRAM rows from :func:`~programs.model.layout.plan_vram` (every stage output and every stage's
+scratch is a buffer with a lifetime; ``keep_outputs`` keeps every stage output to the end so a testbench can
+judge each stage); MRAM tiles and gp/fp registers are stage-local (stages run one after another); FP SRAM
+holds the constant slots and flash attention's state from slot 16; a-registers are bound per stage (a stage
+starts by pointing ``a0..`` at its tensors). Each stage is a region ``<prefix>/<stage>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from plena_sim.config import HardwareConfig
+
+from .. import flash_attention as fa
+from .. import mutation_hooks
+from ..asm import Asm, region
+from ..common import fail, need_int, need_multiple, round_up, rp, vector_rows
+from ..elementwise import emit_add_rows, plan_add_rows
+from ..ffn import emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_swiglu
+from ..hbm_tensors import HbmTensor, preload_act, set_addr_regs, store_act
+from ..linear import emit_linear, plan_linear
+from ..norms import emit_rms_norm, plan_rms_norm
+from ..rope import emit_rope, plan_rope
+from .layout import BufferRequest, VramLayout, plan_vram
+
+__all__ = [
+    "LayerShape",
+    "LayerPlan",
+    "Stage",
+    "STAGES",
+    "TENSORS",
+    "layer_hbm_needs",
+    "plan_decoder_layer",
+    "emit_decoder_layer",
+]
+
+KERNEL = "decoder_layer"
+
+#: the stages in program order
+STAGES = (
+    "load_x",
+    "attn_norm",
+    "qkv_proj",
+    "rope",
+    "qkv_store",
+    "attention",
+    "o_proj",
+    "attn_residual",
+    "ffn_norm",
+    "ffn",
+    "ffn_residual",
+)
+_AT = {name: i for i, name in enumerate(STAGES)}
+_END = len(STAGES) - 1
+
+#: the HBM tensors of a layer (inputs, then the ones the program writes: q, and the K/V cache)
+TENSORS = (
+    "x",
+    "gamma_attn",
+    "wq",
+    "wk",
+    "wv",
+    "cos_q",
+    "sin_q",
+    "cos_k",
+    "sin_k",
+    "rot",
+    "wo",
+    "gamma_ffn",
+    "wg",
+    "wu",
+    "wd",
+    "q",
+    "k_cache",
+    "v_cache",
+)
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One layer's problem: ``batch`` sequences of ``seq`` new tokens attending to ``kv_len`` positions.
+
+    Prefill: ``seq`` tokens at positions ``pos0 .. pos0+seq-1`` (``kv_len = pos0 + seq``; the layer writes and
+    reads only its own K/V, so ``pos0`` must be 0 unless decode); decode: ``seq == 1`` at position
+    ``kv_len - 1``. ``kv_capacity``: positions the cache holds per sequence."""
+
+    batch: int
+    seq: int
+    kv_len: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    decode: bool
+    kv_capacity: int
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    def kv_width(self, cfg: HardwareConfig) -> int:
+        """Elements per K/V row: ``kv_heads*head_dim`` padded to a multiple of MLEN (zero weight columns)."""
+        return round_up(self.kv_heads * self.head_dim, cfg.MLEN)
+
+    @property
+    def kv_layout(self) -> str:
+        return "sbhd" if self.decode else "bshd"
+
+    @property
+    def new_kv_row(self) -> int:
+        """The first K/V cache row the layer writes (decode: position kv_len-1 of every sequence, sbhd)."""
+        return (self.kv_len - 1) * self.batch if self.decode else 0
+
+    def kv_rows_written(self, cfg: HardwareConfig) -> int:
+        """Cache rows one store writes (every padded VRAM row, ``rp(tokens)``)."""
+        return rp(cfg, self.tokens)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its plans, the a-register bindings it starts with, and its emitter."""
+
+    name: str
+    bind: Mapping[int, str]  # a-register -> tensor name
+    emit: Callable[[Asm, Sequence[int], Sequence[int]], None] = field(repr=False)
+    plans: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    kernel: str
+    shape: LayerShape
+    pitch: int
+    vram: VramLayout
+    stages: tuple[Stage, ...]
+    bases: Mapping[str, int]  # tensor name -> HBM byte base
+    tensors: Mapping[str, HbmTensor]
+    region_prefix: str
+    fp_state: tuple[int, int]
+    mram_tiles: Mapping[str, tuple[int, int]]
+    data_path: Mapping[str, str]
+    cfg: HardwareConfig = field(repr=False, compare=False)
+
+    def cbm(self, name: str) -> int:
+        """Element base of the VRAM buffer ``name``."""
+        return self.vram.base(name)
+
+    @property
+    def attention(self) -> fa.FlashPlan:
+        return self.stage("attention").plans["flash"]
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+# =========================================================================== checks
+
+
+def _check_shape(cfg: HardwareConfig, s: LayerShape) -> None:
+    M, V = cfg.MLEN, cfg.VLEN
+    for name in ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "head_dim", "ffn"):
+        need_int(KERNEL, name, getattr(s, name), 1)
+    if V != M:
+        fail(KERNEL, "VLEN", V, f"must equal MLEN={M} (flash attention and RoPE need it)")
+    need_multiple(KERNEL, "hidden", s.hidden, M, "MLEN")
+    need_multiple(KERNEL, "ffn", s.ffn, M, "MLEN")
+    need_multiple(KERNEL, "heads*head_dim", s.q_width, M, "MLEN")
+    if s.heads % s.kv_heads:
+        fail(KERNEL, "heads", s.heads, f"must be a multiple of kv_heads={s.kv_heads}")
+    if s.decode and s.seq != 1:
+        fail(KERNEL, "seq", s.seq, "must be 1 for a decode step")
+    if not s.decode and s.kv_len != s.seq:
+        fail(KERNEL, "kv_len", s.kv_len, f"must equal seq={s.seq} for prefill (the layer attends to its own tokens)")
+    if s.kv_capacity < s.kv_len:
+        fail(KERNEL, "kv_capacity", s.kv_capacity, f"must be >= kv_len={s.kv_len}")
+    if cfg.hbm_type("HBM_V_KV_TYPE") != cfg.hbm_type("HBM_M_KV_TYPE"):
+        fail(KERNEL, "HBM_V_KV_TYPE", cfg.hbm_type("HBM_V_KV_TYPE"), "must equal HBM_M_KV_TYPE (K/V stored, then read)")
+
+
+def _flash_params(cfg: HardwareConfig, s: LayerShape) -> dict[str, Any]:
+    return dict(
+        batch=s.batch,
+        hq=s.heads,
+        hkv=s.kv_heads,
+        d=s.head_dim,
+        q_len=s.seq,
+        kv_len=s.kv_len,
+        causal=True,
+        kv_layout=s.kv_layout,
+        kv_capacity=s.kv_capacity,
+        kv_row_elems=s.kv_width(cfg),
+    )
+
+
+def _trial_vram(cfg: HardwareConfig, s: LayerShape) -> dict[str, int]:
+    """A VRAM placement of flash attention to size it with (O at row 0, its scratch after O)."""
+    P = rp(cfg, s.tokens)
+    o_rows = (s.q_width // cfg.VLEN) * P
+    return {"o_base": 0, "o_rows_p": P, "scratch_base": (o_rows + 1) * cfg.VLEN}
+
+
+def layer_hbm_needs(cfg: HardwareConfig, s: LayerShape) -> dict[str, tuple[int, int]]:
+    """``(rows, cols)`` every HBM tensor of the layer must allocate (inputs with their padding rows, q and the
+    K/V cache with every row the stores write and the flash prefetches read)."""
+    _check_shape(cfg, s)
+    P, H, Nq, Nk = rp(cfg, s.tokens), s.hidden, s.q_width, s.kv_width(cfg)
+    req = fa.hbm_requirements(cfg, **_flash_params(cfg, s), **_trial_vram(cfg, s))
+    kv_rows = max(-(-req["k"] // Nk), s.new_kv_row + s.kv_rows_written(cfg), s.batch * s.kv_capacity)
+    vr = vector_rows(cfg, H)
+    M = cfg.MLEN
+    return {
+        "x": (P, H),
+        "gamma_attn": (vr, cfg.VLEN),
+        "gamma_ffn": (vr, cfg.VLEN),
+        "wq": (H, Nq),
+        "wk": (H, Nk),
+        "wv": (H, Nk),
+        "cos_q": (P, Nq),
+        "sin_q": (P, Nq),
+        "cos_k": (P, Nk),
+        "sin_k": (P, Nk),
+        **({"rot": (M, M)} if s.head_dim <= M else {}),  # the rotation tile (RoPE's matmul path)
+        "wo": (Nq, H),
+        "wg": (H, s.ffn),
+        "wu": (H, s.ffn),
+        "wd": (s.ffn, H),
+        "q": (max(P, -(-req["q"] // Nq)), Nq),
+        "k_cache": (kv_rows, Nk),
+        "v_cache": (kv_rows, Nk),
+    }
+
+
+# =========================================================================== planning
+
+
+def _buffers(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> list[BufferRequest]:
+    """The stage-output buffers with their lifetimes (producer, last reader; the end when ``keep``)."""
+    V = cfg.VLEN
+    H, Nq, Nk = s.hidden, s.q_width, s.kv_width(cfg)
+
+    def cbm(cols: int) -> int:
+        return (cols // V) * P
+
+    spec = [  # name, cols, producer, last reader
+        ("x", H, "load_x", "attn_residual"),
+        ("xn1", H, "attn_norm", "qkv_proj"),
+        ("q", Nq, "qkv_proj", "rope"),
+        ("k", Nk, "qkv_proj", "rope"),
+        ("v", Nk, "qkv_proj", "qkv_store"),
+        ("qr", Nq, "rope", "qkv_store"),
+        ("kr", Nk, "rope", "qkv_store"),
+        ("o", Nq, "attention", "o_proj"),
+        ("attn", H, "o_proj", "attn_residual"),
+        ("h1", H, "attn_residual", "ffn_residual"),
+        ("xn2", H, "ffn_norm", "ffn"),
+        ("d", H, "ffn", "ffn_residual"),
+        ("out", H, "ffn_residual", "ffn_residual"),
+    ]
+    return [BufferRequest(n, cbm(c), _AT[a], _END if keep else _AT[b]) for n, c, a, b in spec]
+
+
+def _scratch(cfg: HardwareConfig, s: LayerShape, P: int) -> dict[str, int]:
+    """Rows of each stage's scratch (live during the stage alone)."""
+    V, M, T = cfg.VLEN, cfg.MLEN, cfg.mram_tiles
+    H, Nq = s.hidden, s.q_width
+    split = P if max(H, Nq) // M > T else 0
+    norm = 1 + vector_rows(cfg, H)  # t row, gamma rows
+    rope_rows = 3 * (Nq // V) * P + 1  # cos, sin, xr, t (the widest: Q)
+    flash = fa.scratch_rows(cfg, **_flash_params(cfg, s), **_trial_vram(cfg, s))
+    ffn = ffn_workspace_rows(cfg, rows=s.tokens, hidden=H, inter=s.ffn, pitch=P)
+    return {
+        "attn_norm": norm,
+        "qkv_proj": max(split, 1),
+        "rope": rope_rows,
+        "attention": flash,
+        "o_proj": max(split, 1),
+        "ffn_norm": norm,
+        "ffn": ffn,
+    }
+
+
+def _layout(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> VramLayout:
+    reqs = _buffers(cfg, s, P, keep)
+    reqs += [BufferRequest(f"scratch:{st}", n, _AT[st], _AT[st]) for st, n in _scratch(cfg, s, P).items()]
+    return plan_vram(reqs, cfg.VLEN)
+
+
+class _Builder:
+    """Plans every stage against the layout (one method per stage; each returns its :class:`Stage`)."""
+
+    def __init__(
+        self,
+        cfg: HardwareConfig,
+        s: LayerShape,
+        lay: VramLayout,
+        tensors: Mapping[str, tuple[HbmTensor, int]],
+        loops: bool,
+    ) -> None:
+        self.cfg, self.s, self.P, self.lay, self.loops = cfg, s, rp(cfg, s.tokens), lay, loops
+        self.t = {k: v[0] for k, v in tensors.items()}
+        self.bases = {k: v[1] for k, v in tensors.items()}
+
+    def ten(self, name: str, areg: int) -> HbmTensor:
+        return replace(self.t[name], areg=areg)
+
+    def at(self, name: str, rows: int = 0) -> int:
+        return self.lay.base(name) + rows * self.cfg.VLEN
+
+    def load_x(self) -> Stage:
+        cfg, s, P = self.cfg, self.s, self.P
+        tx = self.ten("x", 0)
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            preload_act(asm, cfg, tx, s.tokens, s.hidden, self.at("x"), P, gp)
+
+        return Stage("load_x", {0: "x"}, emit)
+
+    def norm(self, name: str, src: str, dst: str, gamma: str) -> Stage:
+        cfg, s = self.cfg, self.s
+        sc = f"scratch:{name}"
+        plan = plan_rms_norm(
+            cfg,
+            rows=s.tokens,
+            hidden=s.hidden,
+            x_base=self.at(src),
+            pitch=self.P,
+            y_base=self.at(dst),
+            t_base=self.at(sc),
+            gamma=self.ten(gamma, 0),
+            gamma_base=self.at(sc, 1),
+        )
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            emit_rms_norm(asm, plan, gp=gp, fp=fp)
+
+        return Stage(name, {0: gamma}, emit, {"norm": plan})
+
+    def linear(self, src: str, dst: str, w: str, K: int, N: int, scratch: str) -> Any:
+        split = self.at(f"scratch:{scratch}") if self.lay.buffers[f"scratch:{scratch}"].rows > 1 else None
+        return plan_linear(
+            self.cfg,
+            rows=self.s.tokens,
+            K=K,
+            N=N,
+            x_base=self.at(src),
+            x_pitch=self.P,
+            y_base=self.at(dst),
+            y_pitch=self.P,
+            w=self.ten(w, 0),
+            split_base=split,
+            loops=self.loops,
+            kernel=f"{KERNEL}.{w}",
+        )
+
+    def qkv(self) -> Stage:
+        s, H, Nk = self.s, self.s.hidden, self.s.kv_width(self.cfg)
+        plans = {
+            "wq": self.linear("xn1", "q", "wq", H, s.q_width, "qkv_proj"),
+            "wk": self.linear("xn1", "k", "wk", H, Nk, "qkv_proj"),
+            "wv": self.linear("xn1", "v", "wv", H, Nk, "qkv_proj"),
+        }
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            for w, plan in plans.items():
+                with region(asm, w):
+                    set_addr_regs(asm, {0: self.bases[w]}, gp)
+                    emit_linear(asm, plan, gp=gp, fp=fp)
+
+        return Stage("qkv_proj", {}, emit, plans)
+
+    def rope_one(self, src: str, dst: str, cols: int, cos: str, sin: str) -> Any:
+        """RoPE over ``cols`` columns (the padding heads of K are zero and stay zero)."""
+        cfg, s, P, V = self.cfg, self.s, self.P, self.cfg.VLEN
+        n = cols // V * P
+        sc = "scratch:rope"
+        return plan_rope(
+            cfg,
+            rows=s.tokens,
+            nh=cols // s.head_dim,
+            d=s.head_dim,
+            x_base=self.at(src),
+            pitch=P,
+            y_base=self.at(dst),
+            cos=self.ten(cos, 0),
+            sin=self.ten(sin, 1),
+            cos_base=self.at(sc),
+            sin_base=self.at(sc, n),
+            xr_base=self.at(sc, 2 * n),
+            t_base=self.at(sc, 3 * n),
+            rot=self.ten("rot", 2) if s.head_dim <= cfg.MLEN else None,
+        )
+
+    def rope(self) -> Stage:
+        Nq, Nk = self.s.q_width, self.s.kv_width(self.cfg)
+        k_src = "v" if mutation_hooks.active("layer_rope_on_v") else "k"  # (the store then caches K as V)
+        plans = {
+            "q": (self.rope_one("q", "qr", Nq, "cos_q", "sin_q"), ("cos_q", "sin_q")),
+            "k": (self.rope_one(k_src, "kr", Nk, "cos_k", "sin_k"), ("cos_k", "sin_k")),
+        }
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            for which, (plan, (cos, sin)) in plans.items():
+                bind = {0: self.bases[cos], 1: self.bases[sin]}
+                if plan.rot is not None:
+                    bind[2] = self.bases["rot"]
+                with region(asm, which):
+                    set_addr_regs(asm, bind, gp)
+                    emit_rope(asm, plan, gp=gp, fp=fp)
+
+        return Stage("rope", {}, emit, {k: p for k, (p, _t) in plans.items()})
+
+    def store(self) -> Stage:
+        cfg, s, P = self.cfg, self.s, self.P
+        Nk = s.kv_width(cfg)
+        row = s.new_kv_row
+        k_buf, v_buf = ("k", "kr") if mutation_hooks.active("layer_rope_on_v") else ("kr", "v")
+        items = [("q", "qr", "q", s.q_width, 0), ("k_cache", k_buf, "k", Nk, row), ("v_cache", v_buf, "v", Nk, row)]
+        if mutation_hooks.active("layer_k_not_cached"):
+            items = [it for it in items if it[0] != "k_cache"]
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            for tname, buf, label, cols, row0 in items:
+                with region(asm, label):
+                    set_addr_regs(asm, {0: self.bases[tname]}, gp)
+                    store_act(asm, cfg, self.ten(tname, 0), s.tokens, cols, self.at(buf), P, gp, row0=row0)
+
+        return Stage("qkv_store", {}, emit)
+
+    def attention(self) -> Stage:
+        cfg, s = self.cfg, self.s
+        plan = fa.plan_flash_attention(
+            cfg,
+            **_flash_params(cfg, s),
+            q=self.ten("q", 0),
+            k=self.ten("k_cache", 1),
+            v=self.ten("v_cache", 2),
+            o_base=self.at("o"),
+            o_rows_p=self.P,
+            scratch_base=self.at("scratch:attention"),
+            loops=self.loops,
+        )
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            fa.emit_flash_attention(asm, plan, gp=gp, fp=fp)
+
+        return Stage("attention", {0: "q", 1: "k_cache", 2: "v_cache"}, emit, {"flash": plan})
+
+    def o_proj(self) -> Stage:
+        plan = self.linear("o", "attn", "wo", self.s.q_width, self.s.hidden, "o_proj")
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            emit_linear(asm, plan, gp=gp, fp=fp)
+
+        return Stage("o_proj", {0: "wo"}, emit, {"wo": plan})
+
+    def residual(self, name: str, a: str, b: str, out: str) -> Stage:
+        nrows = self.lay.buffers[out].rows
+        plan = plan_add_rows(self.cfg, nrows=nrows, a_base=self.at(a), b_base=self.at(b), out_base=self.at(out))
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            emit_add_rows(asm, plan, gp=gp, fp=fp)
+
+        return Stage(name, {}, emit, {"add": plan})
+
+    def ffn(self) -> Stage:
+        plan = plan_ffn_swiglu(
+            self.cfg,
+            rows=self.s.tokens,
+            hidden=self.s.hidden,
+            inter=self.s.ffn,
+            x_base=self.at("xn2"),
+            pitch=self.P,
+            y_base=self.at("d"),
+            ws_base=self.at("scratch:ffn"),
+            wg=self.ten("wg", 0),
+            wu=self.ten("wu", 1),
+            wd=self.ten("wd", 2),
+            loops=self.loops,
+        )
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            emit_ffn_swiglu(asm, plan, gp=gp, fp=fp)
+
+        return Stage("ffn", {0: "wg", 1: "wu", 2: "wd"}, emit, {"ffn": plan})
+
+    def stages(self) -> tuple[Stage, ...]:
+        res_src = "xn1" if mutation_hooks.active("layer_residual_from_norm") else "x"
+        return (
+            self.load_x(),
+            self.norm("attn_norm", "x", "xn1", "gamma_attn"),
+            self.qkv(),
+            self.rope(),
+            self.store(),
+            self.attention(),
+            self.o_proj(),
+            self.residual("attn_residual", res_src, "attn", "h1"),
+            self.norm("ffn_norm", "h1", "xn2", "gamma_ffn"),
+            self.ffn(),
+            self.residual("ffn_residual", "h1", "d", "out"),
+        )
+
+
+def plan_decoder_layer(
+    config: HardwareConfig,
+    shape: LayerShape,
+    tensors: Mapping[str, tuple[HbmTensor, int]],
+    *,
+    keep_outputs: bool = True,
+    loops: bool = True,
+    region_prefix: str = "layer",
+) -> LayerPlan:
+    """Plan the layer. ``tensors``: every name of :data:`TENSORS` -> (its HbmTensor, its HBM byte base), sized
+    as :func:`layer_hbm_needs` says (the a-register of each tensor is chosen here, per stage)."""
+    needs = layer_hbm_needs(config, shape)
+    missing = [n for n in needs if n not in tensors]
+    if missing:
+        fail(KERNEL, "tensors", missing, "are missing")
+    for name, (rows, cols) in needs.items():
+        t = tensors[name][0]
+        if t.row_pitch_elems != cols or t.alloc_elems < rows * cols:
+            fail(KERNEL, f"{name}.alloc_elems", t.alloc_elems, f"must be >= {rows}x{cols} with row pitch {cols}")
+    P = rp(config, shape.tokens)
+    lay = _layout(config, shape, P, keep_outputs)
+    b = _Builder(config, shape, lay, tensors, loops)
+    stages = b.stages()
+    flash = stages[_AT["attention"]].plans["flash"]
+    return LayerPlan(
+        KERNEL,
+        shape,
+        P,
+        lay,
+        stages,
+        b.bases,
+        b.t,
+        region_prefix,
+        (flash.fp_state_base, flash.fp_state_size),
+        {st.name: _mram(st) for st in stages if _mram(st)[1]},
+        _DATA_PATH,
+        config,
+    )
+
+
+_DATA_PATH = {
+    "xn1": "VRAM (read by the Q/K/V projections)",
+    "q, k, v": "VRAM (read by RoPE / the store)",
+    "qr": "HBM q (MX act type): flash attention prefetches Q from HBM",
+    "kr, v": "HBM K/V cache (MX KV type): the layer's own K/V, read back by flash attention",
+    "o": "VRAM (read by the O projection)",
+    "attn, h1, xn2, d, out": "VRAM",
+}
+
+
+def _mram(st: Stage) -> tuple[int, int]:
+    """(first tile, tiles) the stage uses (the widest of its plans); stage-local: stages run in turn."""
+    tiles = [p.mram_tiles for p in st.plans.values() if getattr(p, "mram_tiles", None)]
+    if not tiles:
+        return (0, 0)
+    return (min(t[0] for t in tiles), max(t[0] + t[1] for t in tiles) - min(t[0] for t in tiles))
+
+
+def emit_decoder_layer(asm: Asm, plan: LayerPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    """The layer's program: every stage in its region, starting with its a-register bindings."""
+    s = plan.shape
+    asm.begin(KERNEL, tokens=s.tokens, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, ffn=s.ffn)
+    with region(asm, plan.region_prefix):
+        for st in plan.stages:
+            with region(asm, st.name):
+                if st.bind:
+                    set_addr_regs(asm, {a: plan.bases[n] for a, n in st.bind.items()}, gp)
+                st.emit(asm, gp, fp)
+    asm.end(KERNEL)

@@ -1,0 +1,369 @@
+"""Shared case construction of the model-layer testbenches ``decoder_layer`` and ``decoder_decode``.
+
+Inputs (the values the machine uses, dequantized): ``x [tokens, hidden]``, ``gamma_attn``/``gamma_ffn
+[hidden]``, weights as ``(in, out)`` (``y = x @ W``): ``wq [hidden, heads*d]``, ``wk``/``wv [hidden,
+kv_heads*d]``, ``wo [heads*d, hidden]``, ``wg``/``wu [hidden, ffn]``, ``wd [ffn, hidden]``, and the RoPE tables
+``cos``/``sin [tokens, d]`` (HF ``rotate_half`` convention, ``theta^(-2i/d)``); decode also ``k_cache``/``v_cache
+[batch, kv, kv_heads, d]`` (the cache before the step). Tokens are ``b*seq + s``.
+
+Judging (each stage on the values its inputs held in the machine, so every stage gets its own tight
+tolerance row of :mod:`.compare`; the golden follows the hardware's quantization points because its inputs
+*are* the hardware's bf16 SRAM and MX HBM values): attention norm (rms), Q/K/V projections (linear), RoPE
+(rope), the MX stores of Q/K/V to HBM (exact: the MX encoding of the machine's VRAM values), attention
+(flash, from the HBM Q and cache), O projection (linear), residual (exact bf16 sum), FFN norm (rms), FFN (ffn),
+residual (exact): the layer output is the first check. ``output_f64`` compares the output with a float64
+evaluation of the whole layer from the same inputs with no intermediate rounding (relative RMS bound 5 %,
+the ``layer_f64`` row): the numerical cost of the data path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from plena_sim.config import HardwareConfig, MxType
+from plena_sim.machine import Machine
+from plena_sim.numerics import decode_tensor, encode_tensor
+from programs.common import rp
+from programs.model.decoder import (
+    LayerPlan,
+    LayerShape,
+    emit_decoder_layer,
+    layer_hbm_needs,
+    plan_decoder_layer,
+)
+from programs.rope import rope_rotation_tile
+
+from ._flashattn_common import _logical_kv, attention_golden
+from .compare import abs_matmul, bf16_decode, bf16_encode, tolerance
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, Derived, Readback, VramCbm
+from .rope import rotate_half
+from .shapes import hw, resolve_params
+
+F64 = npt.NDArray[np.float64]
+
+#: the layer dimensions every model-layer testbench takes (a model preset's keys)
+DIMS = {
+    "hidden": hw(2, "MLEN"),
+    "heads": 4,
+    "kv_heads": 2,
+    "head_dim": hw(1, "MLEN", div=2),
+    "ffn": hw(4, "MLEN"),
+    "rope_theta": 10000.0,
+    "rms_eps": 1e-5,
+}
+_WEIGHTS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+
+
+def shape_of(p: Mapping[str, Any], cfg: HardwareConfig, decode: bool) -> LayerShape:
+    dims = dict(hidden=p["hidden"], heads=p["heads"], kv_heads=p["kv_heads"], head_dim=p["head_dim"], ffn=p["ffn"])
+    B = p["batch"]
+    if not decode:
+        return LayerShape(B, p["seq"], p["seq"], **dims, decode=False, kv_capacity=p["seq"])
+    L = p["kv"]
+    extra = -(-rp(cfg, B) // B)  # the store writes rp(batch) rows from position L (sbhd: B rows per position)
+    return LayerShape(B, 1, L + 1, **dims, decode=True, kv_capacity=L + extra)
+
+
+def _silu(x: F64) -> F64:
+    return x / (1.0 + np.exp(-x))
+
+
+def rms(x: F64, gamma: F64, eps: float, inv_hidden: float) -> F64:
+    return x / np.sqrt((x * x).sum(axis=1, keepdims=True) * inv_hidden + eps) * gamma
+
+
+def rope(x: F64, cos: F64, sin: F64, d: int) -> tuple[F64, F64]:
+    """RoPE of every head of ``x [T, nh*d]`` with ``cos``/``sin [T, d]``; returns (y, envelope A)."""
+    nh = x.shape[1] // d
+    c, s = np.tile(cos, (1, nh)), np.tile(sin, (1, nh))
+    xr = rotate_half(x, d)
+    return x * c + xr * s, np.abs(x) * np.abs(c) + np.abs(xr) * np.abs(s)
+
+
+def bf16_sum(a: F64, b: F64) -> F64:
+    """The device's V_ADD_VV: f32 sum of bf16 operands, rounded to bf16."""
+    return bf16_decode(bf16_encode(a.astype(np.float32) + b.astype(np.float32))).astype(np.float64)
+
+
+class HbmRows:
+    """Rows ``[row0, row0+rows)`` of an MX (or plain) tensor in the machine's HBM, decoded to float32."""
+
+    def __init__(self, base: int, scale_offset: int, row0: int, rows: int, cols: int, t: Any) -> None:
+        self.base, self.scale_offset, self.row0, self.rows, self.cols, self.t = base, scale_offset, row0, rows, cols, t
+
+    def read(self, machine: Machine) -> np.ndarray:
+        t, n = self.t, self.rows * self.cols
+        eb = t.elem_bytes
+        elem = machine.hbm.read(self.base + self.row0 * self.cols * eb, n * eb)
+        scale = None
+        if isinstance(t, MxType):
+            sb = t.scale_bytes
+            s0 = self.base + self.scale_offset + (self.row0 * self.cols // t.block) * sb
+            scale = machine.hbm.read(s0, (n // t.block) * sb)
+        return decode_tensor(np.asarray(elem), None if scale is None else np.asarray(scale), t, (self.rows, self.cols))
+
+
+def mx_roundtrip(values: np.ndarray, t: Any) -> F64:
+    """What a store of ``values`` (float32 rows) into type ``t`` reads back as."""
+    v = np.ascontiguousarray(values, dtype=np.float32)
+    elem, scale, _counts = encode_tensor(v, t)
+    return decode_tensor(elem, scale, t, v.shape).astype(np.float64)
+
+
+class _Inputs:
+    """The layer's inputs as the machine sees them (float64) and the HBM tensors holding them."""
+
+    def __init__(self, cb: CaseBuilder, cfg: HardwareConfig, s: LayerShape, p: Mapping[str, Any]) -> None:
+        self.cb, self.cfg, self.s = cb, cfg, s
+        self.needs = layer_hbm_needs(cfg, s)
+        self.tensors: dict[str, Any] = {}
+        self.v: dict[str, F64] = {}
+        H, T, d = s.hidden, s.tokens, s.head_dim
+        self.put("x", cb.randn((T, H), float(p["scale"])), "act")
+        for g in ("gamma_attn", "gamma_ffn"):
+            gam = 1.0 + 0.25 * cb.randn(H)
+            self.put(g, gam.reshape(-1, cfg.VLEN), "act", shape=(H,))
+        fan = {"wq": H, "wk": H, "wv": H, "wo": s.q_width, "wg": H, "wu": H, "wd": s.ffn}
+        for w in _WEIGHTS:
+            rows, cols = self.needs[w]
+            vals = np.zeros((rows, cols))
+            used = s.kv_heads * d if w in ("wk", "wv") else cols
+            vals[:, :used] = cb.randn((rows, used), 1.0 / np.sqrt(fan[w]))
+            self.put(w, vals, "weight")
+        self.rope_tables(p)
+        if "rot" in self.needs:
+            self.put("rot", rope_rotation_tile(d, cfg.MLEN), "weight")
+        self.put("q", np.zeros(self.needs["q"]), "act", writable=True)
+        self.caches()
+        for w in ("wk", "wv"):
+            self.v[w] = self.v[w][:, : s.kv_heads * d]
+            cb.inputs[w] = cb.inputs[w][:, : s.kv_heads * d]
+        del cb.inputs["q"]
+
+    def put(self, name: str, values: F64, cls: str, *, shape: tuple[int, ...] | None = None, writable: bool = False):
+        rows, cols = self.needs[name]
+        t, deq = self.cb.tensor(name, values, cls, alloc_rows=rows, shape=shape, writable=writable, bind=False)
+        assert t.row_pitch_elems == cols, f"{name}: {t.row_pitch_elems} columns placed, {cols} planned"
+        self.tensors[name] = (t, self.cb.tensors[name].base)
+        self.v[name] = deq.reshape(shape) if shape else deq
+        return t
+
+    def rope_tables(self, p: Mapping[str, Any]) -> None:
+        s, d = self.s, self.s.head_dim
+        pos0 = (s.kv_len - 1) if s.decode else int(p.get("pos0", 0))
+        pos = np.tile(pos0 + np.arange(s.seq), s.batch)[:, None]  # token b*seq + i at position pos0 + i
+        inv = float(p["rope_theta"]) ** (-np.arange(0, d, 2) / d)
+        ang = np.concatenate([pos * inv, pos * inv], axis=1)
+        tables = {}
+        for kind, fn in (("cos", np.cos), ("sin", np.sin)):
+            base = fn(ang)
+            for which, cols in (("q", s.q_width), ("k", s.kv_width(self.cfg))):
+                self.put(f"{kind}_{which}", np.tile(base, (1, cols // d)), "act")
+                tables[which] = self.v[f"{kind}_{which}"][: s.tokens]
+                del self.cb.inputs[f"{kind}_{which}"]
+            per_head = tables["q"][:, :d]
+            for which, tab in tables.items():  # every head's copy quantizes alike (MX blocks never span a row)
+                assert np.array_equal(tab, np.tile(per_head, (1, tab.shape[1] // d))), f"{kind}_{which} per head"
+            self.v[kind] = per_head
+            self.cb.inputs[kind] = per_head.astype(np.float32)
+
+    def caches(self) -> None:
+        """K/V caches of random finite data (a position the layer should write but does not stays junk); decode
+        reads the prefix ``[0, kv-1)`` as the cache."""
+        s, cfg = self.s, self.cfg
+        rows, cols = self.needs["k_cache"]
+        lo, hi = s.new_kv_row, s.new_kv_row + s.kv_rows_written(cfg)
+        for name in ("k_cache", "v_cache"):
+            full = self.cb.randn((rows, cols))
+            t = self.put(name, full, "kv")
+            base = self.cb.tensors[name].base
+            self.cb.writable.append((base + lo * cols * t.eb, base + hi * cols * t.eb))
+            if t.block:  # and the rows' MX scales
+                sb = self.cfg.hbm_type("HBM_M_KV_TYPE").scale_bytes
+                s0 = base + t.scale_offset
+                self.cb.writable.append((s0 + lo * cols // t.block * sb, s0 + hi * cols // t.block * sb))
+            if s.decode:
+                width = s.kv_heads * s.head_dim
+                prefix = _logical_kv(self.v[name], "sbhd", s.batch, s.kv_capacity, s.kv_len - 1, width)
+                self.cb.inputs[name] = prefix.reshape(s.batch, s.kv_len - 1, s.kv_heads, s.head_dim)
+            else:
+                del self.cb.inputs[name]
+
+
+def _read(plan: LayerPlan, buf: str, cols: int) -> VramCbm:
+    return VramCbm(plan.cbm(buf), plan.shape.tokens, cols, plan.pitch)
+
+
+class _Judge:
+    """Adds every stage's check to the case builder (goldens derived from the machine after the run)."""
+
+    def __init__(self, cb: CaseBuilder, plan: LayerPlan, ins: _Inputs) -> None:
+        self.cb, self.plan, self.ins, self.s, self.cfg = cb, plan, ins, plan.shape, plan.cfg
+        self.eps, self.invh = cb.fp_value("EPS"), cb.fp_value("INV_HIDDEN")
+        self.qk = cb.fp_value("QK_SCALE")
+        self.nb = self.s.hidden // self.cfg.VLEN
+
+    def derived(self, name: str, rd: Readback, coords: tuple[str, ...], tol: str, fn: Callable[..., Derived]) -> None:
+        self.cb.check(name, rd, None, coords, tol, derive=fn, nb=self.nb)
+
+    def vram(self, buf: str, cols: int) -> Callable[[Machine], F64]:
+        rd = _read(self.plan, buf, cols)
+        return lambda m: rd.read(m).astype(np.float64)
+
+    def add_all(self) -> None:
+        s, H, Nq, Nk = self.s, self.s.hidden, self.s.q_width, self.s.kv_width(self.cfg)
+        x, v = self.ins.v["x"][: s.tokens], self.ins.v
+        rc = ("row", "col")
+        h1, d_out = self.vram("h1", H), self.vram("d", H)
+        self.derived("output", _read(self.plan, "out", H), rc, "exact", lambda m: (bf16_sum(h1(m), d_out(m)), None, None))
+        xn1 = self.vram("xn1", H)
+        gx = rms(x, v["gamma_attn"], self.eps, self.invh)
+        self.cb.check("attn_norm", _read(self.plan, "xn1", H), gx, rc, "rms", nb=self.nb)
+        for w, buf, cols in (("wq", "q", Nq), ("wk", "k", Nk), ("wv", "v", Nk)):
+            self.linear(f"{buf}_proj", buf, cols, xn1, w)
+        for buf, src, cols in (("qr", "q", Nq), ("kr", "k", Nk)):
+            self.rope(buf, self.vram(src, cols), cols)
+        self.stores()
+        self.attention()
+        o = self.vram("o", Nq)
+        self.linear("o_proj", "attn", H, o, "wo")
+        attn = self.vram("attn", H)
+        self.derived("attn_residual", _read(self.plan, "h1", H), rc, "exact", lambda m: (bf16_sum(x, attn(m)), None, None))
+        g2 = v["gamma_ffn"]
+        self.derived(
+            "ffn_norm", _read(self.plan, "xn2", H), rc, "rms", lambda m: (rms(h1(m), g2, self.eps, self.invh), None, None)
+        )
+        self.ffn()
+        self.cb.check("output_f64", _read(self.plan, "out", H), reference_f64(self.ins), rc, "layer_f64")
+
+    def linear(self, name: str, buf: str, cols: int, src: Callable[[Machine], F64], w: str) -> None:
+        W = np.zeros((self.ins.v[w].shape[0], cols))
+        W[:, : self.ins.v[w].shape[1]] = self.ins.v[w]
+        stage = self.plan.stage("o_proj" if w == "wo" else "qkv_proj")
+        n_chunks = len(stage.plans[w].chunks)
+
+        def fn(m: Machine) -> Derived:
+            xm = src(m)
+            return xm @ W, abs_matmul(xm, W), tolerance("linear", n_chunks=n_chunks)
+
+        self.derived(name, _read(self.plan, buf, cols), ("row", "col"), "linear", fn)
+
+    def rope(self, buf: str, src: Callable[[Machine], F64], cols: int) -> None:
+        cos, sin, d = self.ins.v["cos"], self.ins.v["sin"], self.s.head_dim
+
+        def fn(m: Machine) -> Derived:
+            y, A = rope(src(m), cos, sin, d)
+            return y, A, None
+
+        self.derived(f"{buf}_rope", _read(self.plan, buf, cols), ("row", "col"), "rope", fn)
+
+    def hbm_rows(self, tensor: str, row0: int, rows: int) -> HbmRows:
+        t, base = self.ins.tensors[tensor]
+        cls = "HBM_V_ACT_TYPE" if tensor == "q" else "HBM_V_KV_TYPE"
+        return HbmRows(base, t.scale_offset, row0, rows, t.row_pitch_elems, self.cfg.hbm_type(cls))
+
+    def stores(self) -> None:
+        s, Nq, Nk = self.s, self.s.q_width, self.s.kv_width(self.cfg)
+        for tensor, buf, cols, row0 in (("q", "qr", Nq, 0), ("k_cache", "kr", Nk, s.new_kv_row)):
+            self.store_check(tensor, buf, cols, row0)
+        self.store_check("v_cache", "v", Nk, s.new_kv_row)
+
+    def store_check(self, tensor: str, buf: str, cols: int, row0: int) -> None:
+        rd = self.hbm_rows(tensor, row0, self.s.tokens)
+        src = self.vram(buf, cols)
+        t = rd.t
+        self.derived(f"{tensor}_store", rd, ("row", "col"), "exact", lambda m: (mx_roundtrip(src(m), t), None, None))
+
+    def attention(self) -> None:
+        s, cfg, fp = self.s, self.cfg, self.plan.attention
+        Nk, width = s.kv_width(cfg), s.kv_heads * s.head_dim
+        q_rd = self.hbm_rows("q", 0, s.tokens)
+        caches = {n: self.hbm_rows(n, 0, s.batch * s.kv_capacity) for n in ("k_cache", "v_cache")}
+        B, S, hq, hkv, d = s.batch, s.seq, s.heads, s.kv_heads, s.head_dim
+        Tk = -(-s.kv_len // cfg.MLEN)
+        (ob, orows, ocols, opitch), post = fp.output_read()
+
+        def fn(m: Machine) -> Derived:
+            Q = q_rd.read(m).astype(np.float64)[:, : hq * d].reshape(B, S, hq, d)
+            kv = []
+            for n in ("k_cache", "v_cache"):
+                rows = caches[n].read(m)[:, :Nk]
+                kv.append(_logical_kv(rows, s.kv_layout, B, s.kv_capacity, s.kv_len, width).reshape(B, -1, hkv, d))
+            O, A, smax, _scores, _allowed = attention_golden(Q, kv[0], kv[1], self.qk, True)
+            return O, A, tolerance("flash", smax_r=smax[..., None], Tk=Tk)
+
+        self.cb.check(
+            "attention",
+            VramCbm(ob, orows, ocols, opitch, post=post),
+            None,
+            ("batch", "row", "head", "col"),
+            "flash",
+            derive=fn,
+            group_by=("batch", "head"),
+        )
+
+    def ffn(self) -> None:
+        H, v = self.s.hidden, self.ins.v
+        xn2 = self.vram("xn2", H)
+
+        def fn(m: Machine) -> Derived:
+            xm = xn2(m)
+            g, u = xm @ v["wg"], xm @ v["wu"]
+            return (_silu(g) * u) @ v["wd"], abs_matmul(np.abs(g) * np.abs(u), v["wd"]), None
+
+        self.derived("ffn", _read(self.plan, "d", H), ("row", "col"), "ffn", fn)
+
+
+def reference_f64(ins: _Inputs) -> F64:
+    """The layer in float64 from the machine's inputs, with no intermediate rounding (exact constants)."""
+    s, v = ins.s, ins.v
+    p = ins.cb.params
+    B, S, hq, hkv, d = s.batch, s.seq, s.heads, s.kv_heads, s.head_dim
+    eps, invh = float(p["rms_eps"]), 1.0 / s.hidden
+    x = v["x"][: s.tokens]
+    xn = rms(x, v["gamma_attn"], eps, invh)
+    q, _ = rope(xn @ v["wq"], v["cos"], v["sin"], d)
+    k, _ = rope(xn @ v["wk"], v["cos"], v["sin"], d)
+    val = xn @ v["wv"]
+    K, V = k.reshape(B, S, hkv, d), val.reshape(B, S, hkv, d)
+    if s.decode:
+        K = np.concatenate([ins.cb.inputs["k_cache"].astype(np.float64), K], axis=1)
+        V = np.concatenate([ins.cb.inputs["v_cache"].astype(np.float64), V], axis=1)
+    O, *_ = attention_golden(q.reshape(B, S, hq, d), K, V, 1.0 / np.sqrt(d), True)
+    h1 = x + O.reshape(s.tokens, hq * d) @ v["wo"]
+    xn2 = rms(h1, v["gamma_ffn"], eps, invh)
+    return h1 + (_silu(xn2 @ v["wg"]) * (xn2 @ v["wu"])) @ v["wd"]
+
+
+def build_layer(name: str, params: Mapping[str, Any], config: HardwareConfig, *, decode: bool) -> Case:
+    p = resolve_params(params, config)
+    s = shape_of(p, config, decode)
+    p["positions"] = f"{s.kv_len - 1}" if decode else f"{int(p.get('pos0', 0))}..{int(p.get('pos0', 0)) + s.seq - 1}"
+    cb = CaseBuilder(name, p, config)
+    cb.set_fp(EPS=float(p["rms_eps"]), INV_HIDDEN=1.0 / s.hidden, QK_SCALE=1.0 / np.sqrt(s.head_dim))
+    ins = _Inputs(cb, config, s, p)
+    plan = plan_decoder_layer(config, s, ins.tensors, region_prefix="decode" if decode else "layer")
+    for names, r0, n in _merged(plan):  # buffers live at different times may share rows: one region each span
+        cb.region(names, r0, n, "output")
+    asm = cb.asm()
+    emit_decoder_layer(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    _Judge(cb, plan, ins).add_all()
+    return cb.case(asm, notes=f"tokens={s.tokens} kv_len={s.kv_len} P={plan.pitch}", plan=plan)
+
+
+def _merged(plan: LayerPlan) -> list[tuple[str, int, int]]:
+    """The layout's buffers as disjoint row spans ``(names, first row, rows)`` (buffers that are never live at
+    the same time share rows; a span holds every buffer that overlaps it)."""
+    spans = sorted((b.row0, b.end, k) for k, b in plan.vram.buffers.items())
+    out: list[tuple[list[str], int, int]] = []
+    for a, e, k in spans:
+        if out and a < out[-1][2]:
+            names, a0, e0 = out[-1]
+            out[-1] = (names + [k], a0, max(e0, e))
+        else:
+            out.append(([k], a, e))
+    return [("+".join(names), a, e - a) for names, a, e in out]

@@ -1,0 +1,44 @@
+"""decoder_layer: one pre-norm transformer decoder layer, prefill (programs/model/decoder.py).
+
+RMSNorm -> Q, K, V projections -> RoPE on Q and K -> causal GQA flash attention (Q, K, V through HBM: K/V
+written to the layer's KV cache) -> O projection -> + x -> RMSNorm -> SwiGLU FFN -> + h1, for ``batch``
+sequences of ``seq`` tokens at positions ``pos0 ..``. Every stage is judged on its own inputs with its own
+tolerance row; ``output_f64`` bounds the whole layer against float64 (see ``_decoder_common``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from plena_sim.config import HardwareConfig
+
+from ._decoder_common import DIMS, build_layer
+from .harness import Case, CaseSpec
+from .shapes import hw
+
+NAME = "decoder_layer"
+DESCRIPTION = "decoder layer prefill: norm, QKV, RoPE, causal GQA flash attention, O proj, SwiGLU FFN, residuals"
+DEFAULTS: dict[str, Any] = {"batch": 1, "seq": hw(1, "MLEN"), "pos0": 0, **DIMS, "scale": 1.0, "seed": 0}
+REQUIRED_CASES: list[CaseSpec] = [
+    ("default", {}, "default"),
+    ("batch2_tail", {"batch": 2, "seq": hw(1, "MLEN", div=2, plus=3)}, "default"),
+    ("kv_pad", {"heads": 2, "kv_heads": 1, "hidden": hw(1, "MLEN"), "ffn": hw(2, "MLEN")}, "default"),
+]
+#: larger cases (tests/testbench/test_model_layers.py runs them under -m slow)
+STRETCH_CASES: list[CaseSpec] = []
+SLOW_CASES: list[CaseSpec] = [
+    ("long", {"seq": hw(4, "MLEN", plus=9), "pos0": 100}, "default"),
+    ("wide", {"hidden": hw(4, "MLEN"), "heads": 8, "kv_heads": 2, "ffn": hw(8, "MLEN"), "seq": hw(2, "MLEN")}, "default"),
+    ("d_mlen", {"heads": 2, "kv_heads": 1, "head_dim": hw(1, "MLEN")}, "default"),
+]
+RANGES = {
+    "batch": [1, 2],
+    "seq": [1, 17, hw(1, "MLEN"), hw(2, "MLEN", plus=5)],
+    "heads": [2, 4],
+    "kv_heads": [1, 2],
+}
+
+
+def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
+    return build_layer(NAME, dict(DEFAULTS, **params), config, decode=False)
