@@ -114,7 +114,8 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
             spinner.update("assemble + simulate + compare ...")
         rep, sim, golden, program_mem = _simulate(case, args, want_trace=bool(args.trace or perfetto))
     trace = cast("Trace | None", rep.trace)  # Report.trace is typed object: a Trace when traced
-    doc = result_json(args.name, params, cfg, rep, tolerance_info(case))
+    derived = {k: v for k, v in case.params.items() if k not in params}  # what the build derived (e.g. positions)
+    doc = result_json(args.name, {**params, **derived}, cfg, rep, tolerance_info(case))
     doc["wall_s"] = time.perf_counter() - t0
     if save_dir is not None:
         _save(save_dir, case, sim, golden, program_mem, doc)

@@ -28,6 +28,7 @@ from plena_sim.config import HardwareConfig, MxType
 from plena_sim.machine import Machine
 from plena_sim.numerics import decode_tensor, encode_tensor
 from programs.common import rp
+from programs.hbm_tensors import HbmTensor
 from programs.model.decoder import (
     LayerPlan,
     LayerShape,
@@ -144,7 +145,9 @@ class _Inputs:
             cb.inputs[w] = cb.inputs[w][:, : s.kv_heads * d]
         del cb.inputs["q"]
 
-    def put(self, name: str, values: F64, cls: str, *, shape: tuple[int, ...] | None = None, writable: bool = False):
+    def put(
+        self, name: str, values: F64, cls: str, *, shape: tuple[int, ...] | None = None, writable: bool = False
+    ) -> HbmTensor:
         rows, cols = self.needs[name]
         t, deq = self.cb.tensor(name, values, cls, alloc_rows=rows, shape=shape, writable=writable, bind=False)
         assert t.row_pitch_elems == cols, f"{name}: {t.row_pitch_elems} columns placed, {cols} planned"
@@ -182,8 +185,9 @@ class _Inputs:
             t = self.put(name, full, "kv")
             base = self.cb.tensors[name].base
             self.cb.writable.append((base + lo * cols * t.eb, base + hi * cols * t.eb))
-            if t.block:  # and the rows' MX scales
-                sb = self.cfg.hbm_type("HBM_M_KV_TYPE").scale_bytes
+            kv_type = self.cfg.hbm_type("HBM_M_KV_TYPE")
+            if isinstance(kv_type, MxType):  # and the rows' MX scales
+                sb = kv_type.scale_bytes
                 s0 = base + t.scale_offset
                 self.cb.writable.append((s0 + lo * cols // t.block * sb, s0 + hi * cols // t.block * sb))
             if s.decode:
@@ -219,7 +223,9 @@ class _Judge:
         x, v = self.ins.v["x"][: s.tokens], self.ins.v
         rc = ("row", "col")
         h1, d_out = self.vram("h1", H), self.vram("d", H)
-        self.derived("output", _read(self.plan, "out", H), rc, "exact", lambda m: (bf16_sum(h1(m), d_out(m)), None, None))
+        self.derived(
+            "output", _read(self.plan, "out", H), rc, "exact", lambda m: (bf16_sum(h1(m), d_out(m)), None, None)
+        )
         xn1 = self.vram("xn1", H)
         gx = rms(x, v["gamma_attn"], self.eps, self.invh)
         self.cb.check("attn_norm", _read(self.plan, "xn1", H), gx, rc, "rms", nb=self.nb)
@@ -232,10 +238,16 @@ class _Judge:
         o = self.vram("o", Nq)
         self.linear("o_proj", "attn", H, o, "wo")
         attn = self.vram("attn", H)
-        self.derived("attn_residual", _read(self.plan, "h1", H), rc, "exact", lambda m: (bf16_sum(x, attn(m)), None, None))
+        self.derived(
+            "attn_residual", _read(self.plan, "h1", H), rc, "exact", lambda m: (bf16_sum(x, attn(m)), None, None)
+        )
         g2 = v["gamma_ffn"]
         self.derived(
-            "ffn_norm", _read(self.plan, "xn2", H), rc, "rms", lambda m: (rms(h1(m), g2, self.eps, self.invh), None, None)
+            "ffn_norm",
+            _read(self.plan, "xn2", H),
+            rc,
+            "rms",
+            lambda m: (rms(h1(m), g2, self.eps, self.invh), None, None),
         )
         self.ffn()
         self.cb.check("output_f64", _read(self.plan, "out", H), reference_f64(self.ins), rc, "layer_f64")
@@ -346,7 +358,9 @@ def build_layer(name: str, params: Mapping[str, Any], config: HardwareConfig, *,
     cb = CaseBuilder(name, p, config)
     cb.set_fp(EPS=float(p["rms_eps"]), INV_HIDDEN=1.0 / s.hidden, QK_SCALE=1.0 / np.sqrt(s.head_dim))
     ins = _Inputs(cb, config, s, p)
-    plan = plan_decoder_layer(config, s, ins.tensors, region_prefix="decode" if decode else "layer")
+    plan = plan_decoder_layer(
+        config, s, ins.tensors, loops=bool(p.get("loops", True)), region_prefix="decode" if decode else "layer"
+    )
     for names, r0, n in _merged(plan):  # buffers live at different times may share rows: one region each span
         cb.region(names, r0, n, "output")
     asm = cb.asm()

@@ -19,7 +19,7 @@ from .shapes import hw
 
 NAME = "decoder_layer"
 DESCRIPTION = "decoder layer prefill: norm, QKV, RoPE, causal GQA flash attention, O proj, SwiGLU FFN, residuals"
-DEFAULTS: dict[str, Any] = {"batch": 1, "seq": hw(1, "MLEN"), "pos0": 0, **DIMS, "scale": 1.0, "seed": 0}
+DEFAULTS: dict[str, Any] = {"batch": 1, "seq": hw(1, "MLEN"), "pos0": 0, **DIMS, "loops": True, "scale": 1.0, "seed": 0}
 REQUIRED_CASES: list[CaseSpec] = [
     ("default", {}, "default"),
     ("batch2_tail", {"batch": 2, "seq": hw(1, "MLEN", div=2, plus=3)}, "default"),
@@ -29,7 +29,11 @@ REQUIRED_CASES: list[CaseSpec] = [
 STRETCH_CASES: list[CaseSpec] = []
 SLOW_CASES: list[CaseSpec] = [
     ("long", {"seq": hw(4, "MLEN", plus=9), "pos0": 100}, "default"),
-    ("wide", {"hidden": hw(4, "MLEN"), "heads": 8, "kv_heads": 2, "ffn": hw(8, "MLEN"), "seq": hw(2, "MLEN")}, "default"),
+    (
+        "wide",
+        {"hidden": hw(4, "MLEN"), "heads": 8, "kv_heads": 2, "ffn": hw(8, "MLEN"), "seq": hw(2, "MLEN")},
+        "default",
+    ),
     ("d_mlen", {"heads": 2, "kv_heads": 1, "head_dim": hw(1, "MLEN")}, "default"),
 ]
 RANGES = {

@@ -112,6 +112,16 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
         "FP and INT bases exchanged",
         [("moe_topk", {}), ("moe_topk", {"variant": "B", "policy": 1})],
     ),
+    # model layers (issue 15)
+    "layer_residual_from_norm": (
+        "attention residual adds the normed x",
+        [("decoder_layer", {}), ("decoder_decode", {})],
+    ),
+    "layer_rope_on_v": ("RoPE on V, K cached unrotated", [("decoder_layer", {}), ("decoder_decode", {})]),
+    "layer_k_not_cached": (
+        "the layer's K is never stored to the KV cache",
+        [("decoder_layer", {}), ("decoder_decode", {})],
+    ),
 }
 
 DESCRIPTIONS: dict[str, str] = {**{h: d for h, (d, _) in _FLASH.items()}, **{h: d for h, (d, _) in _OTHER.items()}}

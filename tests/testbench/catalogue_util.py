@@ -25,6 +25,8 @@ OTHER_TESTBENCHES = (
     "v_shift_v",
     "loop",
     "moe_topk",
+    "decoder_layer",
+    "decoder_decode",
 )
 
 
