@@ -20,6 +20,7 @@ from . import (
     demo_command,
     exec_command,
     isa_commands,
+    model_command,
     testbench_commands,
     trace_command,
 )
@@ -38,6 +39,7 @@ COMMAND_MODULES = (
     exec_command,
     demo_command,
     testbench_commands,
+    model_command,
     trace_command,
     bench_command,
 )

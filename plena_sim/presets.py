@@ -5,8 +5,10 @@ One job: turn a preset name (plus ``--set-hw`` style overrides) into a validated
 
 A preset file has a ``[preset]`` table (``name``, ``description``, ``order`` in listings, ``base``: the
 section of the packaged upstream ``plena_settings.toml`` that supplies PRECISION, LATENCY and every key
-the preset does not list) and a ``[CONFIG]`` table of ``KEY = value`` lines, each with its source in a
-comment. Optional ``[LATENCY.X]`` tables replace whole latency entries of the base section.
+the preset does not list; optionally ``clock_mhz``, the board's clock: informational, the simulator counts
+cycles, ``plena-sim model`` turns them into time with it) and a ``[CONFIG]`` table of ``KEY = value``
+lines, each with its source in a comment. Optional ``[LATENCY.X]`` tables replace whole latency entries of
+the base section.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class PresetInfo:
     base: str
     config: Mapping[str, Any]  # the CONFIG keys the preset sets (the rest come from ``base``)
     text: str  # the file, comments included (its sources)
+    clock_mhz: float | None = None  # the board's clock, if the preset names one (informational)
 
 
 def _preset_dir():
@@ -57,8 +60,14 @@ def preset_info(name: str) -> PresetInfo:
     text = _preset_dir().joinpath(f"{name}.toml").read_text(encoding="utf-8")
     doc = tomllib.loads(text)
     meta = doc["preset"]
+    clock = meta.get("clock_mhz")
     return PresetInfo(
-        name=name, description=meta["description"], base=meta["base"], config=dict(doc.get("CONFIG", {})), text=text
+        name=name,
+        description=meta["description"],
+        base=meta["base"],
+        config=dict(doc.get("CONFIG", {})),
+        text=text,
+        clock_mhz=None if clock is None else float(clock),
     )
 
 

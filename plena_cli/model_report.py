@@ -1,0 +1,137 @@
+"""The rich output of ``plena-sim model``: the preset table and the run's panel with its region table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from programs.model.presets import ModelPreset
+
+__all__ = ["render_list", "render_model", "seconds_text"]
+
+_LIST_COLUMNS = ("name", "layers", "hidden", "heads/kv", "head_dim", "ffn", "experts/top-k")
+_REGION_COLUMNS = ("region", "prefill cycles", "prefill incl.", "decode cycles", "decode incl.")
+
+
+def render_list(out: Console, presets: Sequence[ModelPreset]) -> None:
+    """One row of shapes per preset (``--show NAME`` has the description, the sources and what is not modelled)."""
+    t = Table(
+        title="model presets (plena-sim model NAME; --show: the sources and what is not modelled)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    rows = [
+        [
+            p.name,
+            str(p.layers),
+            str(p.hidden),
+            f"{p.heads}/{p.kv_heads}",
+            str(p.head_dim),
+            str(p.ffn),
+            f"{p.experts}/{p.top_k}" if p.moe else "-",
+        ]
+        for p in presets
+    ]
+    for k, col in enumerate(_LIST_COLUMNS):
+        width = max(len(col), *(len(r[k]) for r in rows))
+        t.add_column(col, justify="left" if k == 0 else "right", min_width=width, no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    out.print(t)
+
+
+def seconds_text(s: float) -> str:
+    """``s`` seconds in the unit that gives 1 to 999 of it (4 significant digits)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.4g} {unit}"
+    return f"{s / 1e-9:.4g} ns"
+
+
+def render_model(out: Console, doc: Mapping[str, Any]) -> None:
+    """The verdicts, cycles and times of both runs, the TTFT and the decode rate, then the region table."""
+    verdict = "[bold green]PASS[/]" if doc["verdict"] == "PASS" else "[bold red]FAIL[/]"
+    body = Group(
+        f"{verdict}  {escape(_headline(doc))}",
+        _runs_table(doc),
+        *(Text(line) for line in _figure_lines(doc)),
+    )
+    title = f"{doc['model']} on {doc['hw']} ({doc['timing']} timing)"
+    out.print(Panel(body, title=escape(title), expand=False), soft_wrap=False)
+    for phase in ("prefill", "decode"):
+        run = doc["runs"][phase]
+        if run["verdict"] != "PASS":
+            out.print(f"{phase}: {run['summary']}", markup=False)
+    if doc["regions"]:
+        out.print(_region_table(doc["regions"]))
+
+
+def _headline(doc: Mapping[str, Any]) -> str:
+    p = doc["preset"]
+    moe = f", {p['experts']} experts top-{p['top_k']}" if "experts" in p else ""
+    return (
+        f"{doc['layers']} layers: hidden {p['hidden']}, heads {p['heads']}/{p['kv_heads']} x {p['head_dim']}, "
+        f"ffn {p['ffn']}{moe}\nbatch {doc['batch']}, seq {doc['seq']}, kv {doc['kv']}"
+    )
+
+
+def _runs_table(doc: Mapping[str, Any]) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("run", "verdict", "cycles", "time", "instructions", "wall"):
+        t.add_column(col, justify="left" if col in ("run", "verdict") else "right", no_wrap=True)
+    for phase, label, per in (
+        ("prefill", "prefill layer", "prefill_layer_s"),
+        ("decode", "decode step", "decode_layer_s"),
+    ):
+        run = doc["runs"][phase]
+        t.add_row(
+            label,
+            "[green]PASS[/]" if run["verdict"] == "PASS" else "[red]FAIL[/]",
+            f"{run['cycles']:,}",
+            seconds_text(doc[per]),
+            f"{run['instructions']:,}",
+            f"{run['wall_s']:.2f} s",
+        )
+    return t
+
+
+def _figure_lines(doc: Mapping[str, Any]) -> list[str]:
+    n = doc["layers"]
+    rate = doc["decode_tokens_per_s"]
+    rate_text = "-" if rate is None else f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+    return [
+        f"clock {_hz_text(doc['clock_hz'])} ({doc['clock_source']})",
+        f"TTFT {seconds_text(doc['ttft_s'])} = {n} layers x {doc['prefill_layer_cycles']:,} cycles "
+        f"(prefill of {doc['seq']} tokens)",
+        f"decode {rate_text} tokens/s = batch {doc['batch']} per {seconds_text(doc['decode_step_s'])} step "
+        f"({n} layers x {doc['decode_layer_cycles']:,} cycles)",
+    ]
+
+
+def _hz_text(hz: float) -> str:
+    return f"{hz / 1e9:g} GHz" if hz >= 1e9 else f"{hz / 1e6:g} MHz"
+
+
+def _region_table(regions: Sequence[Mapping[str, Any]]) -> Table:
+    t = Table(title="cycles by region (exclusive, and inclusive of nested regions)", box=box.SIMPLE_HEAD)
+    for col in _REGION_COLUMNS:
+        t.add_column(col, justify="left" if col == "region" else "right")
+    for row in regions:
+        t.add_row(escape(row["path"]), *_counts(row["prefill"]), *_counts(row["decode"]))
+    return t
+
+
+def _counts(entry: Mapping[str, Any] | None) -> tuple[str, str]:
+    if entry is None:
+        return "-", "-"
+    return f"{int(entry.get('cycles_exclusive', 0)):,}", f"{int(entry.get('cycles_inclusive', 0)):,}"
