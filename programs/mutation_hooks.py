@@ -69,6 +69,8 @@ HOOKS: frozenset[str] = frozenset(
         "softmax_tail_mask_missing",
         "gelu_alpha_one",
         "topk_bases_swapped",
+        "expert_index_ignored",
+        "expert_stride_row",
     }
 )
 

@@ -37,6 +37,7 @@ TESTBENCHES: dict[str, str] = {
     "v_shift_v": "v_shift_v",
     "loop": "loop",
     "moe_topk": "moe_topk",
+    "moe_layer": "moe_layer",
 }
 
 

@@ -25,6 +25,7 @@ OTHER_TESTBENCHES = (
     "v_shift_v",
     "loop",
     "moe_topk",
+    "moe_layer",
 )
 
 
