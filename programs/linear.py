@@ -254,8 +254,9 @@ def _check_offset_reg(plan: LinearPlan, regs: Sequence[int], w_offset_reg: int |
     if w_offset_reg is not None:
         if isinstance(w_offset_reg, bool) or not isinstance(w_offset_reg, int) or not 1 <= w_offset_reg <= 15:
             fail(plan.kernel, "w_offset_reg", w_offset_reg, "must be a register in 1..15")
-        if w_offset_reg in regs[: plan.gp_needed]:
-            fail(plan.kernel, "w_offset_reg", w_offset_reg, f"must not be one of the kernel's registers {list(regs)}")
+        own = list(regs[: plan.gp_needed])
+        if w_offset_reg in own:
+            fail(plan.kernel, "w_offset_reg", w_offset_reg, f"must not be one of the kernel's registers {own}")
 
 
 def _set_scale_stride(asm: AsmSink, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
