@@ -8,6 +8,9 @@ scratch row ``t``, then the split scratch (``rp(rows)`` rows) when a K split hap
 Steps: linear(X, Wg -> G); linear(X, Wu -> U); silu(G -> G) over all of G's rows; ``G = G * U`` per row;
 ``ffn_intermediate`` stops here (result G, or a copy at ``h_base``); ``ffn_swiglu`` continues with
 linear(G, Wd -> Y).  Y may equal X (X is consumed before the last step).
+``w_runtime_offset_max`` (bytes) gives every projection a run-time W offset: the emitter's ``w_offset_reg``
+holds one byte offset added to the Wg, Wu and Wd addresses alike (e.g. expert ``e`` of stacked MoE weights
+whose three expert strides are equal, see :mod:`programs.moe`).
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ def _plan(
     loops: bool,
     mram_tile0: int,
     h_base: int | None,
+    w_runtime_offset_max: int | None = None,
 ) -> FfnPlan:
     V, M = config.VLEN, config.MLEN
     need_int(kernel, "rows", rows, 1)
@@ -145,6 +149,7 @@ def _plan(
             max_k_tiles=max_k_tiles,
             split_base=split,
             loops=loops,
+            w_runtime_offset_max=w_runtime_offset_max,
             kernel=kernel,
         )
 
@@ -178,9 +183,9 @@ def _plan(
     if not mutation_hooks.active("ffn_workspace_overlap"):
         check_disjoint(kernel, regions)
     mram = (mram_tile0, max(p.mram_tiles[1] for p in (gate, up) + ((down,) if down else ())))
-    slack = {"wg": hidden * inter, "wu": hidden * inter}
+    slack = {"wg": gate.hbm_slack["w"], "wu": up.hbm_slack["w"]}
     if down:
-        slack["wd"] = inter * hidden
+        slack["wd"] = down.hbm_slack["w"]
     gp_needed = max(p.gp_needed for p in (gate, up) + ((down,) if down else ()))
     return FfnPlan(
         kernel,
@@ -225,6 +230,7 @@ def plan_ffn_swiglu(
     max_k_tiles: int | None = None,
     loops: bool = True,
     mram_tile0: int = 0,
+    w_runtime_offset_max: int | None = None,
 ) -> FfnPlan:
     return _plan(
         "ffn_swiglu",
@@ -243,6 +249,7 @@ def plan_ffn_swiglu(
         loops=loops,
         mram_tile0=mram_tile0,
         h_base=None,
+        w_runtime_offset_max=w_runtime_offset_max,
     )
 
 
@@ -261,6 +268,7 @@ def plan_ffn_intermediate(
     max_k_tiles: int | None = None,
     loops: bool = True,
     mram_tile0: int = 0,
+    w_runtime_offset_max: int | None = None,
 ) -> FfnPlan:
     return _plan(
         "ffn_intermediate",
@@ -279,10 +287,11 @@ def plan_ffn_intermediate(
         loops=loops,
         mram_tile0=mram_tile0,
         h_base=h_base,
+        w_runtime_offset_max=w_runtime_offset_max,
     )
 
 
-def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int]) -> None:
+def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int], w_offset_reg: int | None) -> None:
     regs, fregs = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     V = plan.V
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
@@ -296,9 +305,9 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int]) -> None
         ws=plan.ws_base,
     )
     asm.comment(f"{plan.kernel}: step 1 gate G = X @ Wg")
-    emit_linear_core(asm, plan.gate, regs, lb)
+    emit_linear_core(asm, plan.gate, regs, lb, w_offset_reg=w_offset_reg)
     asm.comment(f"{plan.kernel}: step 2 up U = X @ Wu")
-    emit_linear_core(asm, plan.up, regs, lb)
+    emit_linear_core(asm, plan.up, regs, lb, w_offset_reg=w_offset_reg)
     n_blk = (plan.inter // V) * plan.pitch
     act = plan.act
     if mutation_hooks.active("silu_on_up"):
@@ -327,17 +336,23 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int]) -> None
             asm.S_ADDI_INT(G(gU), G(gU), V)
     if plan.down is not None:
         asm.comment(f"{plan.kernel}: step 6 down Y = Hm @ Wd")
-        emit_linear_core(asm, plan.down, regs, lb)
+        emit_linear_core(asm, plan.down, regs, lb, w_offset_reg=w_offset_reg)
     asm.end(plan.kernel)
 
 
-def emit_ffn_swiglu(asm: Asm, plan: FfnPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+def emit_ffn_swiglu(
+    asm: Asm, plan: FfnPlan, *, gp: Sequence[int], fp: Sequence[int], w_offset_reg: int | None = None
+) -> None:
+    """``w_offset_reg``: the register holding the run-time W byte offset (iff the plan has one; not in ``gp``'s
+    first ``plan.gp_needed``)."""
     if plan.kernel != "ffn_swiglu":
         raise ValueError(f"emit_ffn_swiglu: plan is for {plan.kernel}")
-    _emit(asm, plan, gp, fp)
+    _emit(asm, plan, gp, fp, w_offset_reg)
 
 
-def emit_ffn_intermediate(asm: Asm, plan: FfnPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+def emit_ffn_intermediate(
+    asm: Asm, plan: FfnPlan, *, gp: Sequence[int], fp: Sequence[int], w_offset_reg: int | None = None
+) -> None:
     if plan.kernel != "ffn_intermediate":
         raise ValueError(f"emit_ffn_intermediate: plan is for {plan.kernel}")
-    _emit(asm, plan, gp, fp)
+    _emit(asm, plan, gp, fp, w_offset_reg)

@@ -9,6 +9,11 @@ added after the last chunk.  ``loops=True`` (the default) emits every repeated s
 register-stepped pointers, so the program size hardly depends on the shape (:class:`_LoopedLinear`);
 ``loops=False`` unrolls everything with compile-time addresses (the reference form).  Both run the same
 compute and memory operations on the same addresses in the same order and give bit-identical results.
+
+``w_runtime_offset_max`` (bytes) adds a run-time byte offset to every W prefetch offset: the emitter's
+``w_offset_reg`` holds it (e.g. an expert index times the expert stride of stacked MoE weights, computed by
+the caller; the MX scale address follows from the element offset).  The plan checks that W holds the rows
+read at any offset up to that bound; the register is read, never written.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class LinearPlan:
     y_pitch: int
     w: HbmTensor
     w_offset: int  # elements: the first W row of this matmul (batched_matmul)
+    w_runtime_offset_max: int | None  # bytes: a run-time W offset (the emitter's w_offset_reg) up to this, or None
     bias: HbmTensor | None
     bias_base: int | None
     mram_tile0: int
@@ -117,6 +123,7 @@ def plan_linear(
     split_base: int | None = None,
     loops: bool = True,
     w_offset: int = 0,
+    w_runtime_offset_max: int | None = None,
     kernel: str = KERNEL,
     x_role: str = "input",
     y_role: str = "output",
@@ -163,7 +170,7 @@ def plan_linear(
     if (N * w.eb) % w.blk or (M * w.eb) % w.blk:
         fail(kernel, "N", N, f"row bytes N*eb={N * w.eb} must be a multiple of the MX block bytes {w.blk}")
     need_int(kernel, "w_offset", w_offset, 0)
-    w_need = w_offset + K * N
+    w_need = w_offset + K * N + _runtime_offset_elems(kernel, w, w_runtime_offset_max)
     if w.alloc_elems < w_need:
         fail(kernel, "w.alloc_elems", w.alloc_elems, f"must be >= {w_need} (the rows this matmul reads)")
     if (w_offset * w.eb) % w.blk:
@@ -204,6 +211,7 @@ def plan_linear(
         y_pitch,
         w,
         w_offset,
+        w_runtime_offset_max,
         bias,
         bias_base,
         mram_tile0,
@@ -224,6 +232,33 @@ def plan_linear(
     )
 
 
+def _runtime_offset_elems(kernel: str, w: HbmTensor, most: int | None) -> int:
+    """W elements past the static rows that a run-time offset of at most ``most`` bytes may reach."""
+    if most is None:
+        return 0
+    need_int(kernel, "w_runtime_offset_max", most, 0)
+    if most % w.blk or most % w.eb:
+        fail(kernel, "w_runtime_offset_max", most, f"must be a multiple of the MX block bytes {w.blk} and of eb={w.eb}")
+    return most // w.eb
+
+
+def _check_offset_reg(plan: LinearPlan, regs: Sequence[int], w_offset_reg: int | None) -> None:
+    """The run-time W offset register: given iff the plan has a run-time offset, and not one of the kernel's."""
+    if (w_offset_reg is None) != (plan.w_runtime_offset_max is None):
+        fail(
+            plan.kernel,
+            "w_offset_reg",
+            w_offset_reg,
+            f"must be given iff the plan has a run-time W offset (w_runtime_offset_max={plan.w_runtime_offset_max})",
+        )
+    if w_offset_reg is not None:
+        if isinstance(w_offset_reg, bool) or not isinstance(w_offset_reg, int) or not 1 <= w_offset_reg <= 15:
+            fail(plan.kernel, "w_offset_reg", w_offset_reg, "must be a register in 1..15")
+        own = list(regs[: plan.gp_needed])
+        if w_offset_reg in own:
+            fail(plan.kernel, "w_offset_reg", w_offset_reg, f"must not be one of the kernel's registers {own}")
+
+
 def _set_scale_stride(asm: AsmSink, t: HbmTensor, pitch_bytes: int | None, reg: int) -> None:
     load_imm(asm, reg, t.scale_offset)
     asm.C_SET_SCALE_REG(G(reg))
@@ -233,16 +268,24 @@ def _set_scale_stride(asm: AsmSink, t: HbmTensor, pitch_bytes: int | None, reg: 
 
 
 def emit_linear_core(
-    asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, batch: Batch | None = None
+    asm: Asm,
+    plan: LinearPlan,
+    regs: Sequence[int],
+    lb: LoopBudget,
+    batch: Batch | None = None,
+    w_offset_reg: int | None = None,
 ) -> None:
-    """The body of ``linear`` for one plan (used by linear, batched_matmul, ffn and router_topk).
+    """The body of ``linear`` for one plan (used by linear, batched_matmul, ffn, router_topk and moe_layer).
 
-    ``batch`` (looped form only) repeats it over a batch loop with per-batch X/Y/W steps (batched_matmul)."""
+    ``batch`` (looped form only) repeats it over a batch loop with per-batch X/Y/W steps (batched_matmul).
+    ``w_offset_reg`` (required iff the plan has ``w_runtime_offset_max``) holds the run-time W byte offset
+    added to every W prefetch offset; it is read, never written, and is not one of ``regs``."""
+    _check_offset_reg(plan, regs, w_offset_reg)
     if plan.loops:
-        _LoopedLinear(lb, plan, regs, batch or Batch()).emit(asm)
+        _LoopedLinear(lb, plan, regs, batch or Batch(), w_offset_reg).emit(asm)
         return
     assert batch is None, "the unrolled form emits one batch per call"
-    _emit_unrolled(asm, plan, regs, lb)
+    _emit_unrolled(asm, plan, regs, lb, w_offset_reg)
 
 
 @dataclass(frozen=True)
@@ -263,8 +306,10 @@ class _LoopedLinear:
     loop counters (:meth:`LoopBudget.affine`).  The first chunk writes Y, later ones the split scratch, added
     to Y; the middle (full) chunks are one loop, a shorter last chunk is emitted on its own."""
 
-    def __init__(self, lb: LoopBudget, plan: LinearPlan, regs: Sequence[int], batch: Batch) -> None:
-        self.lb, self.p, self.batch = lb, plan, batch
+    def __init__(
+        self, lb: LoopBudget, plan: LinearPlan, regs: Sequence[int], batch: Batch, w_offset_reg: int | None
+    ) -> None:
+        self.lb, self.p, self.batch, self.gRun = lb, plan, batch, w_offset_reg
         (self.Lnt, self.Lci, self.Lj, self.Lg, self.Lk, self.gWo, self.gX, self.gW, self.gD, self.gT1, self.gT2) = regs[
             :LOOPED_GP
         ]
@@ -297,6 +342,8 @@ class _LoopedLinear:
         p, lb = self.p, self.lb
         lb.asm.comment(f"{p.kernel}: output column tile nt (W row offset, X chunk base)")
         lb.affine(self.gWo, p.w_offset * p.w.eb, [(bt, self.batch.w_step), (nt, p.M * p.w.eb)], self.Lk)
+        if self.gRun is not None:
+            lb.asm.S_ADD_INT(G(self.gWo), G(self.gWo), G(self.gRun))
         lb.affine(self.gX, p.x_base, [(bt, self.batch.x_step)], self.Lk)
         sizes = [len(c) for c in p.chunks]
         mkt = sizes[0]
@@ -395,7 +442,9 @@ class _LoopedLinear:
         lb.run(self.Lg, n, "row add", row, step_last=False)
 
 
-def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget) -> None:
+def _emit_unrolled(
+    asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, w_offset_reg: int | None = None
+) -> None:
     """The unrolled form (``loops=False``): every address a compile-time constant (the reference form)."""
     gLj, gLg, gWj, gDj, gXg, gDg, gT1, gT2, gTmp = regs[:GP_NEEDED]
     M, V, B, N = plan.M, plan.V, plan.B, plan.N
@@ -417,6 +466,8 @@ def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudg
                 row_term = 0 if mutation_hooks.active("weight_tile_row_ignored") else kt * M * N
                 load_imm(asm, gT1, tile0 + kk * M * M)
                 load_imm(asm, gT2, (plan.w_offset + row_term + nt * M) * eb)
+                if w_offset_reg is not None:
+                    asm.S_ADD_INT(G(gT2), G(gT2), G(w_offset_reg))
                 asm.H_PREFETCH_M(G(gT1), G(gT2), areg(w.areg), 1, 0)
             if ci == 0:
                 dst = y_nt
@@ -452,7 +503,9 @@ def _add_rows(asm: Asm, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int,
         asm.V_ADD_VV(G(gY), G(gY), G(gS), 0)
 
 
-def emit_linear(asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = ()) -> None:
+def emit_linear(
+    asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = (), w_offset_reg: int | None = None
+) -> None:
     regs, _ = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
     asm.begin(
@@ -466,7 +519,7 @@ def emit_linear(asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[i
         chunks=plan.n_chunks,
         loops=int(plan.loops),
     )
-    emit_linear_core(asm, plan, regs, lb)
+    emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg)
     asm.end(plan.kernel)
 
 

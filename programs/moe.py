@@ -8,17 +8,37 @@ are first copied (row-copy idiom) into consecutive staging rows, because V_TOPK 
 
 :func:`plan_topk` / :func:`emit_topk` are step 2 alone (logits already in VRAM);
 :func:`plan_router_topk` / :func:`emit_router_topk` are both steps.
+
+:func:`plan_moe_layer` / :func:`emit_moe_layer` are the whole routed-MoE layer
+``out[t] = sum_r w[t,r] * FFN_{idx[t,r]}(X[t])`` (SwiGLU experts, :mod:`programs.ffn`):
+
+1. ``moe/router``: logits = ``linear(X, Wr)`` (E padded to a multiple of M);
+2. ``moe/topk``: ``V_TOPK`` per token: weights -> FP SRAM ``[fp_out, +T*k)``, indices -> INT SRAM
+   ``[int_out, +T*k)``, rank order;
+3. ``moe/expert_ffn`` per token t (unrolled) and rank r (unrolled): token t's row is copied (row-copy idiom)
+   into the one-row CBM ``xs``; ``S_LD_INT`` loads the expert index, ``S_MUL_INT`` makes it the byte offset
+   ``index * expert_stride`` in the register the FFN's weight prefetches add (every H_PREFETCH_M of Wg, Wu
+   and Wd; the MX scales follow from the element offset, memory.md §5.1); the SwiGLU FFN runs on ``xs`` into
+   the one-row CBM ``ys``;
+4. ``moe/combine``: ``S_LD_FP`` the routing weight, ``ys *= w`` (``V_MUL_VF``), ``out[t] += ys`` (the first
+   rank writes ``out[t] = w*ys``), one bf16 rounding per step, ranks in order.
+
+Every expert's Wg ``[hidden, inter]``, Wu ``[hidden, inter]`` and Wd ``[inter, hidden]`` is stacked in one HBM
+tensor each (expert e's rows start at row ``e*hidden`` resp. ``e*inter``), so the three expert strides are the
+same ``hidden*inter*eb`` bytes.  The workspace (:func:`moe_workspace_rows`) holds, from ``ws_base``: the
+logits ``[T, Epad]`` (pitch ``pitch``), the V_TOPK staging rows (E > VLEN), the router's split scratch (a K
+split), ``xs`` and ``ys`` (``hidden/V`` blocks of RP rows each) and the FFN workspace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import LOOP_COUNT_MAX, Asm, add_imm, load_imm
+from .asm import LOOP_COUNT_MAX, Asm, add_imm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import (
@@ -31,13 +51,27 @@ from .common import (
     fail,
     need_int,
     need_multiple,
+    rp,
     take_regs,
 )
-from .hbm_tensors import HbmTensor, ceil_div, round_up
+from .ffn import FfnPlan, emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_swiglu
+from .hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
 from .linear import GP_NEEDED as LIN_GP
 from .linear import LinearPlan, emit_linear_core, plan_linear
 
-__all__ = ["POLICIES", "TopkPlan", "plan_topk", "emit_topk", "RouterPlan", "plan_router_topk", "emit_router_topk"]
+__all__ = [
+    "POLICIES",
+    "TopkPlan",
+    "plan_topk",
+    "emit_topk",
+    "RouterPlan",
+    "plan_router_topk",
+    "emit_router_topk",
+    "MoeLayerPlan",
+    "plan_moe_layer",
+    "emit_moe_layer",
+    "moe_workspace_rows",
+]
 
 #: policy -> (E experts, k selected)
 POLICIES = {0: (32, 4), 1: (128, 8)}
@@ -276,3 +310,331 @@ def emit_router_topk(asm: Asm, plan: RouterPlan, *, gp: Sequence[int], fp: Seque
     asm.comment("router_topk: step 2 top-k per token")
     _emit_topk_core(asm, plan.topk, regs, fOne, lb)
     asm.end("router_topk")
+
+
+# --------------------------------------------------------------------------- moe_layer
+
+MOE = "moe_layer"
+
+
+def _router_splits(config: HardwareConfig, hidden: int, mram_tile0: int, max_k_tiles: int | None) -> bool:
+    mkt = config.mram_tiles - mram_tile0 if max_k_tiles is None else max_k_tiles
+    return ceil_div(hidden, config.MLEN) > mkt
+
+
+def _workspace_parts(
+    config: HardwareConfig,
+    *,
+    T: int,
+    hidden: int,
+    inter: int,
+    policy: int,
+    pitch: int,
+    mram_tile0: int = 0,
+    max_k_tiles: int | None = None,
+) -> dict[str, int]:
+    """The workspace's sub-regions in order: name -> rows (0 for a part the shape does not need)."""
+    V, RP = config.VLEN, row_pad(config)
+    if policy not in POLICIES:
+        fail(MOE, "policy", policy, f"must be one of {sorted(POLICIES)} (0: E=32,k=4; 1: E=128,k=8)")
+    E, _ = POLICIES[policy]
+    nrow = ceil_div(E, V)
+    need_multiple(MOE, "hidden", need_int(MOE, "hidden", hidden, 1), config.MLEN, "MLEN")
+    return {
+        "logits": (round_up(E, config.MLEN) // V) * pitch,
+        "topk_stage": nrow if nrow > 1 else 0,
+        "router_split": rp(config, T) if _router_splits(config, hidden, mram_tile0, max_k_tiles) else 0,
+        "xs": (hidden // V) * RP,
+        "ys": (hidden // V) * RP,
+        "ffn_ws": ffn_workspace_rows(config, rows=1, hidden=hidden, inter=inter, pitch=RP, max_k_tiles=max_k_tiles),
+    }
+
+
+def moe_workspace_rows(
+    config: HardwareConfig,
+    *,
+    T: int,
+    hidden: int,
+    inter: int,
+    policy: int,
+    pitch: int,
+    mram_tile0: int = 0,
+    max_k_tiles: int | None = None,
+) -> int:
+    """VRAM rows of the moe_layer workspace (logits, V_TOPK staging, router split, xs, ys, FFN workspace)."""
+    return sum(
+        _workspace_parts(
+            config,
+            T=T,
+            hidden=hidden,
+            inter=inter,
+            policy=policy,
+            pitch=pitch,
+            mram_tile0=mram_tile0,
+            max_k_tiles=max_k_tiles,
+        ).values()
+    )
+
+
+@dataclass(frozen=True)
+class MoeLayerPlan:
+    T: int
+    hidden: int
+    inter: int
+    E: int
+    k: int
+    x_base: int
+    pitch: int
+    out_base: int
+    ws_base: int
+    xs_base: int
+    ys_base: int
+    xs_pitch: int
+    expert_stride: int  # bytes from expert e to e+1 in Wg, Wu and Wd alike
+    router: RouterPlan
+    ffn: FfnPlan
+    V: int
+    vram_regions: dict[str, Region]
+    fp_range: tuple[int, int]
+    int_range: tuple[int, int]
+    mram_tiles: tuple[int, int]
+    hbm_slack: dict[str, int]
+    cfg: HardwareConfig = field(repr=False, compare=False)
+    gp_needed: int = LIN_GP + 1
+    fp_needed: int = 2
+
+    @property
+    def policy(self) -> int:
+        return self.router.topk.policy
+
+
+def _expert_stride(E: int, hidden: int, inter: int, wg: HbmTensor, wu: HbmTensor, wd: HbmTensor) -> int:
+    """The byte stride of one expert, equal in the three stacked tensors (one offset register serves all)."""
+    tensors = (("wg", wg), ("wu", wu), ("wd", wd))
+    for name, t in tensors:
+        if t.alloc_elems < E * hidden * inter:
+            fail(
+                MOE,
+                f"{name}.alloc_elems",
+                t.alloc_elems,
+                f"must be >= E*hidden*inter={E * hidden * inter} ({E} experts)",
+            )
+    strides = {name: hidden * inter * t.eb for name, t in tensors}
+    if len(set(strides.values())) != 1:
+        fail(MOE, "wd.eb", wd.eb, f"the expert strides {strides} must be equal (Wg, Wu and Wd of one precision)")
+    stride = strides["wg"]
+    check_addr(MOE, f"expert offset (E-1)*stride with E={E}", (E - 1) * stride)
+    return stride
+
+
+def _layout(
+    V: int, parts: dict[str, int], *, x_base: int, out_base: int, ws_base: int, rows: int
+) -> tuple[dict[str, int], dict[str, Region]]:
+    """(element base of every workspace part, the VRAM regions: x, out and the non-empty parts), checked:
+    aligned bases, 32-bit addresses, pairwise disjoint."""
+    for name, v in (("x_base", x_base), ("out_base", out_base), ("ws_base", ws_base)):
+        need_int(MOE, name, v, 0)
+        need_multiple(MOE, name, v, V, "VLEN")
+    row = ws_base // V
+    base: dict[str, int] = {}
+    for name, n in parts.items():
+        base[name] = row * V
+        row += n
+    regions: dict[str, Region] = {"x": (x_base // V, rows, "input"), "out": (out_base // V, rows, "output")}
+    regions.update({name: (base[name] // V, n, "scratch") for name, n in parts.items() if n})
+    for name, (r0, n, _role) in regions.items():
+        check_addr(MOE, f"{name} region end", (r0 + n) * V)
+    check_disjoint(MOE, regions)
+    return base, regions
+
+
+def plan_moe_layer(
+    config: HardwareConfig,
+    *,
+    T: int,
+    hidden: int,
+    inter: int,
+    policy: int,
+    x_base: int,
+    pitch: int,
+    out_base: int,
+    ws_base: int,
+    wr: HbmTensor,
+    wg: HbmTensor,
+    wu: HbmTensor,
+    wd: HbmTensor,
+    fp_out: int = FP_STATE_BASE,
+    int_out: int = 0,
+    mram_tile0: int = 0,
+    max_k_tiles: int | None = None,
+    loops: bool = True,
+) -> MoeLayerPlan:
+    """X ``[T, hidden]`` (CBM, pitch ``pitch``) -> out ``[T, hidden]`` (CBM, pitch ``pitch``); ``wr``
+    ``[hidden, Epad]``; ``wg``/``wu`` ``[E*hidden, inter]``, ``wd`` ``[E*inter, hidden]`` (stacked experts)."""
+    V = config.VLEN
+    need_int(MOE, "T", T, 1)
+    need_multiple(MOE, "inter", need_int(MOE, "inter", inter, 1), config.MLEN, "MLEN")
+    need_int(MOE, "pitch", pitch, T)
+    need_multiple(MOE, "pitch", pitch, row_pad(config), "RP (lcm(BLEN, Pv, Ps))")
+    parts = _workspace_parts(
+        config,
+        T=T,
+        hidden=hidden,
+        inter=inter,
+        policy=policy,
+        pitch=pitch,
+        mram_tile0=mram_tile0,
+        max_k_tiles=max_k_tiles,
+    )
+    E, k = POLICIES[policy]
+    base, regions = _layout(V, parts, x_base=x_base, out_base=out_base, ws_base=ws_base, rows=(hidden // V) * pitch)
+    router = plan_router_topk(
+        config,
+        T=T,
+        hidden=hidden,
+        policy=policy,
+        x_base=x_base,
+        pitch=pitch,
+        wr=wr,
+        logits_base=base["logits"],
+        fp_out=fp_out,
+        int_out=int_out,
+        stage_base=base["topk_stage"] if parts["topk_stage"] else None,
+        mram_tile0=mram_tile0,
+        max_k_tiles=max_k_tiles,
+        split_base=base["router_split"] if parts["router_split"] else None,
+        loops=loops,
+    )
+    stride = _expert_stride(E, hidden, inter, wg, wu, wd)
+    RP = row_pad(config)
+    ffn = plan_ffn_swiglu(
+        config,
+        rows=1,
+        hidden=hidden,
+        inter=inter,
+        x_base=base["xs"],
+        pitch=RP,
+        y_base=base["ys"],
+        ws_base=base["ffn_ws"],
+        wg=wg,
+        wu=wu,
+        wd=wd,
+        max_k_tiles=max_k_tiles,
+        loops=loops,
+        mram_tile0=mram_tile0,
+        w_runtime_offset_max=(E - 1) * stride,
+    )
+    return MoeLayerPlan(
+        T,
+        hidden,
+        inter,
+        E,
+        k,
+        x_base,
+        pitch,
+        out_base,
+        ws_base,
+        base["xs"],
+        base["ys"],
+        RP,
+        stride,
+        router,
+        ffn,
+        V,
+        regions,
+        router.fp_range,
+        router.int_range,
+        (mram_tile0, max(router.mram_tiles[1], ffn.mram_tiles[1])),
+        {"wr": router.hbm_slack["w"], **{n: ffn.hbm_slack[n] for n in ("wg", "wu", "wd")}},
+        config,
+        gp_needed=max(router.gp_needed, ffn.gp_needed) + 1,
+        fp_needed=max(router.fp_needed, ffn.fp_needed),
+    )
+
+
+def _copy_blocks(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, regs: Sequence[int], op: Callable[[], None]) -> None:
+    """``op()`` once per column block of a token's row, stepping gA (``pitch`` rows: X / out) and gB
+    (``xs_pitch`` rows: xs / ys) one block on."""
+    gA, gB, gL, gTmp = regs[:4]
+    V = plan.V
+
+    def block(step: bool) -> None:
+        op()
+        if step:
+            lb.add(gA, plan.pitch * V, gTmp)
+            lb.add(gB, plan.xs_pitch * V, gTmp)
+
+    lb.run(gL, plan.hidden // V, "token blocks", block, step_last=False)
+
+
+def _stage_token(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, t: int, regs: Sequence[int], fOne: int) -> None:
+    """xs = X[t] (row-copy idiom, every column block)."""
+    gX, gXs = regs[:2]
+    asm.comment(f"{MOE}: token {t}: X[{t}] -> xs")
+    asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+    load_imm(asm, gX, plan.x_base + t * plan.V)
+    load_imm(asm, gXs, plan.xs_base)
+    _copy_blocks(asm, plan, lb, regs, lambda: lb.asm.V_MUL_VF(G(gXs), G(gX), F(fOne), 0))
+
+
+def _expert_offset(asm: Asm, plan: MoeLayerPlan, slot: int, gOff: int, gTmp: int) -> None:
+    """gOff = INT[int_out + slot] * expert_stride: the byte offset of the selected expert's weights."""
+    if mutation_hooks.active("expert_index_ignored"):
+        load_imm(asm, gOff, 0)
+        return
+    row_bytes = plan.inter * plan.ffn.gate.w.eb
+    stride = row_bytes if mutation_hooks.active("expert_stride_row") else plan.expert_stride
+    asm.S_LD_INT(G(gOff), G(0), plan.router.topk.int_out + slot)
+    load_imm(asm, gTmp, stride)
+    asm.S_MUL_INT(G(gOff), G(gOff), G(gTmp))
+
+
+def _combine(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, t: int, r: int, regs: Sequence[int], fW: int) -> None:
+    """out[t] (+)= w[t,r] * ys: the first rank writes, later ranks add (one bf16 rounding per step)."""
+    gO, gY = regs[:2]
+    asm.comment(f"{MOE}: token {t} rank {r}: out[{t}] {'=' if r == 0 else '+='} w * ys")
+    asm.S_LD_FP(F(fW), G(0), plan.router.topk.fp_out + t * plan.k + r)
+    load_imm(asm, gO, plan.out_base + t * plan.V)
+    load_imm(asm, gY, plan.ys_base)
+
+    def op() -> None:
+        if r == 0:
+            lb.asm.V_MUL_VF(G(gO), G(gY), F(fW), 0)
+        else:
+            lb.asm.V_MUL_VF(G(gY), G(gY), F(fW), 0)
+            lb.asm.V_ADD_VV(G(gO), G(gO), G(gY), 0)
+
+    _copy_blocks(asm, plan, lb, regs, op)
+
+
+def emit_moe_layer(asm: Asm, plan: MoeLayerPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    regs, fregs = take_regs(MOE, gp, fp, plan.gp_needed, plan.fp_needed)
+    own, gOff = regs[:-1], regs[-1]
+    lb = LoopBudget(asm, plan.cfg, MOE)
+    asm.begin(
+        MOE,
+        T=plan.T,
+        hidden=plan.hidden,
+        inter=plan.inter,
+        E=plan.E,
+        k=plan.k,
+        policy=plan.policy,
+        x=plan.x_base,
+        out=plan.out_base,
+        ws=plan.ws_base,
+    )
+    with region(asm, "moe/router"):
+        emit_linear_core(asm, plan.router.linear, own, lb)
+    with region(asm, "moe/topk"):
+        _emit_topk_core(asm, plan.router.topk, own, fregs[0], lb)
+    for t in range(plan.T):
+        for r in range(plan.k):
+            with region(asm, "moe/expert_ffn"):
+                if r == 0:
+                    _stage_token(asm, plan, lb, t, own, fregs[1])
+                asm.comment(f"{MOE}: token {t} rank {r}: expert offset, FFN xs -> ys")
+                _expert_offset(asm, plan, t * plan.k + r, gOff, own[0])
+                emit_ffn_swiglu(asm, plan.ffn, gp=own, fp=fregs, w_offset_reg=gOff)
+            with region(asm, "moe/combine"):
+                _combine(asm, plan, lb, t, r, own, fregs[0])
+    asm.end(MOE)

@@ -73,6 +73,8 @@ HOOKS: frozenset[str] = frozenset(
         "layer_residual_from_norm",
         "layer_rope_on_v",
         "layer_k_not_cached",
+        "expert_index_ignored",
+        "expert_stride_row",
     }
 )
 

@@ -40,6 +40,7 @@ TESTBENCHES: dict[str, str] = {
     # model layers (issue 15)
     "decoder_layer": "decoder_layer",
     "decoder_decode": "decoder_decode",
+    "moe_layer": "moe_layer",
 }
 
 

@@ -53,9 +53,13 @@ __all__ = [
     "is_bf16_exact",
     "fmt_coords",
     "TAU_FACTOR",
+    "BF16_U",
+    "moe_bound",
 ]
 
 TAU_FACTOR = 2.0**-24
+#: the unit roundoff of a bf16 write (RNE, 8 significant bits): |bf16(y) - y| <= BF16_U*|y|
+BF16_U = 2.0**-8
 
 
 # =========================================================================== bf16 (host side)
@@ -200,6 +204,12 @@ def _exact(**_: object) -> Tolerance:
     return Tolerance("exact", 0.0, 0.0, None, uses_A=False, exact=True)
 
 
+def _moe(rho: float = 2**-6, **_: object) -> Tolerance:
+    """moe_layer output: A is the composed absolute bound of :func:`moe_bound` (so eps_a = 1, eps_g = 0), and
+    ``rho`` the relative-RMS bound it derives."""
+    return Tolerance("moe", 1.0, 0.0, rho)
+
+
 #: kernels.md §5.2, every row.  name -> function(**sizes) -> Tolerance.
 #:   linear   A=|X|@|W|(+|b|)           eps_a 2^-12+2^-8(n_chunks-1+[bias])  eps_g 2^-6   rho 2^-7
 #:   ffn_int  A=|X@Wg|.|X@Wu|            2^-6                                  2^-6         2^-6
@@ -217,6 +227,7 @@ def _exact(**_: object) -> Tolerance:
 #:   topk     – (abs 2^-10)              –                                     2^-7         –
 #:   layer_f64 – (abs inf)               –                                     0            0.05
 #:   exact    –                          0                                     0            –
+#:   moe      A=moe_bound(w, f, A_ffn)   1 (A is already the bound)            0            moe_bound's rho
 TOLERANCES: Mapping[str, Callable[..., Tolerance]] = {
     "linear": _linear,
     "ffn_int": _ffn_int,
@@ -234,6 +245,7 @@ TOLERANCES: Mapping[str, Callable[..., Tolerance]] = {
     "topk": _topk,
     "layer_f64": _layer_f64,
     "exact": _exact,
+    "moe": _moe,
 }
 
 
@@ -242,6 +254,51 @@ def tolerance(name: str, **sizes: object) -> Tolerance:
     if name not in TOLERANCES:
         raise KeyError(f"unknown tolerance row {name!r} (known: {', '.join(TOLERANCES)})")
     return TOLERANCES[name](**sizes)
+
+
+def moe_bound(
+    w: npt.NDArray[np.float64], f: npt.NDArray[np.float64], A_ffn: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], float]:
+    """The tolerance of a routed-MoE output ``out[t] = sum_r w[t,r]*f[t,r]``, composed from the stage rows.
+
+    ``w`` ``[T, k]``: golden routing weights (rank order); ``f`` ``[T, k, n]``: golden expert outputs; ``A_ffn``
+    ``[T, k, n]``: their ``ffn`` envelopes.  Returns ``(B, rho)``: the per-element bound ``B`` ``[T, n]`` (the
+    ``moe`` row's A) and the relative-RMS bound.  The device computes ``p_r = bf16(w'_r*f'_r)`` (V_MUL_VF: the
+    f32 product of two bf16 values is exact), ``s_0 = p_0``, ``s_r = bf16(f32(s_{r-1} + p_r))`` (V_ADD_VV), where
+    ``|w' - w| <= e_w = topk.abs + topk.eps_g*w`` (the ``topk`` row, checked on the same weights) and
+    ``|f' - f| <= e_f = ffn.eps_a*A_ffn + ffn.eps_g*|f| + tau`` (the ``ffn`` row of each expert's one-row FFN).
+    Per rank, with ``S_r`` the golden partial sum and ``E`` the bound so far:
+    ``E += e_w*|f| + w*e_f + e_w*e_f`` (inputs) ``+ u*(w + e_w)*(|f| + e_f)`` (the product's rounding), and for
+    ``r >= 1`` ``E += u_add*(|S_r| + E)`` (the sum's rounding; ``u = 2^-8``, ``u_add = 2^-8 + 2^-23`` for the
+    f32 add before the bf16 write).  ``rho``: the triangle inequality over the ranks with each expert output
+    within ``ffn.rho`` in RMS, ``(sum_r ffn.rho*||w_r f_r|| + ||e_w (|f| + e_f)||_r + ||rounding||) / ||g||``."""
+    ffn, topk = tolerance("ffn"), tolerance("topk")
+    assert topk.abs_term is not None and ffn.rho is not None
+    af = np.abs(f)
+    tau = TAU_FACTOR * A_ffn.max(axis=2, keepdims=True)
+    e_f = ffn.eps_a * A_ffn + ffn.eps_g * af + tau
+    e_w = (topk.abs_term + topk.eps_g * w)[:, :, None]
+    wk = w[:, :, None]
+    u_add = BF16_U + 2.0**-23
+    bound = np.zeros((f.shape[0], f.shape[2]))
+    rounding = np.zeros_like(bound)
+    partial = np.zeros_like(bound)
+    rms_sum = 0.0
+    for r in range(w.shape[1]):
+        inputs = e_w[:, r] * (af[:, r] + e_f[:, r]) + wk[:, r] * e_f[:, r]
+        mul = BF16_U * (wk[:, r] + e_w[:, r]) * (af[:, r] + e_f[:, r])
+        partial = partial + wk[:, r] * f[:, r]
+        bound = bound + inputs + mul
+        rounding = rounding + mul
+        if r:
+            add = u_add * (np.abs(partial) + bound)
+            bound = bound + add
+            rounding = rounding + add
+        rms_sum += ffn.rho * float(np.linalg.norm(wk[:, r] * f[:, r]))
+        rms_sum += float(np.linalg.norm(e_w[:, r] * (af[:, r] + e_f[:, r])))
+    g_norm = float(np.linalg.norm(partial))
+    rho = (rms_sum + float(np.linalg.norm(rounding))) / g_norm if g_norm > 0 else math.inf
+    return bound, rho
 
 
 # =========================================================================== the comparison

@@ -7,7 +7,8 @@ Testbench modules
 -----------------
 Each ``testbenches/<name>.py`` exposes ``DESCRIPTION`` (one line), ``DEFAULTS`` (dict),
 ``REQUIRED_CASES`` (list of ``(case_id, overrides, variant)``), ``STRETCH_CASES`` (same shape; they run
-only when the generator advertises support), ``RANGES`` (dict of parameter -> supported values, for the
+only when the generator advertises support), optionally ``SLOW_CASES`` (same shape; larger cases run under
+``-m slow``), ``RANGES`` (dict of parameter -> supported values, for the
 sweep) and ``build(params, config) -> Case``.  ``testbenches.get(name)`` imports one lazily;
 :func:`run_case` builds and runs one case by id, turning a plan/Asm ``ValueError`` raised by ``build``
 into a FAILED :class:`Report` (never a skip).
@@ -961,8 +962,10 @@ def _artifacts(
 
 
 def cases_of(mod: ModuleType) -> dict[str, CaseSpec]:
-    """Every named case of a testbench module: required, stretch and paper-scale (``PAPER_CASES``)."""
-    table = list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", [])) + list(getattr(mod, "PAPER_CASES", []))
+    """Every named case of a testbench module: required, stretch, paper-scale (``PAPER_CASES``) and the larger
+    ones run under ``-m slow`` (``SLOW_CASES``)."""
+    table = list(mod.REQUIRED_CASES) + list(getattr(mod, "STRETCH_CASES", []))
+    table += list(getattr(mod, "PAPER_CASES", [])) + list(getattr(mod, "SLOW_CASES", []))
     return {c[0]: c for c in table}
 
 

@@ -122,6 +122,14 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
         "the layer's K is never stored to the KV cache",
         [("decoder_layer", {}), ("decoder_decode", {})],
     ),
+    "expert_index_ignored": (
+        "every expert FFN reads expert 0's weights (the index in INT SRAM ignored)",
+        [("moe_layer", {}), ("moe_layer", {"policy": 1, "T": 3, "inter": 64})],
+    ),
+    "expert_stride_row": (
+        "expert offset index*inter*eb (one weight row) instead of index*hidden*inter*eb",
+        [("moe_layer", {}), ("moe_layer", {"T": 5, "hidden": 128, "inter": 64, "max_k_tiles": 1})],
+    ),
 }
 
 DESCRIPTIONS: dict[str, str] = {**{h: d for h, (d, _) in _FLASH.items()}, **{h: d for h, (d, _) in _OTHER.items()}}

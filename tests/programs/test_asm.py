@@ -215,6 +215,7 @@ _CASES = [
     ("layer_norm", {}),
     ("rope", {}),
     ("moe_topk", {}),
+    ("moe_layer", {}),
     ("embedding", {}),
     ("flashattn_decode", {}),
     ("ffn", {}),

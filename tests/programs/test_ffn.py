@@ -143,3 +143,55 @@ def test_loops_and_unrolled_do_the_same_operations(p, inter_only):
     looped = make(loops=True, intermediate=inter_only, **p)
     unrolled = make(loops=False, intermediate=inter_only, **p)
     assert ku.operation_log(looped, CFG) == ku.operation_log(unrolled, CFG)
+
+
+@pytest.mark.parametrize("loops", [True, False])
+def test_runtime_w_offset_moves_every_projection(loops):
+    """With ``w_runtime_offset_max``, gp[w_offset_reg] moves the Wg, Wu and Wd prefetches alike (stacked experts)."""
+    from programs.asm import Asm
+    from tests.util import scalar_trace
+
+    hidden, inter, experts = 64, 128, 3
+    stride = hidden * inter
+    wg, wu = ku.tensor(0, experts * hidden, inter), ku.tensor(1, experts * hidden, inter)
+    wd = ku.tensor(2, experts * inter, hidden)
+    plan = plan_ffn_swiglu(
+        CFG,
+        rows=1,
+        hidden=hidden,
+        inter=inter,
+        x_base=0,
+        pitch=4,
+        y_base=8 * 64,
+        ws_base=16 * 64,
+        wg=wg,
+        wu=wu,
+        wd=wd,
+        loops=loops,
+        w_runtime_offset_max=(experts - 1) * stride,
+    )
+    assert plan.hbm_slack == {"wg": experts * stride, "wu": experts * stride, "wd": experts * stride}
+    a = Asm()
+    emit_ffn_swiglu(a, plan, gp=ku.GP, fp=ku.FP, w_offset_reg=14)
+    text = a.text()
+    at0 = scalar_trace.trace("S_ADDI_INT gp14, gp0, 0\n" + text, CFG).prefetch_m
+    at2 = scalar_trace.trace(f"S_ADDI_INT gp14, gp0, {2 * stride}\n" + text, CFG).prefetch_m
+    assert {p[3] for p in at0} == {0, 1, 2}
+    assert [(o + 2 * stride, *rest) for o, *rest in at0] == at2
+    with pytest.raises(ValueError, match="w_offset_reg=None must be given iff"):
+        emit_ffn_swiglu(Asm(), plan, gp=ku.GP, fp=ku.FP)
+    with pytest.raises(ValueError, match=r"w.alloc_elems=24576 must be >= 32768"):
+        plan_ffn_swiglu(
+            CFG,
+            rows=1,
+            hidden=hidden,
+            inter=inter,
+            x_base=0,
+            pitch=4,
+            y_base=8 * 64,
+            ws_base=16 * 64,
+            wg=wg,
+            wu=wu,
+            wd=wd,
+            w_runtime_offset_max=experts * stride,
+        )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from programs.asm import Asm
 from programs.common import rp, vector_rows  # noqa: E402
 from programs.linear import emit_batched_matmul, emit_linear, plan_batched_matmul, plan_linear  # noqa: E402
 from testbenches import linear as tb_linear  # noqa: E402
@@ -204,3 +207,80 @@ def test_batched_matmul_structure():
         plan_batched_matmul(CFG, nb=0, Mr=7, K=128, N=64, a_base=0, y_base=100 * 64, w=w)
     with pytest.raises(ValueError, match="w.alloc_elems"):
         plan_batched_matmul(CFG, nb=4, Mr=7, K=128, N=64, a_base=0, y_base=100 * 64, w=w)
+
+
+# --------------------------------------------------------------------------- run-time W offset (moe experts)
+
+OFF_REG = 13  # outside ku.GP (1..12)
+
+
+def make_offset(cfg=CFG, *, loops, offset_max, reg=OFF_REG, gp=ku.GP, rows=5, K=128, N=128, max_k_tiles=1, w_rows=None):
+    """A linear whose W prefetches add gp[reg]; W holds ``w_rows`` rows (K + offset_max/N by default)."""
+    V = cfg.VLEN
+    pitch = rp(cfg, rows)
+    w = ku.tensor(0, w_rows or K + offset_max // N, N)
+    y0 = ((K // V) * pitch + 1) * V
+    plan = plan_linear(
+        cfg,
+        rows=rows,
+        K=K,
+        N=N,
+        x_base=0,
+        x_pitch=pitch,
+        y_base=y0,
+        y_pitch=pitch,
+        w=w,
+        max_k_tiles=max_k_tiles,
+        split_base=y0 + ((N // V) * pitch + 1) * V,
+        loops=loops,
+        w_runtime_offset_max=offset_max,
+    )
+    a = Asm()
+    emit_linear(a, plan, gp=gp, w_offset_reg=reg)
+    return a.text()
+
+
+@pytest.mark.parametrize("loops", [True, False])
+def test_runtime_w_offset_is_added_to_every_prefetch(loops):
+    """gp[reg] = off moves every W prefetch by exactly off bytes (the MX scale address follows from it)."""
+    from tests.util import scalar_trace
+
+    most = 5 * 128 * 128
+    text = make_offset(loops=loops, offset_max=most)
+    base = [p for p in scalar_trace.trace(f"S_ADDI_INT gp{OFF_REG}, gp0, 0\n" + text, CFG).prefetch_m]
+    moved = scalar_trace.trace(f"S_ADDI_INT gp{OFF_REG}, gp0, {most}\n" + text, CFG).prefetch_m
+    assert len(base) == 2 * 2 and [(o + most, *rest) for o, *rest in base] == moved
+    assert not re.search(rf"^\S+ gp{OFF_REG},", text, re.M), "the offset register is never written"
+
+
+@pytest.mark.parametrize("shape", [dict(rows=5, K=128, N=128, max_k_tiles=1), dict(rows=9, K=192, N=256)])
+def test_runtime_w_offset_loops_and_unrolled_do_the_same_operations(shape):
+    pre = f"S_ADDI_INT gp{OFF_REG}, gp0, {3 * 192 * 256}\n"
+    looped = pre + make_offset(loops=True, offset_max=3 * 192 * 256, **shape)
+    unrolled = pre + make_offset(loops=False, offset_max=3 * 192 * 256, **shape)
+    assert ku.operation_log(looped, CFG) == ku.operation_log(unrolled, CFG)
+
+
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(offset_max=100), "w_runtime_offset_max=100 must be a multiple of the MX block bytes 8"),
+        (dict(offset_max=128 * 128, w_rows=128), r"w.alloc_elems=16384 must be >= 32768"),
+        (dict(offset_max=1 << 32, w_rows=128 + (1 << 25)), r"W byte offset=\d+ must be a 32-bit address"),
+        (dict(offset_max=0, reg=3), r"w_offset_reg=3 must not be one of the kernel's registers"),
+        (dict(offset_max=0, reg=0), r"w_offset_reg=0 must be a register in 1..15"),
+        (dict(offset_max=0, reg=None), r"w_offset_reg=None must be given iff the plan has a run-time W offset"),
+    ],
+)
+def test_runtime_w_offset_errors_name_the_parameter(kw, needle):
+    kw.setdefault("w_rows", 128 + 8)
+    with pytest.raises(ValueError, match=needle):
+        make_offset(loops=True, **kw)
+
+
+def test_offset_register_without_a_runtime_offset_is_refused():
+    with pytest.raises(ValueError, match=r"w_offset_reg=13 must be given iff .*w_runtime_offset_max=None"):
+        plan = plan_linear(
+            CFG, rows=4, K=64, N=64, x_base=0, x_pitch=4, y_base=8 * 64, y_pitch=4, w=ku.tensor(0, 64, 64)
+        )
+        emit_linear(Asm(), plan, gp=ku.GP, w_offset_reg=OFF_REG)

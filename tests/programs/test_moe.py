@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from programs.common import rp  # noqa: E402
-from programs.moe import emit_router_topk, emit_topk, plan_router_topk, plan_topk  # noqa: E402
+from programs.moe import (  # noqa: E402
+    POLICIES,
+    emit_moe_layer,
+    emit_router_topk,
+    emit_topk,
+    moe_workspace_rows,
+    plan_moe_layer,
+    plan_router_topk,
+    plan_topk,
+)
 from testbenches.variants import get_config  # noqa: E402
 from tests.programs import kernel_util as ku
 
@@ -73,3 +83,157 @@ def test_router_loops_and_unrolled_do_the_same_operations(policy, T):
     looped = make_topk(T=T, policy=policy, router=True, loops=True)
     unrolled = make_topk(T=T, policy=policy, router=True, loops=False)
     assert ku.operation_log(looped, CFG) == ku.operation_log(unrolled, CFG)
+
+
+# --------------------------------------------------------------------------- moe_layer
+
+STRIDE = 64 * 128  # one expert of the default layer: hidden*inter bytes (MXFP8)
+
+
+def make_layer(
+    cfg=CFG,
+    gp=ku.GP,
+    fp=ku.FP,
+    T=4,
+    policy=0,
+    hidden=64,
+    inter=128,
+    loops=True,
+    max_k_tiles=None,
+    experts=None,
+    wd_eb=1,
+    pitch=None,
+    ws_base=None,
+    fp_out=16,
+    int_out=0,
+):
+    V, M = cfg.VLEN, cfg.MLEN
+    E = POLICIES.get(policy, (32, 4))[0]  # an unknown policy must reach the plan
+    pitch = rp(cfg, max(T, 1)) if pitch is None else pitch
+    n = E if experts is None else experts
+    o0 = ((hidden // V) * pitch + 1) * V
+    ws = o0 + ((hidden // V) * pitch + 1) * V if ws_base is None else ws_base
+    plan = plan_moe_layer(
+        cfg,
+        T=T,
+        hidden=hidden,
+        inter=inter,
+        policy=policy,
+        x_base=0,
+        pitch=pitch,
+        out_base=o0,
+        ws_base=ws,
+        wr=ku.tensor(0, hidden, -(-E // M) * M),
+        wg=ku.tensor(1, n * hidden, inter),
+        wu=ku.tensor(2, n * hidden, inter),
+        wd=ku.tensor(3, n * inter, hidden, eb=wd_eb),
+        fp_out=fp_out,
+        int_out=int_out,
+        max_k_tiles=max_k_tiles,
+        loops=loops,
+    )
+    return ku.emit_text(emit_moe_layer, plan, gp, fp)
+
+
+def expert_indices(T, policy, seed=1):
+    """A plausible INT SRAM after V_TOPK: per token k distinct experts (scalar_trace reads it for S_LD_INT)."""
+    E, k = POLICIES[policy]
+    rng = np.random.default_rng(seed)
+    idx = np.stack([rng.permutation(E)[:k] for _ in range(T)])
+    return idx, {i: int(v) for i, v in enumerate(idx.ravel())}
+
+
+@pytest.mark.parametrize("policy,T,loops", [(0, 1, True), (0, 4, False), (1, 3, True), (1, 2, False)])
+def test_moe_layer_assembles_with_its_stage_regions(policy, T, loops):
+    text = make_layer(policy=policy, T=T, loops=loops)
+    ku.check_assembles(text)
+    ku.check_begin_end(text, "moe_layer")
+    marks = [line[len("; @region ") :] for line in text.splitlines() if line.startswith("; @region ")]
+    k = POLICIES[policy][1]
+    assert marks[:2] == ["moe/router", "moe/topk"]
+    assert marks[2:] == ["moe/expert_ffn", "moe/combine"] * (T * k)
+    assert text.count("; @endregion") == len(marks)
+    assert len(re.findall(r"^S_LD_INT ", text, re.M)) == T * k  # one expert index per (token, rank)
+
+
+def test_moe_layer_structure():
+    ku.check_registers(make_layer, policy=1, T=2)
+    ku.check_registers(make_layer, loops=False, max_k_tiles=1, hidden=128)
+    own = {"expert_index_ignored": {}, "expert_stride_row": {}, "topk_bases_swapped": {}, "silu_on_up": {}}
+    ku.check_deterministic_and_hooks(make_layer, own, T=2)
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        dict(T=3, policy=0),
+        dict(T=2, policy=1, hidden=128, max_k_tiles=1),
+        dict(T=5, policy=0, inter=64, hidden=192, max_k_tiles=2),
+    ],
+)
+def test_moe_layer_loops_and_unrolled_do_the_same_operations(p):
+    _idx, ints = expert_indices(p["T"], p["policy"])
+    looped, unrolled = make_layer(loops=True, **p), make_layer(loops=False, **p)
+    assert ku.operation_log(looped, CFG, int_sram=dict(ints)) == ku.operation_log(unrolled, CFG, int_sram=dict(ints))
+
+
+@pytest.mark.parametrize("loops", [True, False])
+@pytest.mark.parametrize("policy", [0, 1])
+def test_expert_weights_are_addressed_from_the_index_in_int_sram(policy, loops):
+    """Every Wg / Wu / Wd prefetch of (token t, rank r) sits exactly idx[t, r] expert strides past expert 0's
+    (the register value, traced); the router's Wr prefetches do not move."""
+    from tests.util import scalar_trace
+
+    T = 3
+    idx, ints = expert_indices(T, policy)
+    text = make_layer(T=T, policy=policy, loops=loops)
+    at0 = scalar_trace.trace(text, CFG, int_sram={}).prefetch_m
+    moved = scalar_trace.trace(text, CFG, int_sram=dict(ints)).prefetch_m
+    router = [p for p in at0 if p[3] == 0]
+    assert router == [p for p in moved if p[3] == 0]
+    ffn0, ffn = [p for p in at0 if p[3] != 0], [p for p in moved if p[3] != 0]
+    per_expert = len(ffn0) // idx.size
+    assert per_expert and len(ffn0) == len(ffn) == per_expert * idx.size
+    for i, (a, b) in enumerate(zip(ffn0, ffn, strict=True)):
+        assert b[0] - a[0] == idx.ravel()[i // per_expert] * STRIDE and a[1:] == b[1:], i
+    assert {p[3] for p in ffn0} == {1, 2, 3}
+
+
+def test_moe_workspace_rows():
+    # logits 4 (+ 4 with E 128), V_TOPK staging 0 (2 rows for E 128 > V), router split 0 / rp(T), xs 4, ys 4,
+    # FFN workspace G 8 + U 8 + t 1 (+ split 4)
+    assert moe_workspace_rows(CFG, T=4, hidden=64, inter=128, policy=0, pitch=4) == 4 + 4 + 4 + 17
+    assert moe_workspace_rows(CFG, T=4, hidden=64, inter=128, policy=1, pitch=4) == 8 + 2 + 4 + 4 + 17
+    assert moe_workspace_rows(CFG, T=4, hidden=128, inter=128, policy=0, pitch=4, max_k_tiles=1) == (
+        4 + 4 + 8 + 8 + 17 + 4
+    )
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        (dict(policy=2), r"moe_layer: policy=2 must be one of \[0, 1\]"),
+        (dict(T=0), r"moe_layer: T=0 must be >= 1"),
+        (dict(T=253), r"T must be <= 252"),
+        (dict(T=127, policy=1), r"T must be <= 126"),
+        (dict(T=8, int_out=1000), r"int_out=1000 .*T must be <= 6"),
+        (dict(fp_out=8), r"fp_out=8 must be >= 16"),
+        (dict(hidden=100), r"moe_layer: hidden=100 must be a multiple of MLEN=64"),
+        (dict(inter=96), r"moe_layer: inter=96 must be a multiple of MLEN=64"),
+        (dict(pitch=3), r"moe_layer: pitch=3 must be >= 4"),
+        (dict(T=5, pitch=6), r"moe_layer: pitch=6 must be a multiple of RP"),
+        (dict(experts=31), r"moe_layer: wg.alloc_elems=253952 must be >= E\*hidden\*inter=262144 \(32"),
+        (dict(wd_eb=2), r"moe_layer: wd.eb=2 the expert strides .* must be equal"),
+        (dict(ws_base=64), r"moe_layer: VRAM region x rows \[0, 4\) overlaps region logits"),
+        (dict(ws_base=65), r"moe_layer: ws_base=65 must be a multiple of VLEN=64"),
+        (dict(gp=tuple(range(1, 12))), r"moe_layer: gp=.* has 11 registers, the kernel needs 12"),
+        (dict(fp=(1,)), r"moe_layer: fp=.* has 1 registers, the kernel needs 2"),
+    ],
+)
+def test_moe_layer_plan_errors_name_the_parameter_and_limit(over, needle):
+    with pytest.raises(ValueError, match=needle):
+        make_layer(**over)
+
+
+def test_unrolled_layer_needs_fewer_registers():
+    ku.check_assembles(make_layer(loops=False, gp=tuple(range(1, 11))))  # 9 for the unrolled linear + the offset

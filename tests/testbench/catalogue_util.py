@@ -27,6 +27,7 @@ OTHER_TESTBENCHES = (
     "moe_topk",
     "decoder_layer",
     "decoder_decode",
+    "moe_layer",
 )
 
 

@@ -255,6 +255,7 @@ def test_tolerance_table_rows():
         "ssum",
         "topk",
         "exact",
+        "moe",
     }
     t = tolerance("linear", n_chunks=3, bias=True)
     assert t.eps_a == 2**-12 + 3 * 2**-8 and t.eps_g == 2**-6 and t.rho == 2**-7
@@ -267,3 +268,23 @@ def test_tolerance_table_rows():
     assert math.isclose(tolerance("flash_l", Tk=16).eps_g, 2**-5 + 4 * 2**-7)
     assert tolerance("topk").abs_term == 2**-10 and tolerance("flash_m").abs_term == 2**-8
     assert tolerance("exact").exact
+    t = tolerance("moe", rho=0.05)
+    assert (t.eps_a, t.eps_g, t.rho, t.uses_A) == (1.0, 0.0, 0.05, True)
+
+
+def test_moe_bound_composes_the_stage_rows():
+    """Two ranks, one element, hand-evaluated from the ffn and topk rows and the bf16 roundings."""
+    w = np.array([[0.75, 0.25]])
+    f = np.array([[[2.0], [-1.0]]])
+    A = np.array([[[4.0], [2.0]]])
+    u, u_add = 2**-8, 2**-8 + 2**-23
+    e_f = [2**-7 * 4 + 2**-6 * 2 + 2**-24 * 4, 2**-7 * 2 + 2**-6 * 1 + 2**-24 * 2]
+    e_w = [2**-10 + 2**-7 * 0.75, 2**-10 + 2**-7 * 0.25]
+    mul = [u * (0.75 + e_w[0]) * (2 + e_f[0]), u * (0.25 + e_w[1]) * (1 + e_f[1])]
+    b0 = e_w[0] * (2 + e_f[0]) + 0.75 * e_f[0] + mul[0]  # rank 0: inputs and the product's rounding
+    before_add = b0 + e_w[1] * (1 + e_f[1]) + 0.25 * e_f[1] + mul[1]
+    add = u_add * (abs(0.75 * 2 - 0.25) + before_add)  # the sum's rounding on |S_1| = 1.25 plus the error so far
+    bound, rho = C.moe_bound(w, f, A)
+    assert bound.shape == (1, 1) and math.isclose(bound[0, 0], before_add + add, rel_tol=1e-12)
+    rms = 2**-6 * (1.5 + 0.25) + e_w[0] * (2 + e_f[0]) + e_w[1] * (1 + e_f[1])  # ffn.rho*|w f| + topk terms
+    assert math.isclose(rho, (rms + mul[0] + mul[1] + add) / 1.25, rel_tol=1e-12)
