@@ -23,7 +23,7 @@ def test_every_hook_is_placed_in_generator_code():
 
     src = "\n".join(
         p.read_text()
-        for p in (Path(__file__).resolve().parents[2] / "programs").glob("*.py")
+        for p in (Path(__file__).resolve().parents[2] / "programs").rglob("*.py")
         if p.name != "mutation_hooks.py"
     )
     for h in mut.MUTATIONS:
@@ -39,7 +39,7 @@ def test_exposing_case_passes_without_the_mutation(hook, exp):
 
 def test_table_covers_every_hook_exactly():
     assert set(mut.MUTATIONS) == set(mutation_hooks.HOOKS)
-    assert len(mut.MUTATIONS) == len(set(mut.MUTATIONS)) == 52
+    assert len(mut.MUTATIONS) == len(set(mut.MUTATIONS)) == 55
     for h in mut.MUTATIONS:
         assert mut.exposures(h), h
         assert mut.DESCRIPTIONS[h]
