@@ -1,10 +1,7 @@
-"""The ``plena-sim`` entry point: the parser, the dispatch to a command and the error boundary.
+"""The ``plena-sim`` entry point: every command module, behind the error boundary of :mod:`.boundary`.
 
 Every command module registers its subcommands (``register(sub)``) with a ``func(args, out, err) ->
-exit code``. The boundary turns every failure into an exit code (:mod:`plena_cli.errors`): the
-library's typed input errors and :class:`~plena_cli.errors.UsageError` print one red line (plus the
-located assembler diagnostics) and exit 2, a simulator fault exits 3, anything else is a bug (exit 4,
-``--debug`` re-raises it with its traceback).
+exit code``; :func:`main` parses and dispatches them through :func:`.boundary.run_cli`.
 """
 
 from __future__ import annotations
@@ -12,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
 
 from . import (
     bench_command,
+    boundary,
     config_commands,
     demo_command,
     exec_command,
@@ -24,11 +21,6 @@ from . import (
     testbench_commands,
     trace_command,
 )
-from .errors import EXIT_BUG, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from .render import consoles
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 __all__ = ["main", "build_parser", "user_error_types", "COMMAND_MODULES"]
 
@@ -45,93 +37,16 @@ COMMAND_MODULES = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep the exit code, add our red line
-        raise UsageError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="plena-sim", description="PLENA accelerator simulator, assembler and testbenches")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
-    sub: argparse._SubParsersAction[argparse.ArgumentParser] = p.add_subparsers(
-        dest="command", parser_class=_Parser, metavar="COMMAND"
-    )
-    for module in COMMAND_MODULES:
-        module.register(sub)
-    return p
+    return boundary.build_parser(COMMAND_MODULES)
 
 
 def user_error_types() -> tuple[type[Exception], ...]:
-    """The exceptions that are the user's input error (exit 2, one red line), not a bug."""
-    from isa import AssemblerError, MemFormatError
-    from plena_sim.errors import ConfigError, ImageError
-
-    return UsageError, AssemblerError, MemFormatError, ConfigError, ImageError
+    return boundary.user_error_types()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    out, err = consoles()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return _dispatch(argv, out, err)
-    except KeyboardInterrupt:
-        err.print("[red]interrupted[/]")
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - the CLI boundary: classify every failure
-        code = _expected_failure(exc, err)
-        if code is not None:
-            return code
-        if "--debug" in argv:
-            raise
-        return _unexpected_failure(exc, err)
-
-
-def _dispatch(argv: list[str], out: Console, err: Console) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
-    return int(args.func(args, out, err))
-
-
-def _expected_failure(exc: Exception, err: Console) -> int | None:
-    """The exit code of a user error or a simulator fault (printed), else None."""
-    from isa import AssemblerError
-    from plena_sim.faults import SimFault
-
-    if isinstance(exc, AssemblerError):
-        err.print(f"[red]error:[/] {len(exc.diagnostics)} assembler error(s)", markup=True)
-        for dgn in exc.diagnostics:
-            err.print(f"  {dgn}", markup=False)
-        return EXIT_USAGE
-    if isinstance(exc, user_error_types()):
-        err.print("[red]error:[/] ", end="")
-        err.print(str(exc), markup=False)
-        return EXIT_USAGE
-    if isinstance(exc, SimFault):
-        err.print("[red]fault:[/] ", end="")
-        err.print(str(exc), markup=False)
-        return EXIT_FAULT
-    return None
-
-
-def _unexpected_failure(exc: Exception, err: Console) -> int:
-    """Out of host memory (exit 2: not a bug, no traceback), else an internal error (exit 4)."""
-    if isinstance(exc, MemoryError):
-        err.print("[red]error:[/] ", end="")
-        err.print(
-            f"out of host memory ({exc}); use a smaller configuration (VECTOR_SRAM_SIZE, "
-            "MATRIX_SRAM_SIZE, FP/INT_SRAM_SIZE, HBM_SIZE) or touch less HBM",
-            markup=False,
-        )
-        return EXIT_USAGE
-    err.print(f"[red]internal error:[/] {type(exc).__name__}: ", end="")
-    err.print(f"{exc} (run with --debug for the traceback; please report it)", markup=False)
-    return EXIT_BUG
+    return boundary.run_cli(sys.argv[1:] if argv is None else argv, COMMAND_MODULES)
 
 
 if __name__ == "__main__":
