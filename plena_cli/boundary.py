@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from .errors import EXIT_BUG, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from .render import consoles
@@ -48,9 +48,13 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return UsageError, AssemblerError, MemFormatError, ConfigError, ImageError
 
 
-def run_cli(argv: Sequence[str], modules: Sequence[ModuleType]) -> int:
-    """Run the command of ``argv`` (one of ``modules``' subcommands) behind the error boundary."""
-    out, err = consoles()
+def run_cli(
+    argv: Sequence[str], modules: Sequence[ModuleType], files: tuple[TextIO, TextIO] | None = None
+) -> int:
+    """Run the command of ``argv`` (one of ``modules``' subcommands) behind the error boundary; its output goes to
+    stdout and stderr, or to ``files`` (out, err: an in-process caller's own, so that concurrent callers in
+    threads never share a stream)."""
+    out, err = consoles(*(files or (None, None)))
     argv = list(argv)
     try:
         return _dispatch(argv, modules, out, err)

@@ -18,6 +18,7 @@ from . import (
     exec_command,
     isa_commands,
     model_command,
+    sweep_command,
     testbench_commands,
     trace_command,
 )
@@ -32,6 +33,7 @@ COMMAND_MODULES = (
     demo_command,
     testbench_commands,
     model_command,
+    sweep_command,
     trace_command,
     bench_command,
 )

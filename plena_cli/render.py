@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -34,9 +34,13 @@ __all__ = [
 ]
 
 
-def consoles() -> tuple[Console, Console]:
-    """``(out, err)``: stdout and stderr consoles (no highlighting, no hard wrapping)."""
-    return Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
+def consoles(out_file: TextIO | None = None, err_file: TextIO | None = None) -> tuple[Console, Console]:
+    """``(out, err)``: stdout and stderr consoles (no highlighting, no hard wrapping), or consoles writing to the
+    given files."""
+    return (
+        Console(file=out_file, highlight=False, soft_wrap=True),
+        Console(file=err_file, stderr=err_file is None, highlight=False, soft_wrap=True),
+    )
 
 
 def json_default(o: object) -> object:

@@ -5,7 +5,7 @@ worker's memory limit its share of the host's memory), or an existing cluster (`
 ``tcp://HOST:PORT``). Every worker warms the simulator's JIT cache once, when it starts (:class:`WarmJit`, a
 worker plugin: it loads the on-disk Numba cache, compiling it on first use; workers joining later warm
 themselves too), before it runs a point. Each point is one task running :func:`.point.run_point` (the
-``plena-sim run --json`` code path); a task announces its start (Dask pub/sub), so the database marks it
+``plena-sim run --json`` code path); a task announces its start (a Dask worker event), so the database marks it
 ``running`` with its worker and counts its attempts. A worker that dies mid-point makes Dask re-run that
 task on another worker (``distributed.scheduler.allowed-failures`` times, then the point is ``crashed``).
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -135,25 +134,14 @@ def _client(workers: int, scheduler: str | None, processes: bool) -> tuple[Any, 
     return Client(cluster), cluster
 
 
-def _listen(client: Any, store: Store, stop: threading.Event) -> threading.Thread:
-    """Mark points ``running`` as workers announce them."""
-    from distributed import Sub
+def _listen(client: Any, store: Store) -> None:
+    """Mark points ``running`` as workers announce them (the handler runs on the client's event-loop thread)."""
 
-    sub = Sub(STARTED_TOPIC, client=client)
+    def handler(event: tuple[float, Mapping[str, Any]]) -> None:
+        _when, msg = event
+        store.started(str(msg["id"]), str(msg.get("where", msg.get("worker"))))
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                msg = sub.get(timeout=0.2)
-            except TimeoutError:
-                continue
-            except Exception:  # noqa: BLE001 - the client is closing
-                return
-            store.started(msg["id"], msg["worker"])
-
-    t = threading.Thread(target=loop, name="plena-sweep-listen", daemon=True)
-    t.start()
-    return t
+    client.subscribe_topic(STARTED_TOPIC, handler)
 
 
 def run_sweep(
@@ -200,12 +188,11 @@ def _run(
     from distributed import as_completed
 
     client, cluster = _client(workers, scheduler, processes)
-    stop = threading.Event()
     try:
         client.register_plugin(WarmJit())
         s.workers = len(client.scheduler_info()["workers"])
         s.scheduler = client.scheduler.address
-        listener = _listen(client, store, stop)
+        _listen(client, store)
         futures = {client.submit(run_point, p.to_dict(), key=f"plena-point-{p.id}", pure=False): p for p in todo}
         for fut in as_completed(futures):
             p = futures[fut]
@@ -215,10 +202,8 @@ def _run(
             s.ran += 1
             if progress is not None:
                 progress({"id": p.id, "workload": p.workload, **values})
-        stop.set()
-        listener.join(timeout=2)
+        client.unsubscribe_topic(STARTED_TOPIC)
     finally:
-        stop.set()
         client.close()
         if cluster is not None:
             cluster.close()

@@ -17,7 +17,6 @@ import resource
 import socket
 import time
 import traceback
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +53,13 @@ def _announce(point_id: str) -> str:
     """Tell the sweep's driver that this worker started the point (when running under Dask)."""
     where = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        from distributed import Pub, get_worker
+        from distributed import get_worker
 
         worker = get_worker()
-        where = f"{worker.address} pid {os.getpid()}"
-        Pub(STARTED_TOPIC).put({"id": point_id, "worker": where})
     except (ImportError, ValueError):  # not inside a Dask worker (a direct call)
-        pass
+        return where
+    where = f"{worker.address} pid {os.getpid()}"
+    worker.log_event(STARTED_TOPIC, {"id": point_id, "where": where})  # (Dask adds "worker")
     return where
 
 
@@ -118,8 +117,7 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()
     try:
-        with redirect_stdout(out), redirect_stderr(err):
-            code = run_cli(p.argv(), (testbench_commands,))
+        code = run_cli(p.argv(), (testbench_commands,), files=(out, err))
     except BaseException as exc:  # noqa: BLE001 - a point never takes its worker down with it
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise

@@ -217,6 +217,21 @@ class _Parser:
             )
         return doc
 
+    def anytable(self, doc: Any, key: str) -> dict[str, Any]:
+        """A table whose keys are the user's names."""
+        if not isinstance(doc, dict):
+            raise self.fail(key, doc, "must be a table")
+        return doc
+
+    def axes(self, doc: Any, key: str) -> dict[str, tuple[Any, ...]]:
+        return {k: self.axis(f"{key}.{k}", v) for k, v in self.anytable(doc, key).items()}
+
+    def expression(self, text: str, key: str) -> None:
+        try:
+            expr.check(text, f"{self.origin}: {key}")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+
     def axis(self, key: str, v: Any) -> tuple[Any, ...]:
         """A list, a ``{start, stop, step}`` range (stop inclusive) or one value."""
         if isinstance(v, list):
@@ -254,15 +269,12 @@ class _Parser:
         self.table(doc, "", _TOP_KEYS)
         hw = self.table(doc.get("hardware", {}), "hardware", _HW_KEYS)
         presets = self.names("hardware.presets", hw.get("presets", ["transactional"]), preset_names())
-        set_hw = {
-            k: self.axis(f"hardware.set.{k}", v)
-            for k, v in self.table(hw.get("set", {}), "hardware.set", set(hw.get("set", {}))).items()
-        }
+        set_hw = self.axes(hw.get("set", {}), "hardware.set")
         derive = {}
-        for k, v in self.table(hw.get("derive", {}), "hardware.derive", set(hw.get("derive", {}))).items():
+        for k, v in self.anytable(hw.get("derive", {}), "hardware.derive").items():
             if not isinstance(v, str):
                 raise self.fail(f"hardware.derive.{k}", v, "must be an expression string")
-            expr.check(v, f"{self.origin}: hardware.derive.{k}")
+            self.expression(v, f"hardware.derive.{k}")
             derive[k] = v
         wls = doc.get("workload")
         if not isinstance(wls, list) or not wls:
@@ -277,7 +289,7 @@ class _Parser:
             when = f.get("when")
             if not isinstance(when, str):
                 raise self.fail(f"filter[{k}].when", when, "must be an expression string")
-            expr.check(when, f"{self.origin}: filter[{k}].when")
+            self.expression(when, f"filter[{k}].when")
             filters.append((when, str(f.get("reason", when))))
         seeds = self.axis("seeds", doc.get("seeds", [0]))
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
@@ -299,10 +311,7 @@ class _Parser:
 
         key = f"workload[{k}]"
         w = self.table(w, key, _WL_KEYS)
-        axes = {
-            n: self.axis(f"{key}.set.{n}", v)
-            for n, v in self.table(w.get("set", {}), f"{key}.set", set(w.get("set", {}))).items()
-        }
+        axes = self.axes(w.get("set", {}), f"{key}.set")
         if "model" in w:
             return self.model_workload(key, w, axes)
         tb = w.get("testbench")
@@ -315,6 +324,8 @@ class _Parser:
 
             if case not in cases_of(mod):
                 raise self.fail(f"{key}.case", case, f"not a case of {tb} (known: {', '.join(cases_of(mod))})")
+        if "seed" in axes:
+            raise self.fail(f"{key}.set.seed", axes["seed"], "the input seed is the top-level axis seeds = [...]")
         for n in axes:
             if n not in mod.DEFAULTS:
                 raise self.fail(f"{key}.set.{n}", axes[n], f"{tb} has no parameter {n!r}")
