@@ -48,9 +48,7 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return UsageError, AssemblerError, MemFormatError, ConfigError, ImageError
 
 
-def run_cli(
-    argv: Sequence[str], modules: Sequence[ModuleType], files: tuple[TextIO, TextIO] | None = None
-) -> int:
+def run_cli(argv: Sequence[str], modules: Sequence[ModuleType], files: tuple[TextIO, TextIO] | None = None) -> int:
     """Run the command of ``argv`` (one of ``modules``' subcommands) behind the error boundary; its output goes to
     stdout and stderr, or to ``files`` (out, err: an in-process caller's own, so that concurrent callers in
     threads never share a stream)."""

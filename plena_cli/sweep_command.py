@@ -42,6 +42,7 @@ when = "BLEN > MLEN"
 reason = "the matrix array is at most MLEN rows tall"
 """
 
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sweep",

@@ -284,12 +284,15 @@ class _Parser:
         if len(set(labels)) != len(labels):
             raise self.fail("workload.label", labels, "workload labels must be distinct")
         filters = []
-        for k, f in enumerate(doc.get("filter", [])):
-            f = self.table(f, f"filter[{k}]", {"when", "reason"})
+        flist = doc.get("filter", [])
+        if not isinstance(flist, list):
+            raise self.fail("filter", flist, "must be [[filter]] tables")
+        for n, item in enumerate(flist):
+            f = self.table(item, f"filter[{n}]", {"when", "reason"})
             when = f.get("when")
             if not isinstance(when, str):
-                raise self.fail(f"filter[{k}].when", when, "must be an expression string")
-            self.expression(when, f"filter[{k}].when")
+                raise self.fail(f"filter[{n}].when", when, "must be an expression string")
+            self.expression(when, f"filter[{n}].when")
             filters.append((when, str(f.get("reason", when))))
         seeds = self.axis("seeds", doc.get("seeds", [0]))
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):

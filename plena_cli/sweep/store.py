@@ -101,11 +101,15 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
-    def _write(self, sql: str, args: Sequence[Any] | Iterable[Sequence[Any]], many: bool = False) -> None:
+    def _write(self, sql: str, args: Sequence[Any], many: bool = False) -> None:
+        """One transaction: ``sql`` with ``args`` (``many``: a list of argument rows)."""
         with self._lock:
             self.con.execute("BEGIN IMMEDIATE")
             try:
-                (self.con.executemany if many else self.con.execute)(sql, args)  # type: ignore[operator]
+                if many:
+                    self.con.executemany(sql, args)
+                else:
+                    self.con.execute(sql, args)
             except BaseException:
                 self.con.execute("ROLLBACK")
                 raise

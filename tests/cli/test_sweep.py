@@ -257,7 +257,8 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_points(tmp_path):
 def test_a_worker_killed_mid_point_is_marked_and_the_point_rerun(tmp_path):
     spec = tmp_path / "slow.toml"
     spec.write_text(
-        'seeds = [0, 1]\n[[workload]]\ntestbench = "flashattn_prefill"\n[workload.set]\nq_len = [2048]\nkv_len = [2048]\n'
+        'seeds = [0, 1]\n[[workload]]\ntestbench = "flashattn_prefill"\n'
+        "[workload.set]\nq_len = [2048]\nkv_len = [2048]\n"
     )
     db = tmp_path / "w.db"
     proc = _sweep_process(spec, db, "--workers", "2")
