@@ -115,7 +115,7 @@ def cmd_sweep(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _run(engine: Any, spec: Any, args: argparse.Namespace, err: Console) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     out_path = Path(args.out)
     if out_path.exists() and not out_path.is_file():
@@ -129,21 +129,18 @@ def _run(engine: Any, spec: Any, args: argparse.Namespace, err: Console) -> Any:
         TextColumn("sweep"),
         BarColumn(),
         MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         TextColumn("{task.description}"),
     )
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("starting the cluster ...", total=None)
 
-        def progress(row: dict[str, Any]) -> None:
-            bar.update(task, advance=1, description=f"{row['workload']}: {row['status']}")
+        def progress(t: dict[str, Any]) -> None:
+            text = f"failed {t['failed']}  running {t['running']}  {t['points_per_min']:.0f} points/min"
+            bar.update(task, total=t["total"], completed=t["done"], description=text)
 
-        def run() -> Any:
-            points, _dropped = spec.expand()
-            bar.update(task, total=len(points))
-            return engine.run_sweep(spec, out_path, progress=progress, **kw)
-
-        return _guard(run)
+        return _guard(lambda: engine.run_sweep(spec, out_path, progress=progress, **kw))
 
 
 def _guard(fn: Any) -> Any:

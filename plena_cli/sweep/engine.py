@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from .point import STARTED_TOPIC, derived_columns, run_point
 from .spec import Point, SweepSpec
 from .store import FINISHED, Store
 
-__all__ = ["Summary", "run_sweep", "code_version", "point_row", "WarmJit"]
+__all__ = ["Summary", "Tally", "run_sweep", "code_version", "point_row", "WarmJit"]
 
 
 @dataclass
@@ -134,12 +135,51 @@ def _client(workers: int, scheduler: str | None, processes: bool) -> tuple[Any, 
     return Client(cluster), cluster
 
 
-def _listen(client: Any, store: Store) -> None:
+class Tally:
+    """Counts of this run for the progress display: done, failed, running (started, not finished), the rate."""
+
+    def __init__(self, total: int, progress: Callable[[Mapping[str, Any]], None] | None) -> None:
+        self.total, self.progress = total, progress
+        self.done = self.failed = 0
+        self.running: set[str] = set()
+        self.t0 = time.perf_counter()
+        self._lock = threading.Lock()
+
+    def started(self, point_id: str) -> None:
+        with self._lock:
+            self.running.add(point_id)
+        self._report({})
+
+    def finished(self, point_id: str, workload: str, status: str) -> None:
+        with self._lock:
+            self.running.discard(point_id)
+            self.done += 1
+            self.failed += status != "PASS"
+        self._report({"id": point_id, "workload": workload, "status": status})
+
+    def _report(self, last: Mapping[str, Any]) -> None:
+        if self.progress is None:
+            return
+        with self._lock:
+            minutes = (time.perf_counter() - self.t0) / 60.0
+            snap = {
+                "total": self.total,
+                "done": self.done,
+                "failed": self.failed,
+                "running": len(self.running),
+                "points_per_min": self.done / minutes if minutes > 0 else 0.0,
+                **last,
+            }
+        self.progress(snap)
+
+
+def _listen(client: Any, store: Store, tally: Tally) -> None:
     """Mark points ``running`` as workers announce them (the handler runs on the client's event-loop thread)."""
 
     def handler(event: tuple[float, Mapping[str, Any]]) -> None:
         _when, msg = event
         store.started(str(msg["id"]), str(msg.get("where", msg.get("worker"))))
+        tally.started(str(msg["id"]))
 
     client.subscribe_topic(STARTED_TOPIC, handler)
 
@@ -192,7 +232,8 @@ def _run(
         client.register_plugin(WarmJit())
         s.workers = len(client.scheduler_info()["workers"])
         s.scheduler = client.scheduler.address
-        _listen(client, store)
+        tally = Tally(len(todo), progress)
+        _listen(client, store, tally)
         futures = {client.submit(run_point, p.to_dict(), key=f"plena-point-{p.id}", pure=False): p for p in todo}
         for fut in as_completed(futures):
             p = futures[fut]
@@ -200,8 +241,7 @@ def _run(
             values["finished_at"] = time.time()
             store.finish(p.id, values)
             s.ran += 1
-            if progress is not None:
-                progress({"id": p.id, "workload": p.workload, **values})
+            tally.finished(p.id, p.workload, str(values["status"]))
         client.unsubscribe_topic(STARTED_TOPIC)
     finally:
         client.close()

@@ -325,3 +325,28 @@ def test_usage_errors_are_one_line(argv, fragment, capsys, tmp_path, monkeypatch
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_progress_counts_done_failed_running_and_the_rate():
+    from plena_cli.sweep.engine import Tally
+
+    events: list[dict] = []
+    t = Tally(3, events.append)
+    t.started("a")
+    t.started("b")
+    t.finished("a", "w", "PASS")
+    t.finished("b", "w", "mismatch")
+    assert [(e["done"], e["failed"], e["running"], e["total"]) for e in events] == [
+        (0, 0, 1, 3),
+        (0, 0, 2, 3),
+        (1, 0, 1, 3),
+        (2, 1, 0, 3),
+    ]
+    assert events[-1]["status"] == "mismatch" and events[-1]["points_per_min"] > 0
+
+
+def test_the_sweep_panel_without_json(tmp_path, capsys):
+    (tmp_path / "s.toml").write_text("[[workload]]\ntestbench = 'linear'\n[workload.set]\nrows = [4, 8]\n")
+    assert main(["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "s.db"), "--threads"]) == 0
+    out = capsys.readouterr().out
+    assert "by status: PASS 2" in out and f"plena-sim sweep report {tmp_path / 's.db'}" in out
