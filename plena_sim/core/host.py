@@ -152,9 +152,10 @@ def execute(
     par = _params(state.cfg)
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
+    n_words = len(prog[0])
     out = (
         np.zeros(N_STATS, dtype=np.int64),
-        np.zeros(N_OPCODES, dtype=np.int64),
+        np.zeros((n_words, 2), dtype=np.int64),  # per pc: instructions retired, cycles they added
         np.zeros(FAULT_RECORD_LEN, dtype=np.int64),
         np.zeros(1, dtype=np.int64),
     )
@@ -173,10 +174,14 @@ def execute(
             break
     if st == RUN_STATIC:
         st = _static_fault(out[2], int(state.ctrl[CTRL_PC]), prog, par)
-    stats = out[0]
+    stats, pc_count, pc_cycles = out[0], out[1][:, 0].copy(), out[1][:, 1].copy()
     fault = tuple(int(x) for x in out[2]) if st == RUN_FAULT else None
+    by_opcode = np.zeros(N_OPCODES, dtype=np.int64)
+    np.add.at(by_opcode, prog[0], pc_count)
+    stats[STAT_MACS] = int(by_opcode @ par[3])
     counters = {name: int(stats[STAT_MACS + k]) for k, name in enumerate(COUNTER_NAMES)}
-    return Outcome(int(stats[STAT_RETIRED]), fault, out[1], int(tm.ts[TM.T_CYCLES]) - cyc0, counters)
+    cycles = int(tm.ts[TM.T_CYCLES]) - cyc0
+    return Outcome(int(stats[STAT_RETIRED]), fault, by_opcode, cycles, counters, pc_count, pc_cycles)
 
 
 def _static_fault(frec: np.ndarray, pc: int, prog: tuple, par: tuple) -> int:

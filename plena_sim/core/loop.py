@@ -10,7 +10,9 @@ Tuples: ``prog`` = (op, word, words) with words the :data:`.static.WORD_FIELDS` 
 areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram, fp_sram, int_sram, (page_index, pages, meta));
 ``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency table, macs, opcode tables, BMM_SCALE);
 ``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer, trace count, read set, write set);
-``out`` = (stats, by_opcode, fault record, pages needed); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf,
+``out`` = (stats, profile, fault record, pages needed) with profile int64[words, 2]: per pc the instructions
+retired and the cycles they added (``ts[T_CYCLES]`` after the accounting minus before, in every mode; the host
+derives the counts per opcode and the matrix MACs from it); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf,
 fbuf, counts), logits, taken, sel, wts).
 """
 
@@ -45,7 +47,7 @@ from ..timing import MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
 from . import control, dma, matrix, scalar, vector
 from .account import account_dma, account_overlap, trace_after, trace_before
 from .common import fault
-from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, STAT_CYCLES, STAT_MACS, STAT_RETIRED
+from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, STAT_RETIRED
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF, per_pc
 
 
@@ -84,12 +86,12 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a) = prog
     gp, fp, areg, ctrl, loops = regs
     lstart, lreg, lcount = loops
-    cfg, fmt, lat_table, macs, tabs, bmm_scale = par
+    cfg, fmt, lat_table, _macs, tabs, bmm_scale = par
     fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
     vram, mram, fp_sram, int_sram, (pidx, pages, meta) = mem
     m_acc, v_acc, hm_acc, hv_acc = accs
     ts, ready, rdone, cv, unit_of, hbm_tm, _tbuf, _tcount, rr, wr = tim
-    stats, by_opcode, frec, need = out
+    stats, profile, frec, need = out
     rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
     lat_pc, unit_pc, end_of, bad = per_pc(op, prog[2], tabs, lat_table, unit_of, cfg, frec)
     n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
@@ -144,7 +146,7 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
             rollback(depth, lcount)  # nothing was changed; undo the runaway increments
             return st
         # ---------------------------------------------------------------- account, trace, retire
-        unit, lat = unit_pc[pc], lat_pc[pc]
+        unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]
         if fam == FAM_DMA:
             issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm)
         elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out)
@@ -157,7 +159,6 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)
         stats[STAT_RETIRED] += 1
-        stats[STAT_CYCLES] += lat
-        stats[STAT_MACS] += macs[o]
-        by_opcode[o] += 1
+        profile[pc, 0] += 1  # the per-pc profile: count and cycles side by side (one cache line)
+        profile[pc, 1] += ts[T_CYCLES] - before
         ctrl[CTRL_PC] = npc
