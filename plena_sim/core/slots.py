@@ -21,7 +21,7 @@ RUN_OK = -1
 STAT_NAMES = ("retired", "macs", "mx_nan", "mx_saturated", "hbm_payload_read", "hbm_payload_written")
 (STAT_RETIRED, STAT_MACS, STAT_MX_NAN, STAT_MX_SAT, STAT_HBM_RD, STAT_HBM_WR) = range(len(STAT_NAMES))
 N_STATS = len(STAT_NAMES)
-#: the keys of ``Outcome.counters`` (the statistics after retired/cycles)
+#: the keys of ``Outcome.counters`` (the statistics after retired)
 COUNTER_NAMES = ("matrix_macs",) + STAT_NAMES[STAT_MX_NAN:]
 
 CFG_NAMES = ("M", "V", "B", "H", "BA", "VROWS", "NTILES", "FPS", "INTS", "HBM_SIZE", "PM", "PV", "PW", "MAXLOOP")
