@@ -20,6 +20,7 @@ import numpy as np
 from .encoding import encode
 from .plans import encode_operands, encoder_for
 from .program import Program, SourceMap, read_only
+from .regions import REGION_CLOSE, REGION_OPEN, Region, RegionError, RegionRecorder, parse_marker
 from .table import BY_MNEMONIC, FIELDS, NOT_INSTRUCTIONS, OPERAND_KINDS, REGISTER_COUNT, Instr, Operand
 
 __all__ = ["AsmDiagnostic", "AssemblerError", "assemble", "assemble_file"]
@@ -251,33 +252,76 @@ def line_word(line: str) -> int | None:
 _MEMO_MAX = 1 << 16
 
 
+#: memo value of a region marker line (blank and plain comment lines are -1)
+_MARKER = -2
+
+
 def assemble(text: str, filename: str = "<asm>") -> Program:
-    """Assemble ``text``. Raises :class:`AssemblerError` listing every error of the text."""
+    """Assemble ``text``. Raises :class:`AssemblerError` listing every error of the text (region markers
+    included: :mod:`isa.regions`)."""
     lines = text.splitlines()
     words = array("I")
     where = array("q")  # 0-based line index of each word
-    memo: dict[str, int] = {}  # line -> word, -1 for blank/comment
+    memo: dict[str, int] = {}  # line -> word, -1 for blank/comment, _MARKER for a region marker
     errors: list[AsmDiagnostic] = []
+    recorder = RegionRecorder()
     for index, line in enumerate(lines):
         word = memo.get(line)
         if word is None:
             try:
-                encoded = line_word(line)
-            except _LineError as e:
+                word = _line_code(line)
+            except (_LineError, RegionError) as e:
                 errors.append(AsmDiagnostic(filename, index + 1, e.column, e.token, e.reason, line))
                 continue
-            word = -1 if encoded is None else encoded
             if len(memo) < _MEMO_MAX:
                 memo[line] = word
         if word >= 0:
             words.append(word)
             where.append(index)
+        elif word == _MARKER:
+            _mark(recorder, line, len(words), index, filename, errors)
+    regions = _regions(recorder, lines, filename, errors)
     if errors:
-        raise AssemblerError(errors)
+        raise AssemblerError(sorted(errors, key=lambda d: d.line))
     index_of = np.array(where, dtype=np.int64)
     texts = list(map(lines.__getitem__, where))
     source = SourceMap.from_lines(filename, index_of + 1, texts)
-    return Program.trusted(read_only(np.array(words, dtype=np.uint32)), source, filename)
+    return Program.trusted(read_only(np.array(words, dtype=np.uint32)), source, filename, regions)
+
+
+def _line_code(line: str) -> int:
+    """The word of a line, -1 for a blank or plain comment line, _MARKER for a region marker; raises _LineError
+    or RegionError (a malformed marker, or one after an instruction)."""
+    encoded = line_word(line)
+    marker = parse_marker(line)
+    if encoded is not None:
+        return encoded
+    return -1 if marker is None else _MARKER
+
+
+def _mark(recorder: RegionRecorder, line: str, word: int, index: int, filename: str, errors: list) -> None:
+    """Record the marker of line ``index`` (before word ``word``); an ``@endregion`` without an open region is
+    an error of that line."""
+    found = parse_marker(line)
+    assert found is not None
+    name, column = found
+    if name is not None:
+        recorder.open(name, word, index)
+        return
+    try:
+        recorder.close(word)
+    except RegionError as e:
+        errors.append(AsmDiagnostic(filename, index + 1, column, REGION_CLOSE, e.reason, line))
+
+
+def _regions(recorder: RegionRecorder, lines: list[str], filename: str, errors: list) -> tuple[Region, ...]:
+    """The recorded regions; a region left open is an error of the line that opened it."""
+    for path, index in recorder.unclosed():
+        line = lines[index]
+        column = line.find(REGION_OPEN) + 1
+        reason = f"region {path!r} is never closed (missing {REGION_CLOSE})"
+        errors.append(AsmDiagnostic(filename, index + 1, column, REGION_OPEN, reason, line))
+    return () if errors else recorder.regions()
 
 
 def assemble_file(path: str | Path) -> Program:

@@ -16,6 +16,8 @@ from typing import Protocol, SupportsInt, overload
 
 import numpy as np
 
+from .regions import Region
+
 __all__ = ["SourceLine", "SourceMap", "TextTable", "DisassemblyTexts", "Program", "read_only"]
 
 
@@ -205,30 +207,36 @@ class Program:
     """An immutable program. ``words[k]`` came from ``source[k]``.
 
     ``words`` is a read-only ``uint32`` array; ``source`` a :class:`SourceMap` (a sequence of
-    :class:`SourceLine`, also accepted as a tuple/list of them when all name the same file).
+    :class:`SourceLine`, also accepted as a tuple/list of them when all name the same file); ``regions`` the
+    code regions its source marked (:mod:`isa.regions`), in opening order.
     """
 
-    __slots__ = ("_words", "_source", "_name")
+    __slots__ = ("_words", "_source", "_name", "_regions")
 
     def __init__(
         self,
         words: Iterable[SupportsInt] | np.ndarray,
         source: SourceMap | Sequence[SourceLine],
         name: str = "<program>",
+        regions: Iterable[tuple[str, int, int]] = (),
     ):
         self._words = _word_array(words)
         self._source = source if isinstance(source, SourceMap) else _source_map_of(source, name)
         self._name = name
         if len(self._words) != len(self._source):
             raise ValueError("words and source map differ in length")
+        self._regions = _region_tuple(regions, len(self._words))
 
     @classmethod
-    def trusted(cls, words: np.ndarray, source: SourceMap, name: str) -> Program:
+    def trusted(
+        cls, words: np.ndarray, source: SourceMap, name: str, regions: Iterable[tuple[str, int, int]] = ()
+    ) -> Program:
         """A program of a read-only uint32 array no one else writes (no copy, no checks but the lengths)."""
         prog = cls.__new__(cls)
         prog._words, prog._source, prog._name = words, source, name
         if words.flags.writeable or words.dtype != np.uint32 or len(words) != len(source):
             raise ValueError("trusted program: words must be a read-only uint32 array as long as the source")
+        prog._regions = _region_tuple(regions, len(words))
         return prog
 
     @property
@@ -243,6 +251,12 @@ class Program:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def regions(self) -> tuple[Region, ...]:
+        """The code regions ``(path, first_word, end_word)`` in opening order (``end_word`` exclusive; empty for
+        a program without markers and for ``.mem`` input)."""
+        return self._regions
 
     def __len__(self) -> int:
         return len(self._words)
@@ -261,7 +275,12 @@ class Program:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Program):
             return NotImplemented
-        return self._name == other._name and np.array_equal(self._words, other._words) and self._source == other._source
+        return (
+            self._name == other._name
+            and np.array_equal(self._words, other._words)
+            and self._source == other._source
+            and self._regions == other._regions
+        )
 
     def __hash__(self) -> int:
         return hash((self._name, self._words.tobytes()))
@@ -274,6 +293,15 @@ class Program:
         """A program whose source map is its own disassembly (for .mem input), made on request."""
         ws = _word_array(words)
         return cls.trusted(ws, SourceMap(name, np.arange(1, len(ws) + 1), DisassemblyTexts(ws)), name)
+
+
+def _region_tuple(regions: Iterable[tuple[str, int, int]], n_words: int) -> tuple[Region, ...]:
+    """``regions`` as a tuple of :class:`~isa.regions.Region`; ValueError for one outside the ``n_words`` words."""
+    out = tuple(Region(str(p), int(a), int(b)) for p, a, b in regions)
+    for r in out:
+        if not 0 <= r.first <= r.end <= n_words:
+            raise ValueError(f"region {r.path!r} [{r.first}, {r.end}) is not inside the program's {n_words} words")
+    return out
 
 
 def _source_map_of(source: Sequence[SourceLine], name: str) -> SourceMap:

@@ -29,6 +29,7 @@ __all__ = [
     "print_plain",
     "status",
     "run_summary",
+    "region_table",
     "upstream_lines",
     "render_trace",
 ]
@@ -112,6 +113,27 @@ def run_summary(res: RunResult, out: Console, title: str) -> None:
         for name, n in sorted(st["by_opcode"].items(), key=lambda kv: -kv[1]):
             ops.add_row(name, f"{n:,}")
         out.print(ops)
+    regions = region_table(st)
+    if regions is not None:
+        out.print(regions)
+
+
+def region_table(stats: Mapping[str, Any]) -> Table | None:
+    """The code regions of a run (path, instructions, exclusive / inclusive cycles, inclusive share of the
+    run's cycles); None when the program marks no region (only the ``(unlabelled)`` entry)."""
+    entries = stats.get("regions") or []
+    if len(entries) < 2:
+        return None
+    total = int(stats.get("cycles", 0))
+    t = Table(title="regions")
+    t.add_column("region")
+    for col in ("instructions", "cycles excl", "cycles incl", "share"):
+        t.add_column(col, justify="right")
+    for e in entries:
+        incl = int(e["cycles_inclusive"])
+        share = f"{100 * incl / total:.1f}%" if total else "-"
+        t.add_row(escape(e["path"]), f"{e['instructions']:,}", f"{e['cycles_exclusive']:,}", f"{incl:,}", share)
+    return t
 
 
 def upstream_lines(stats: Mapping[str, Any]) -> list[str]:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rich.panel import Panel
 from rich.table import Table
 
+from .render import region_table
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -57,6 +59,7 @@ def result_json(
         "cycles": rep.cycles,
         "instructions": rep.instructions,
         "stats": rep.stats,
+        "regions": rep.stats.get("regions") if rep.stats else None,
         "wall_s": rep.wall_time,
         "fault": fault_json(rep),
         "error": rep.error,
@@ -110,6 +113,9 @@ def render_report(out: Console, rep: Report, doc: Mapping[str, Any]) -> None:
     lines.append(f"{rep.instructions:,} instructions, {rep.cycles:,} cycles, {doc['wall_s']:.2f} s wall")
     lines += _unit_lines(rep.stats)
     out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
+    regions = region_table(rep.stats or {})
+    if regions is not None:
+        out.print(regions)
 
 
 def _check_lines(rep: Report, doc: Mapping[str, Any]) -> list[str]:

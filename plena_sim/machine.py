@@ -59,7 +59,10 @@ BUDGET fault) and returns a :class:`RunResult`:
   ``achieved_bandwidth_GBps``, ``dma_bandwidth_GBps``, ``peak_bandwidth_GBps``), ``mx``
   (``nan_encoded``, ``saturated``), ``overlap`` (overlap mode only: ``stall_unit``, ``stall_data``,
   ``issue_cycles``), ``host_seconds``, ``sim_cycles_per_second``, ``jit_compile_seconds``, ``fault``
-  (None or the fault's dict);
+  (None or the fault's dict), ``regions`` (one dict per code region path of the program -- ``path``,
+  ``instructions``, ``cycles_exclusive``, ``cycles_inclusive``, ``macs`` -- then ``(unlabelled)``: the words in
+  no region; the exclusive figures sum exactly to the run's instructions, cycles and MACs, also after a fault;
+  :mod:`plena_sim.regions`);
 * ``fault``: None, or the :class:`~plena_sim.faults.SimFault` (only with ``raise_on_fault=False``);
 * ``trace``: with ``trace=True`` (capacity :data:`DEFAULT_TRACE_CAPACITY`) or ``trace=N`` (ring of the
   newest N records), a :class:`plena_sim.trace.Trace` recorded inside the run loop (both backends,
@@ -341,6 +344,7 @@ class Machine:
         outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
         host = time.perf_counter() - t0
         stats = self._stats(outcome, host, jit_seconds)
+        stats["regions"] = self._regions(prog, outcome)
         trace_obj = None
         if cap:
             from .trace import Trace
@@ -356,6 +360,17 @@ class Machine:
             fault.result = result
             raise fault
         return result
+
+    def _regions(self, prog: Program, outcome: Outcome) -> list[dict]:
+        """``stats["regions"]`` (:mod:`plena_sim.regions`) of one run of ``prog``."""
+        from isa.table import mac_table
+
+        from .regions import pc_macs, region_stats
+
+        cfg = self.cfg
+        macs = mac_table(cfg.MLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT)
+        per_pc_macs = pc_macs(prog.words, outcome.pc_count, macs)
+        return region_stats(prog.regions, outcome.pc_count, outcome.pc_cycles, per_pc_macs)
 
     def _stats(self, outcome: Outcome, host_seconds: float, jit_seconds: float = 0.0) -> dict:
         from .timing import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT

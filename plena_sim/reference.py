@@ -1072,6 +1072,7 @@ def execute(
     rr = np.zeros((MAX_RANGES, 3), dtype=np.int64)
     wr = np.zeros((MAX_RANGES, 3), dtype=np.int64)
     by_opcode = np.zeros(64, dtype=np.int64)
+    pc_count, pc_cycles = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     run = _Run(st, words)
     run.counters.setdefault("hbm_payload_read", 0)
     run.counters.setdefault("hbm_payload_written", 0)
@@ -1126,7 +1127,10 @@ def execute(
                 run.counters["hbm_payload_written"] += run.hbm_bytes
             elif f.opcode in (_OP_HPM, _OP_HPV):
                 run.counters["hbm_payload_read"] += run.hbm_bytes
+            before = int(tm.ts[T_CYCLES])
             issue, lat, unit, is_h = _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr)
+            pc_count[pc] += 1
+            pc_cycles[pc] += int(tm.ts[T_CYCLES]) - before
             if tm.trace_capacity:
                 _nr, nw = T.resources_py(
                     f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux, tm.cv, rr, wr
@@ -1161,7 +1165,8 @@ def execute(
                     hbytes,
                 )
             st.ctrl[CTRL_PC] = run.next_pc
-    return Outcome(retired, fault, by_opcode, int(tm.ts[T_CYCLES]) - cyc0, dict(run.counters))
+    cycles = int(tm.ts[T_CYCLES]) - cyc0
+    return Outcome(retired, fault, by_opcode, cycles, dict(run.counters), pc_count, pc_cycles)
 
 
 from isa.encoding import OPCODES as _OPCODES  # noqa: E402

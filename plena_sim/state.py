@@ -154,20 +154,34 @@ class MachineState:
 class Outcome:
     """What one execution backend reports (the Numba core and the reference return the same thing).
 
-        ``retired``: instructions retired; ``fault``: None or the int64 fault record (faults.py slots);
-        ``by_opcode``: int64[64] retired count per opcode; ``cycles``: cycles this call added in the timing mode
+    ``retired``: instructions retired; ``fault``: None or the int64 fault record (faults.py slots);
+    ``by_opcode``: int64[64] retired count per opcode; ``cycles``: cycles this call added in the timing mode
     of ``state.timing`` (serial or overlap; totals, busy time, stalls and HBM counters live there);
-        ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``).
+    ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``);
+    ``pc_count`` / ``pc_cycles``: int64[program words], per pc the instructions it retired and the cycles they
+    added (the cycle counter after each one's accounting minus before: Σ pc_count = retired, Σ pc_cycles =
+    cycles exactly, in every timing mode; an instruction that faults adds nothing).
     """
 
-    __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters")
+    __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters", "pc_count", "pc_cycles")
 
-    def __init__(self, retired: int, fault, by_opcode, cycles: int, counters: dict | None = None):
+    def __init__(
+        self,
+        retired: int,
+        fault,
+        by_opcode,
+        cycles: int,
+        counters: dict | None = None,
+        pc_count=None,
+        pc_cycles=None,
+    ):
         self.retired = int(retired)
         self.fault = None if fault is None else tuple(int(x) for x in fault)
         self.by_opcode = np.asarray(by_opcode, dtype=np.int64)
         self.cycles = int(cycles)
         self.counters = dict(counters or {})
+        self.pc_count = np.zeros(0, dtype=np.int64) if pc_count is None else np.asarray(pc_count, dtype=np.int64)
+        self.pc_cycles = np.zeros(0, dtype=np.int64) if pc_cycles is None else np.asarray(pc_cycles, dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"Outcome(retired={self.retired}, fault={self.fault}, cycles={self.cycles}, counters={self.counters})"

@@ -26,6 +26,7 @@ import numpy as np
 from isa.assembler import _LineError, line_word
 from isa.plans import EXPLICIT, PLANS, Encoder, Plan, SpelledTexts, encode_operands
 from isa.program import Program, SourceMap, read_only
+from isa.regions import Region, RegionError, RegionRecorder, parse_marker
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import mutation_hooks
@@ -239,7 +240,25 @@ class Asm:
         formatting or parsing text: line texts are spelled from the words when asked for."""
         words, recipes = self._arrays()
         source = SourceMap(name, self._word_lines() + 1, SpelledTexts(words, recipes, self._explicit))
-        return Program.trusted(words, source, name)
+        return Program.trusted(words, source, name, self._regions())
+
+    def _regions(self) -> tuple[Region, ...]:
+        """The regions the ``@region`` / ``@endregion`` comments mark (:mod:`isa.regions`, as the assembler
+        records them from the text); a ValueError naming the line or the region of an unbalanced marker."""
+        recorder = RegionRecorder()
+        for placed, (index, comment) in enumerate(self._comments.items()):  # line order; ``placed`` comments before
+            try:
+                found = parse_marker(comment)
+                if found is not None and found[0] is not None:
+                    recorder.open(found[0], index - placed, index)
+                elif found is not None:
+                    recorder.close(index - placed)
+            except RegionError as exc:
+                raise ValueError(f"Asm: line {index + 1} {comment!r}: {exc.reason}") from None
+        try:
+            return recorder.regions()
+        except RegionError as exc:
+            raise ValueError(f"Asm: {exc.reason}") from None
 
     # ---- generator rules beyond the assembler (kernels.md §1.2)
     @staticmethod

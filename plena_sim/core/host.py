@@ -54,7 +54,7 @@ from .slots import (
     STAT_MACS,
     STAT_RETIRED,
 )
-from .static import TAB_VALID, WORD_FIELDS, opcode_tables, static_fault
+from .static import TAB_VALID, WORD_FIELDS, opcode_tables, per_pc, static_fault
 
 __all__ = ["execute", "warm_up", "jit_seconds", "COUNTER_NAMES"]
 
@@ -118,11 +118,15 @@ def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _program(program_words) -> tuple:
+def _program(program_words, par: tuple) -> tuple:
+    """(opcodes, words, the WORD_FIELDS arrays, the per-pc facts of :func:`.static.per_pc`) of a program."""
     if isinstance(program_words, Program):
         program_words = program_words.words
     dec = decode_program(program_words)
-    return (_i64(dec["opcode"]), _i64(dec["word"]), tuple(_i64(dec[k]) for k in WORD_FIELDS))
+    op, fields = _i64(dec["opcode"]), tuple(_i64(dec[k]) for k in WORD_FIELDS)
+    cfg_vec, _fmt, lat, _macs, tabs, _scale = par
+    facts = per_pc(op, fields, tabs, lat, TM.UNIT_OF, cfg_vec, np.zeros(FAULT_RECORD_LEN, dtype=np.int64))
+    return (op, _i64(dec["word"]), fields, facts)
 
 
 def _timing(tm) -> tuple:
@@ -148,13 +152,14 @@ def execute(
     ``trace_capacity`` records) lives in ``state.timing`` and persists across calls until
     ``state.reset_timing()``. ``state`` is mutated in place (loop-stack arrays and the HBM page pool
     may be replaced by larger ones)."""
-    prog = _program(program_words)
     par = _params(state.cfg)
+    prog = _program(program_words, par)
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
+    n_words = len(prog[0])
     out = (
         np.zeros(N_STATS, dtype=np.int64),
-        np.zeros(N_OPCODES, dtype=np.int64),
+        (np.zeros(n_words, dtype=np.int64), np.zeros(n_words, dtype=np.int64)),  # pc_count, pc_cycles
         np.zeros(FAULT_RECORD_LEN, dtype=np.int64),
         np.zeros(1, dtype=np.int64),
     )
@@ -173,15 +178,21 @@ def execute(
             break
     if st == RUN_STATIC:
         st = _static_fault(out[2], int(state.ctrl[CTRL_PC]), prog, par)
-    stats = out[0]
+    stats, (pc_count, pc_cycles) = out[0], out[1]
+    if tm.mode_code == TM.MODE_SERIAL:  # the fixed latencies the loop charged without adding them to pc_cycles
+        pc_cycles += pc_count * prog[3][0]
     fault = tuple(int(x) for x in out[2]) if st == RUN_FAULT else None
+    by_opcode = np.zeros(N_OPCODES, dtype=np.int64)
+    np.add.at(by_opcode, prog[0], pc_count)
+    stats[STAT_MACS] = int(by_opcode @ par[3])
     counters = {name: int(stats[STAT_MACS + k]) for k, name in enumerate(COUNTER_NAMES)}
-    return Outcome(int(stats[STAT_RETIRED]), fault, out[1], int(tm.ts[TM.T_CYCLES]) - cyc0, counters)
+    cycles = int(tm.ts[TM.T_CYCLES]) - cyc0
+    return Outcome(int(stats[STAT_RETIRED]), fault, by_opcode, cycles, counters, pc_count, pc_cycles)
 
 
 def _static_fault(frec: np.ndarray, pc: int, prog: tuple, par: tuple) -> int:
     """The fault record of the word at ``pc``: not an instruction (IL-OPC), or its first failing static check."""
-    op, word, words = prog
+    op, word, words, _facts = prog
     o = int(op[pc])
     if par[4][TAB_VALID][o] == 0:
         return int(fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0))

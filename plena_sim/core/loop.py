@@ -6,12 +6,16 @@ the loop: a call that passes a tuple of arrays pays a reference count per member
 gets only the plain arrays it uses (docs/performance.md). Dispatch is on the table's family / operation codes
 (:mod:`.static`), never on opcode numbers.
 
-Tuples: ``prog`` = (op, word, words) with words the :data:`.static.WORD_FIELDS` arrays; ``regs`` = (gp, fp,
+Tuples: ``prog`` = (op, word, words, facts) with words the :data:`.static.WORD_FIELDS` arrays and facts the
+per-pc (latency, unit, C_BREAK target, bad-word flag) of :func:`.static.per_pc`; ``regs`` = (gp, fp,
 areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram, fp_sram, int_sram, (page_index, pages, meta));
 ``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency table, macs, opcode tables, BMM_SCALE);
 ``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer, trace count, read set, write set);
-``out`` = (stats, by_opcode, fault record, pages needed); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf,
-fbuf, counts), logits, taken, sel, wts).
+``out`` = (stats, (pc_count, pc_cycles), fault record, pages needed): the per-pc profile, instructions retired and
+the cycles they added (``ts[T_CYCLES]`` after the accounting minus before); serial fixed-latency instructions add
+exactly their ``lat_pc`` each, so the host derives those cycles from the counts and the loop adds only the H_* and
+overlap ones (the host also derives the counts per opcode and the matrix MACs); ``scr`` = scratch (rowf, xbuf,
+wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel, wts).
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ from ..timing import MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
 from . import control, dma, matrix, scalar, vector
 from .account import account_dma, account_overlap, trace_after, trace_before
 from .common import fault
-from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, STAT_CYCLES, STAT_MACS, STAT_RETIRED
-from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF, per_pc
+from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, STAT_RETIRED
+from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
 
 
 @njit(cache=True)
@@ -81,17 +85,16 @@ def _leave(pc, n, max_instr, frec):
 @njit(cache=True, error_model="numpy")
 def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     """Run from ``ctrl[CTRL_PC]`` until the PC leaves the program or a status (fault, grow) is returned."""
-    op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a) = prog
+    op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a), (lat_pc, unit_pc, end_of, bad) = prog
     gp, fp, areg, ctrl, loops = regs
     lstart, lreg, lcount = loops
-    cfg, fmt, lat_table, macs, tabs, bmm_scale = par
+    cfg, fmt, _lat_table, _macs, tabs, bmm_scale = par
     fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
     vram, mram, fp_sram, int_sram, (pidx, pages, meta) = mem
     m_acc, v_acc, hm_acc, hv_acc = accs
-    ts, ready, rdone, cv, unit_of, hbm_tm, _tbuf, _tcount, rr, wr = tim
-    stats, by_opcode, frec, need = out
+    ts, ready, rdone, cv, _unit_of, hbm_tm, _tbuf, _tcount, rr, wr = tim
+    stats, (pc_count, pc_cycles), frec, need = out
     rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
-    lat_pc, unit_pc, end_of, bad = per_pc(op, prog[2], tabs, lat_table, unit_of, cfg, frec)
     n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
     brk = (op, rd_a, end_of, is_end)
     while True:
@@ -144,20 +147,20 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
             rollback(depth, lcount)  # nothing was changed; undo the runaway increments
             return st
         # ---------------------------------------------------------------- account, trace, retire
-        unit, lat = unit_pc[pc], lat_pc[pc]
+        unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]
         if fam == FAM_DMA:
             issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm)
-        elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out)
-            issue = ts[T_CYCLES]
-            ts[T_CYCLES], ts[T_LAST_ISSUE] = issue + lat, issue
+            pc_cycles[pc] += ts[T_CYCLES] - before
+        elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out); adds lat_pc[pc] (host)
+            ts[T_CYCLES], ts[T_LAST_ISSUE] = before + lat, before
+            issue = before
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
         else:
             issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
+            pc_cycles[pc] += ts[T_CYCLES] - before
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)
         stats[STAT_RETIRED] += 1
-        stats[STAT_CYCLES] += lat
-        stats[STAT_MACS] += macs[o]
-        by_opcode[o] += 1
+        pc_count[pc] += 1
         ctrl[CTRL_PC] = npc

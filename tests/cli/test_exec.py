@@ -83,6 +83,49 @@ def test_exec_mem_input_and_rich_summary(tmp_path, capsys, image):
     assert code == 0 and "instructions" in out and "H_PREFETCH_V" in out
 
 
+REGIONS_PROGRAM = """\
+S_ADDI_INT gp1, gp0, 1
+; @region outer
+M_MM 0, gp0, gp0
+; @region inner
+S_ADDI_INT gp2, gp0, 2
+S_ADDI_INT gp3, gp0, 3
+; @endregion
+; @endregion
+"""
+
+
+def test_exec_reports_regions_in_json_and_rich(tmp_path, capsys):
+    prog = tmp_path / "r.asm"
+    prog.write_text(REGIONS_PROGRAM)
+    code, out, err = run(capsys, "exec", prog, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["cycles"] == 67 and doc["regions"] == [  # serial: S_ADDI 1, M_MM 64, S_ADDI 1 + 1
+        {"path": "outer", "instructions": 1, "cycles_exclusive": 64, "cycles_inclusive": 66, "macs": 1024},
+        {"path": "outer/inner", "instructions": 2, "cycles_exclusive": 2, "cycles_inclusive": 2, "macs": 0},
+        {"path": "(unlabelled)", "instructions": 1, "cycles_exclusive": 1, "cycles_inclusive": 1, "macs": 0},
+    ]
+    code, out, _ = run(capsys, "exec", prog)
+    assert code == 0 and "regions" in [line.strip() for line in out.splitlines()]
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:6]] for line in out.splitlines()
+            if line.startswith("│ outer") or line.startswith("│ (unlabelled)")}  # fmt: skip
+    assert rows == {"outer": ["1", "64", "66", "98.5%"], "outer/inner": ["2", "2", "2", "3.0%"],
+                    "(unlabelled)": ["1", "1", "1", "1.5%"]}  # fmt: skip
+
+
+def test_exec_without_regions_prints_no_region_table(tmp_path, capsys):
+    prog = tmp_path / "p.asm"
+    prog.write_text("S_ADDI_INT gp1, gp0, 1\n")
+    code, out, _ = run(capsys, "exec", prog)
+    titles = [line.strip() for line in out.splitlines()]
+    assert code == 0 and "instructions by opcode" in titles and "regions" not in titles and "(unlabelled)" not in out
+    code, out, _ = run(capsys, "exec", prog, "--json")
+    assert json.loads(out)["regions"] == [
+        {"path": "(unlabelled)", "instructions": 1, "cycles_exclusive": 1, "cycles_inclusive": 1, "macs": 0}
+    ]
+
+
 def test_exec_misaligned_program_exits_3_with_located_message(tmp_path, capsys):
     prog = tmp_path / "bad.asm"
     prog.write_text("S_ADDI_INT gp1, gp0, 8\n; comment line\nV_ADD_VV gp2, gp1, gp0\n")

@@ -30,6 +30,7 @@ JSON_FIELDS = {
     "cycles",
     "instructions",
     "stats",
+    "regions",
     "wall_s",
     "fault",
 }
@@ -44,6 +45,9 @@ def test_run_default_json_and_save(tmp_path, capsys):
     assert doc["passed"] is True and doc["fault"] is None and doc["failing_elements"] == 0
     assert doc["params"]["kv_len"] == 256 and doc["hardware"]["MLEN"] == 64
     assert doc["instructions"] > 10_000 and doc["cycles"] >= doc["instructions"]
+    assert doc["regions"] == doc["stats"]["regions"] and doc["regions"][-1]["path"] == "(unlabelled)"
+    assert sum(e["cycles_exclusive"] for e in doc["regions"]) == doc["cycles"]
+    assert sum(e["instructions"] for e in doc["regions"]) == doc["instructions"]
     assert sorted(p.name for p in out_dir.iterdir()) == ["arrays.npz", "program.asm", "program.mem", "result.json"]
     saved = json.loads((out_dir / "result.json").read_text())
     assert saved["passed"] is True and saved["instructions"] == doc["instructions"]
@@ -151,3 +155,25 @@ def test_mlen_128_via_set_hw(capsys, name):
     code, out, _ = run(capsys, "run", name, *WIDE_HW, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["passed"] is True and doc["hardware"]["MLEN"] == 128
+
+
+def test_run_panel_shows_the_region_table_when_the_program_has_regions():
+    from rich.console import Console
+
+    from plena_cli.run_report import render_report
+    from plena_sim.machine import Machine
+    from testbenches.harness import Report
+
+    res = Machine().run(
+        "; @region body\nS_ADDI_INT gp1, gp0, 1\nS_ADDI_INT gp2, gp0, 1\n; @endregion\nS_ADD_FP f1, f1, f1\n"
+    )
+    rep = Report("t", "c", passed=True, cycles=res.cycles, instructions=res.instructions, stats=res.stats)
+    console = Console(record=True, width=100)
+    render_report(console, rep, {"wall_s": 0.0})
+    lines = [line.split("│") for line in console.export_text().splitlines() if line.startswith("│ ")]
+    rows = {cells[1].strip(): [c.strip() for c in cells[2:6]] for cells in lines if len(cells) == 7}
+    assert rows == {"body": ["2", "2", "2", "66.7%"], "(unlabelled)": ["1", "1", "1", "33.3%"]}
+    plain = Report("t", "c", passed=True, stats=Machine().run("S_ADD_FP f1, f1, f1").stats)
+    console = Console(record=True, width=100)
+    render_report(console, plain, {"wall_s": 0.0})
+    assert "(unlabelled)" not in console.export_text()

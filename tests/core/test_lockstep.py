@@ -705,6 +705,13 @@ def diff_outcomes(a, b):
             out.append(f"outcome.{k}: ref {getattr(a, k)} jit {getattr(b, k)}")
     if not np.array_equal(a.by_opcode, b.by_opcode):
         out.append(f"outcome.by_opcode differs at {np.flatnonzero(a.by_opcode != b.by_opcode)}")
+    for k in ("pc_count", "pc_cycles"):  # the per-pc profile, identical and summing to the totals
+        pa, pb = getattr(a, k), getattr(b, k)
+        if not np.array_equal(pa, pb):
+            out.append(f"outcome.{k} differs at pcs {np.flatnonzero(pa != pb)[:8]}")
+    for o, who in ((a, "ref"), (b, "jit")):
+        if int(o.pc_count.sum()) != o.retired or int(o.pc_cycles.sum()) != o.cycles:
+            out.append(f"{who}: profile sums {o.pc_count.sum()} / {o.pc_cycles.sum()} != {o.retired} / {o.cycles}")
     return out
 
 
