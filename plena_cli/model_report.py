@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["render_list", "render_model", "seconds_text"]
 
 _LIST_COLUMNS = ("name", "layers", "hidden", "heads/kv", "head_dim", "ffn", "experts/top-k")
-_REGION_COLUMNS = ("region", "prefill cycles", "prefill incl.", "decode cycles", "decode incl.")
+_REGION_COLUMNS = ("region", "prefill excl", "prefill incl", "decode excl", "decode incl")
 
 
 def render_list(out: Console, presets: Sequence[ModelPreset]) -> None:
@@ -124,8 +124,12 @@ def _hz_text(hz: float) -> str:
 
 def _region_table(regions: Sequence[Mapping[str, Any]]) -> Table:
     t = Table(title="cycles by region (exclusive, and inclusive of nested regions)", box=box.SIMPLE_HEAD)
+    width = max((len(row["path"]) for row in regions), default=6)
     for col in _REGION_COLUMNS:
-        t.add_column(col, justify="left" if col == "region" else "right")
+        if col == "region":
+            t.add_column(col, justify="left", no_wrap=True, min_width=width)
+        else:
+            t.add_column(col, justify="right", no_wrap=True)
     for row in regions:
         t.add_row(escape(row["path"]), *_counts(row["prefill"]), *_counts(row["decode"]))
     return t
