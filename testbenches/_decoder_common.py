@@ -358,9 +358,7 @@ def build_layer(name: str, params: Mapping[str, Any], config: HardwareConfig, *,
     cb = CaseBuilder(name, p, config)
     cb.set_fp(EPS=float(p["rms_eps"]), INV_HIDDEN=1.0 / s.hidden, QK_SCALE=1.0 / np.sqrt(s.head_dim))
     ins = _Inputs(cb, config, s, p)
-    plan = plan_decoder_layer(
-        config, s, ins.tensors, loops=bool(p.get("loops", True)), region_prefix="layer"
-    )
+    plan = plan_decoder_layer(config, s, ins.tensors, loops=bool(p.get("loops", True)), region_prefix="layer")
     for names, r0, n in _merged(plan):  # buffers live at different times may share rows: one region each span
         cb.region(names, r0, n, "output")
     asm = cb.asm()
