@@ -350,3 +350,15 @@ def test_the_sweep_panel_without_json(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "s.db"), "--threads"]) == 0
     out = capsys.readouterr().out
     assert "by status: PASS 2" in out and f"plena-sim sweep report {tmp_path / 's.db'}" in out
+
+
+def test_a_model_layer_point_runs_with_its_regions():
+    from plena_cli.sweep.point import run_point
+
+    spec = parse_spec('[[workload]]\nmodel = "tiny"\nkind = "decode"\n[workload.set]\nkv = [40]\n')
+    (point,), _ = spec.expand()
+    row = run_point(point.to_dict())
+    assert row["status"] == "PASS" and row["cycles"] > 0
+    paths = [r["path"] for r in row["regions"]]
+    assert "layer/attention" in paths and "layer/ffn" in paths and paths[-1] == "(unlabelled)"
+    assert sum(r["cycles_exclusive"] for r in row["regions"]) == row["cycles"]
