@@ -348,8 +348,12 @@ def _scratch(cfg: HardwareConfig, s: LayerShape, P: int) -> dict[str, int]:
 
 
 def _layout(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> VramLayout:
+    """Every buffer placed; a MoE layer's ffn scratch starts with the router logits, so with ``keep`` (a testbench
+    judging every stage) it lives to the end like the stage outputs."""
     reqs = _buffers(cfg, s, P, keep)
-    reqs += [BufferRequest(f"scratch:{st}", n, _AT[st], _AT[st]) for st, n in _scratch(cfg, s, P).items()]
+    for st, n in _scratch(cfg, s, P).items():
+        last = _END if keep and s.moe and st == "ffn" else _AT[st]
+        reqs.append(BufferRequest(f"scratch:{st}", n, _AT[st], last))
     return plan_vram(reqs, cfg.VLEN)
 
 
