@@ -12,16 +12,31 @@ are first copied (row-copy idiom) into consecutive staging rows, because V_TOPK 
 :func:`plan_moe_layer` / :func:`emit_moe_layer` are the whole routed-MoE layer
 ``out[t] = sum_r w[t,r] * FFN_{idx[t,r]}(X[t])`` (SwiGLU experts, :mod:`programs.ffn`):
 
-1. ``moe/router``: logits = ``linear(X, Wr)`` (E padded to a multiple of M);
-2. ``moe/topk``: ``V_TOPK`` per token: weights -> FP SRAM ``[fp_out, +T*k)``, indices -> INT SRAM
-   ``[int_out, +T*k)``, rank order;
-3. ``moe/expert_ffn`` per token t (unrolled) and rank r (unrolled): token t's row is copied (row-copy idiom)
-   into the one-row CBM ``xs``; ``S_LD_INT`` loads the expert index, ``S_MUL_INT`` makes it the byte offset
-   ``index * expert_stride`` in the register the FFN's weight prefetches add (every H_PREFETCH_M of Wg, Wu
-   and Wd; the MX scales follow from the element offset, memory.md §5.1); the SwiGLU FFN runs on ``xs`` into
-   the one-row CBM ``ys``;
-4. ``moe/combine``: ``S_LD_FP`` the routing weight, ``ys *= w`` (``V_MUL_VF``), ``out[t] += ys`` (the first
-   rank writes ``out[t] = w*ys``), one bf16 rounding per step, ranks in order.
+1. ``moe/router``: logits = ``linear(X, Wr)`` over every token (E padded to a multiple of M);
+
+then per token chunk (:func:`moe_chunk_tokens`: the most tokens whose routing fits FP/INT SRAM, at most
+``chunk``; T is limited only by VRAM), tokens ``row0 .. row0+C-1``:
+
+2. ``moe/topk``: ``V_TOPK`` per token of the chunk: weights -> FP SRAM ``[fp_out, +C*k)``, indices -> INT SRAM
+   ``[int_out, +C*k)``, rank order (each chunk overwrites the previous one's);
+3. per rank r (unrolled, k copies) a pass over the chunk's tokens t -- one hardware loop when one pass fits
+   MAX_LOOP_INSTRUCTIONS (:meth:`~programs.common.LoopBudget.repeat`; its counter is the last register, every
+   address is computed from it: :meth:`~programs.common.LoopBudget.affine`), else unrolled -- of
+
+   * ``moe/expert_ffn``: token t's row is copied (row-copy idiom) into the one-row CBM ``xs``; ``S_LD_INT``
+     loads the index ``INT[int_out + t*k + r]``, ``S_MUL_INT`` makes it the byte offset ``index *
+     expert_stride``, ``S_ST_INT`` puts it in the INT SRAM word ``offset_int = int_out + C*k``, which every
+     output column tile of the FFN's projections loads and adds to its Wg / Wu / Wd prefetches (so no register
+     holds it across the FFN: the FFN's 11 registers and the token counter are the 12 a generator may take;
+     the MX scales follow from the element offset, memory.md §5.1); the SwiGLU FFN runs on ``xs`` into the
+     one-row CBM ``ys``;
+   * ``moe/combine``: ``S_LD_FP`` the routing weight ``FP[fp_out + t*k + r]``, ``ys *= w`` (``V_MUL_VF``),
+     ``out[t] += ys`` (rank 0 writes ``out[t] = w*ys``), one bf16 rounding per step, ranks in order.
+
+The ranks are the outer level (rather than the tokens) so that a loop iteration holds one FFN, not k: a
+nested (token, rank) loop would need a second counter live across the FFN, a 13th register.  ``loops=False``
+is the reference form: the same operations on the same addresses in the same order (the addresses as
+constants, the tokens unrolled), so both forms give bit-identical results.
 
 Every expert's Wg ``[hidden, inter]``, Wu ``[hidden, inter]`` and Wd ``[inter, hidden]`` is stacked in one HBM
 tensor each (expert e's rows start at row ``e*hidden`` resp. ``e*inter``), so the three expert strides are the
