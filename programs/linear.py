@@ -535,7 +535,13 @@ def _add_rows(asm: Asm, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int,
 
 
 def emit_linear(
-    asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = (), w_offset_reg: int | None = None
+    asm: Asm,
+    plan: LinearPlan,
+    *,
+    gp: Sequence[int],
+    fp: Sequence[int] = (),
+    w_offset_reg: int | None = None,
+    w_offset_int: int | None = None,
 ) -> None:
     regs, _ = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
@@ -550,7 +556,7 @@ def emit_linear(
         chunks=plan.n_chunks,
         loops=int(plan.loops),
     )
-    emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg)
+    emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg, w_offset_int=w_offset_int)
     asm.end(plan.kernel)
 
 
