@@ -127,6 +127,8 @@ class Asm:
         self._comments: dict[int, str] = {}  # line index -> comment line (every other line is a word's)
         #: (mnemonic, operands, their types) -> (word, recipe) of accepted instructions (generators repeat most)
         self._memo: dict[tuple[str, tuple[object, ...], tuple[type, ...]], tuple[int, int]] = {}
+        #: dynamic instructions of the hardware loops emitted through a LoopBudget beyond their first iteration
+        self.dynamic_extra = 0
 
     @property
     def n_instructions(self) -> int:

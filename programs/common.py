@@ -199,8 +199,7 @@ class Footprint:
 class _LoopFrame:
     """One open hardware loop of a :class:`LoopBudget`."""
 
-    start: int  # asm.n_instructions after its C_LOOP_START
-    extra: int  # dynamic instructions of nested loops beyond their first iteration
+    start: int  # the sink's dynamic count (:func:`_dynamic_of`) after its C_LOOP_START
     reg: int
     name: str
 
@@ -218,10 +217,20 @@ Index = int | LoopVar
 
 
 class CountedSink(AsmSink, Protocol):
-    """What a :class:`LoopBudget` emits into: an :class:`~programs.asm.Asm` or the counting stand-in."""
+    """What a :class:`LoopBudget` emits into: an :class:`~programs.asm.Asm` or the counting stand-in.
+    ``dynamic_extra`` counts the dynamic instructions of its hardware loops beyond their first iteration (every
+    :class:`LoopBudget` on the sink adds to it), so a loop's iteration count includes the loops of nested
+    generators with budgets of their own."""
+
+    dynamic_extra: int
 
     @property
     def n_instructions(self) -> int: ...
+
+
+def _dynamic_of(sink: CountedSink) -> int:
+    """The dynamic instruction count of everything emitted into ``sink`` so far."""
+    return sink.n_instructions + sink.dynamic_extra
 
 
 class _CountingSink:
@@ -229,11 +238,18 @@ class _CountingSink:
 
     def __init__(self) -> None:
         self.n_instructions = 0
+        self.dynamic_extra = 0
 
     def emit(self, mnemonic: str, *operands: int | str) -> None:
         self.n_instructions += 1
 
     def comment(self, text: str) -> None:
+        pass
+
+    def begin(self, kernel: str, **params: object) -> None:
+        pass
+
+    def end(self, kernel: str) -> None:
         pass
 
     def __getattr__(self, name: str) -> Callable[..., None]:
@@ -247,9 +263,10 @@ class LoopBudget:
 
     ``with lb.loop(reg, count, "rows"):`` emits ``C_LOOP_START reg, count`` ... ``C_LOOP_END reg`` (a
     count of 1 emits the body once without a loop).  One iteration's dynamic count (body, C_LOOP_END and
-    every nested loop fully) must stay below MAX_LOOP_INSTRUCTIONS, else ``ValueError``; a counter
-    register already active in an enclosing loop is refused too.  ``lb.dynamic`` is the dynamic count of
-    everything emitted through it at the outermost level (an instruction-count estimate of the kernel).
+    every nested loop fully, those of nested generators with their own budget on the same sink too) must stay
+    below MAX_LOOP_INSTRUCTIONS, else ``ValueError``; a counter register already active in an enclosing loop of
+    the same budget is refused too.  ``lb.dynamic`` is the dynamic count of everything emitted into the sink
+    since the budget was made (an instruction-count estimate of the kernel).
 
     :meth:`repeat` is the adaptive form: it measures one iteration first (the body emits into a counting
     stand-in, :meth:`measure`) and emits a hardware loop if it fits the budget, else unrolls the iteration
@@ -262,14 +279,13 @@ class LoopBudget:
         self.cfg = cfg
         self.kernel = kernel
         self._stack: list[_LoopFrame] = []
-        self._start = asm.n_instructions
-        self._extra = 0
+        self._start = _dynamic_of(asm)
         self._held: dict[int, int] = {}  # constant (mod 2^32) -> the register holding it
         self.max_iteration = 0
 
     @property
     def dynamic(self) -> int:
-        return self.asm.n_instructions - self._start + self._extra
+        return _dynamic_of(self.asm) - self._start
 
     def loop(self, reg: int, count: int, name: str) -> AbstractContextManager[None]:
         @contextlib.contextmanager
@@ -282,32 +298,30 @@ class LoopBudget:
             if any(f.reg == reg for f in self._stack):
                 raise ValueError(f"{self.kernel}: loop {name} reuses counter gp{reg} of an enclosing loop")
             self.asm.C_LOOP_START(_g(reg), count)
-            frame = _LoopFrame(self.asm.n_instructions, 0, reg, name)
+            frame = _LoopFrame(_dynamic_of(self.asm), reg, name)
             self._stack.append(frame)
             try:
                 yield
             finally:
                 self._stack.pop()
             self.asm.C_LOOP_END(_g(reg))
-            body = self.asm.n_instructions - frame.start + frame.extra
+            body = _dynamic_of(self.asm) - frame.start
             self.max_iteration = max(self.max_iteration, body)
             check_loop(self.kernel, name, body, self.cfg)
-            if self._stack:
-                self._stack[-1].extra += (count - 1) * body
-            else:
-                self._extra += (count - 1) * body
+            self.asm.dynamic_extra += (count - 1) * body
 
         return _cm()
 
     def measure(self, body: Callable[[], None]) -> int:
-        """The dynamic instruction count of ``body()`` (emitted into a counting stand-in, then dropped)."""
-        saved = (self.asm, self._stack, self._start, self._extra, self.max_iteration, dict(self._held))
-        self.asm, self._stack, self._start, self._extra = _CountingSink(), [], 0, 0
+        """The dynamic instruction count of ``body()`` (emitted into a counting stand-in, then dropped; a nested
+        generator the body calls must emit into ``lb.asm``)."""
+        saved = (self.asm, self._stack, self._start, self.max_iteration, dict(self._held))
+        self.asm, self._stack, self._start = _CountingSink(), [], 0
         try:
             body()
             return self.dynamic
         finally:
-            self.asm, self._stack, self._start, self._extra, self.max_iteration, self._held = saved
+            self.asm, self._stack, self._start, self.max_iteration, self._held = saved
 
     def repeat(self, reg: int, count: int, name: str, body: Callable[[Index], None]) -> None:
         """``body(i)`` for ``i < count``: one hardware loop (``i`` a :class:`LoopVar`) if an iteration stays

@@ -9,8 +9,8 @@ Steps: linear(X, Wg -> G); linear(X, Wu -> U); silu(G -> G) over all of G's rows
 ``ffn_intermediate`` stops here (result G, or a copy at ``h_base``); ``ffn_swiglu`` continues with
 linear(G, Wd -> Y).  Y may equal X (X is consumed before the last step).
 ``w_runtime_offset_max`` (bytes) gives every projection a run-time W offset: the emitter's ``w_offset_reg``
-holds one byte offset added to the Wg, Wu and Wd addresses alike (e.g. expert ``e`` of stacked MoE weights
-whose three expert strides are equal, see :mod:`programs.moe`).
+(or the INT SRAM word at ``w_offset_int``) holds one byte offset added to the Wg, Wu and Wd addresses alike
+(e.g. expert ``e`` of stacked MoE weights whose three expert strides are equal, see :mod:`programs.moe`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_disjoint, need_int, need_multiple, rp, take_regs
 from .hbm_tensors import HbmTensor
 from .linear import GP_NEEDED as LIN_GP
-from .linear import LinearPlan, emit_linear_core, plan_linear
+from .linear import LinearPlan, WOffset, emit_linear_core, plan_linear
 
 __all__ = [
     "FfnPlan",
@@ -291,7 +291,8 @@ def plan_ffn_intermediate(
     )
 
 
-def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int], w_offset_reg: int | None) -> None:
+def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int], off: WOffset) -> None:
+    """``off``: where the run-time W offset is (see :func:`emit_linear_core`)."""
     regs, fregs = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     V = plan.V
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
@@ -305,9 +306,9 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int], w_offse
         ws=plan.ws_base,
     )
     asm.comment(f"{plan.kernel}: step 1 gate G = X @ Wg")
-    emit_linear_core(asm, plan.gate, regs, lb, w_offset_reg=w_offset_reg)
+    emit_linear_core(asm, plan.gate, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
     asm.comment(f"{plan.kernel}: step 2 up U = X @ Wu")
-    emit_linear_core(asm, plan.up, regs, lb, w_offset_reg=w_offset_reg)
+    emit_linear_core(asm, plan.up, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
     n_blk = (plan.inter // V) * plan.pitch
     act = plan.act
     if mutation_hooks.active("silu_on_up"):
@@ -336,23 +337,35 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int], w_offse
             asm.S_ADDI_INT(G(gU), G(gU), V)
     if plan.down is not None:
         asm.comment(f"{plan.kernel}: step 6 down Y = Hm @ Wd")
-        emit_linear_core(asm, plan.down, regs, lb, w_offset_reg=w_offset_reg)
+        emit_linear_core(asm, plan.down, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
     asm.end(plan.kernel)
 
 
 def emit_ffn_swiglu(
-    asm: Asm, plan: FfnPlan, *, gp: Sequence[int], fp: Sequence[int], w_offset_reg: int | None = None
+    asm: Asm,
+    plan: FfnPlan,
+    *,
+    gp: Sequence[int],
+    fp: Sequence[int],
+    w_offset_reg: int | None = None,
+    w_offset_int: int | None = None,
 ) -> None:
     """``w_offset_reg``: the register holding the run-time W byte offset (iff the plan has one; not in ``gp``'s
-    first ``plan.gp_needed``)."""
+    first ``plan.gp_needed``), or ``w_offset_int``: the INT SRAM word holding it."""
     if plan.kernel != "ffn_swiglu":
         raise ValueError(f"emit_ffn_swiglu: plan is for {plan.kernel}")
-    _emit(asm, plan, gp, fp, w_offset_reg)
+    _emit(asm, plan, gp, fp, WOffset(w_offset_reg, w_offset_int))
 
 
 def emit_ffn_intermediate(
-    asm: Asm, plan: FfnPlan, *, gp: Sequence[int], fp: Sequence[int], w_offset_reg: int | None = None
+    asm: Asm,
+    plan: FfnPlan,
+    *,
+    gp: Sequence[int],
+    fp: Sequence[int],
+    w_offset_reg: int | None = None,
+    w_offset_int: int | None = None,
 ) -> None:
     if plan.kernel != "ffn_intermediate":
         raise ValueError(f"emit_ffn_intermediate: plan is for {plan.kernel}")
-    _emit(asm, plan, gp, fp, w_offset_reg)
+    _emit(asm, plan, gp, fp, WOffset(w_offset_reg, w_offset_int))

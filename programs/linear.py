@@ -11,9 +11,10 @@ register-stepped pointers, so the program size hardly depends on the shape (:cla
 compute and memory operations on the same addresses in the same order and give bit-identical results.
 
 ``w_runtime_offset_max`` (bytes) adds a run-time byte offset to every W prefetch offset: the emitter's
-``w_offset_reg`` holds it (e.g. an expert index times the expert stride of stacked MoE weights, computed by
-the caller; the MX scale address follows from the element offset).  The plan checks that W holds the rows
-read at any offset up to that bound; the register is read, never written.
+``w_offset_reg`` holds it, or the INT SRAM word at ``w_offset_int`` does (read once per output column tile;
+e.g. an expert index times the expert stride of stacked MoE weights, computed by the caller; the MX scale
+address follows from the element offset).  The plan checks that W holds the rows read at any offset up to
+that bound; the register or word is read, never written.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "plan_batched_matmul",
     "emit_batched_matmul",
     "emit_linear_core",
+    "WOffset",
 ]
 
 KERNEL = "linear"
@@ -242,15 +244,33 @@ def _runtime_offset_elems(kernel: str, w: HbmTensor, most: int | None) -> int:
     return most // w.eb
 
 
-def _check_offset_reg(plan: LinearPlan, regs: Sequence[int], w_offset_reg: int | None) -> None:
-    """The run-time W offset register: given iff the plan has a run-time offset, and not one of the kernel's."""
-    if (w_offset_reg is None) != (plan.w_runtime_offset_max is None):
+@dataclass(frozen=True)
+class WOffset:
+    """Where the run-time W byte offset is: in gp register ``reg``, or in the INT SRAM word at ``int_addr``."""
+
+    reg: int | None = None
+    int_addr: int | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.reg is not None or self.int_addr is not None
+
+
+def _check_offset_reg(plan: LinearPlan, regs: Sequence[int], off: WOffset) -> None:
+    """The run-time W offset: given (a register not one of the kernel's, or an INT SRAM word) iff the plan has
+    one."""
+    w_offset_reg = off.reg
+    if off.reg is not None and off.int_addr is not None:
+        fail(plan.kernel, "w_offset_int", off.int_addr, f"and w_offset_reg={off.reg} exclude each other")
+    if off.given != (plan.w_runtime_offset_max is not None):
         fail(
             plan.kernel,
-            "w_offset_reg",
-            w_offset_reg,
+            "w_offset_reg" if off.int_addr is None else "w_offset_int",
+            w_offset_reg if off.int_addr is None else off.int_addr,
             f"must be given iff the plan has a run-time W offset (w_runtime_offset_max={plan.w_runtime_offset_max})",
         )
+    if off.int_addr is not None:
+        need_int(plan.kernel, "w_offset_int", off.int_addr, 0, plan.cfg.INT_SRAM_SIZE - 1)
     if w_offset_reg is not None:
         if isinstance(w_offset_reg, bool) or not isinstance(w_offset_reg, int) or not 1 <= w_offset_reg <= 15:
             fail(plan.kernel, "w_offset_reg", w_offset_reg, "must be a register in 1..15")
@@ -274,18 +294,22 @@ def emit_linear_core(
     lb: LoopBudget,
     batch: Batch | None = None,
     w_offset_reg: int | None = None,
+    w_offset_int: int | None = None,
 ) -> None:
     """The body of ``linear`` for one plan (used by linear, batched_matmul, ffn, router_topk and moe_layer).
 
     ``batch`` (looped form only) repeats it over a batch loop with per-batch X/Y/W steps (batched_matmul).
-    ``w_offset_reg`` (required iff the plan has ``w_runtime_offset_max``) holds the run-time W byte offset
-    added to every W prefetch offset; it is read, never written, and is not one of ``regs``."""
-    _check_offset_reg(plan, regs, w_offset_reg)
+    The run-time W byte offset added to every W prefetch offset (required iff the plan has
+    ``w_runtime_offset_max``) is register ``w_offset_reg`` (read, never written, not one of ``regs``) or the INT
+    SRAM word at ``w_offset_int`` (loaded once per output column tile, ``S_LD_INT r, r, 0`` with ``r`` holding
+    the address)."""
+    off = WOffset(w_offset_reg, w_offset_int)
+    _check_offset_reg(plan, regs, off)
     if plan.loops:
-        _LoopedLinear(lb, plan, regs, batch or Batch(), w_offset_reg).emit(asm)
+        _LoopedLinear(lb, plan, regs, batch or Batch(), off).emit(asm)
         return
     assert batch is None, "the unrolled form emits one batch per call"
-    _emit_unrolled(asm, plan, regs, lb, w_offset_reg)
+    _emit_unrolled(asm, plan, regs, lb, off)
 
 
 @dataclass(frozen=True)
@@ -306,10 +330,8 @@ class _LoopedLinear:
     loop counters (:meth:`LoopBudget.affine`).  The first chunk writes Y, later ones the split scratch, added
     to Y; the middle (full) chunks are one loop, a shorter last chunk is emitted on its own."""
 
-    def __init__(
-        self, lb: LoopBudget, plan: LinearPlan, regs: Sequence[int], batch: Batch, w_offset_reg: int | None
-    ) -> None:
-        self.lb, self.p, self.batch, self.gRun = lb, plan, batch, w_offset_reg
+    def __init__(self, lb: LoopBudget, plan: LinearPlan, regs: Sequence[int], batch: Batch, off: WOffset) -> None:
+        self.lb, self.p, self.batch, self.off = lb, plan, batch, off
         (self.Lnt, self.Lci, self.Lj, self.Lg, self.Lk, self.gWo, self.gX, self.gW, self.gD, self.gT1, self.gT2) = regs[
             :LOOPED_GP
         ]
@@ -342,8 +364,9 @@ class _LoopedLinear:
         p, lb = self.p, self.lb
         lb.asm.comment(f"{p.kernel}: output column tile nt (W row offset, X chunk base)")
         lb.affine(self.gWo, p.w_offset * p.w.eb, [(bt, self.batch.w_step), (nt, p.M * p.w.eb)], self.Lk)
-        if self.gRun is not None:
-            lb.asm.S_ADD_INT(G(self.gWo), G(self.gWo), G(self.gRun))
+        run = _runtime_offset(lb.asm, self.off, self.Lk)
+        if run is not None:
+            lb.asm.S_ADD_INT(G(self.gWo), G(self.gWo), G(run))
         lb.affine(self.gX, p.x_base, [(bt, self.batch.x_step)], self.Lk)
         sizes = [len(c) for c in p.chunks]
         mkt = sizes[0]
@@ -442,9 +465,16 @@ class _LoopedLinear:
         lb.run(self.Lg, n, "row add", row, step_last=False)
 
 
-def _emit_unrolled(
-    asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, w_offset_reg: int | None = None
-) -> None:
+def _runtime_offset(asm: AsmSink, off: WOffset, scratch: int) -> int | None:
+    """The register holding the run-time W offset (``scratch`` loaded from the INT SRAM word), or None."""
+    if off.int_addr is None:
+        return off.reg
+    load_imm(asm, scratch, off.int_addr)
+    asm.S_LD_INT(G(scratch), G(scratch), 0)
+    return scratch
+
+
+def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, off: WOffset) -> None:
     """The unrolled form (``loops=False``): every address a compile-time constant (the reference form)."""
     gLj, gLg, gWj, gDj, gXg, gDg, gT1, gT2, gTmp = regs[:GP_NEEDED]
     M, V, B, N = plan.M, plan.V, plan.B, plan.N
@@ -460,6 +490,7 @@ def _emit_unrolled(
     _set_scale_stride(asm, w, N * eb, gT1)
     for nt in range(N // M):
         y_nt = plan.y_base + nt * plan.y_pitch * V
+        w_offset_reg = _runtime_offset(asm, off, gTmp)
         for ci, chunk in enumerate(plan.chunks):
             asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} prefetch W tiles {chunk[0]}..{chunk[-1]}")
             for kk, kt in enumerate(chunk):
@@ -504,7 +535,13 @@ def _add_rows(asm: Asm, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int,
 
 
 def emit_linear(
-    asm: Asm, plan: LinearPlan, *, gp: Sequence[int], fp: Sequence[int] = (), w_offset_reg: int | None = None
+    asm: Asm,
+    plan: LinearPlan,
+    *,
+    gp: Sequence[int],
+    fp: Sequence[int] = (),
+    w_offset_reg: int | None = None,
+    w_offset_int: int | None = None,
 ) -> None:
     regs, _ = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
     lb = LoopBudget(asm, plan.cfg, plan.kernel)
@@ -519,7 +556,7 @@ def emit_linear(
         chunks=plan.n_chunks,
         loops=int(plan.loops),
     )
-    emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg)
+    emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg, w_offset_int=w_offset_int)
     asm.end(plan.kernel)
 
 

@@ -12,16 +12,31 @@ are first copied (row-copy idiom) into consecutive staging rows, because V_TOPK 
 :func:`plan_moe_layer` / :func:`emit_moe_layer` are the whole routed-MoE layer
 ``out[t] = sum_r w[t,r] * FFN_{idx[t,r]}(X[t])`` (SwiGLU experts, :mod:`programs.ffn`):
 
-1. ``moe/router``: logits = ``linear(X, Wr)`` (E padded to a multiple of M);
-2. ``moe/topk``: ``V_TOPK`` per token: weights -> FP SRAM ``[fp_out, +T*k)``, indices -> INT SRAM
-   ``[int_out, +T*k)``, rank order;
-3. ``moe/expert_ffn`` per token t (unrolled) and rank r (unrolled): token t's row is copied (row-copy idiom)
-   into the one-row CBM ``xs``; ``S_LD_INT`` loads the expert index, ``S_MUL_INT`` makes it the byte offset
-   ``index * expert_stride`` in the register the FFN's weight prefetches add (every H_PREFETCH_M of Wg, Wu
-   and Wd; the MX scales follow from the element offset, memory.md §5.1); the SwiGLU FFN runs on ``xs`` into
-   the one-row CBM ``ys``;
-4. ``moe/combine``: ``S_LD_FP`` the routing weight, ``ys *= w`` (``V_MUL_VF``), ``out[t] += ys`` (the first
-   rank writes ``out[t] = w*ys``), one bf16 rounding per step, ranks in order.
+1. ``moe/router``: logits = ``linear(X, Wr)`` over every token (E padded to a multiple of M);
+
+then per token chunk (:func:`moe_chunk_tokens`: the most tokens whose routing fits FP/INT SRAM, at most
+``chunk``; T is limited only by VRAM), tokens ``row0 .. row0+C-1``:
+
+2. ``moe/topk``: ``V_TOPK`` per token of the chunk: weights -> FP SRAM ``[fp_out, +C*k)``, indices -> INT SRAM
+   ``[int_out, +C*k)``, rank order (each chunk overwrites the previous one's);
+3. per rank r (unrolled, k copies) a pass over the chunk's tokens t -- one hardware loop when one pass fits
+   MAX_LOOP_INSTRUCTIONS (:meth:`~programs.common.LoopBudget.repeat`; its counter is the last register, every
+   address is computed from it: :meth:`~programs.common.LoopBudget.affine`), else unrolled -- of
+
+   * ``moe/expert_ffn``: token t's row is copied (row-copy idiom) into the one-row CBM ``xs``; ``S_LD_INT``
+     loads the index ``INT[int_out + t*k + r]``, ``S_MUL_INT`` makes it the byte offset ``index *
+     expert_stride``, ``S_ST_INT`` puts it in the INT SRAM word ``offset_int = int_out + C*k``, which every
+     output column tile of the FFN's projections loads and adds to its Wg / Wu / Wd prefetches (so no register
+     holds it across the FFN: the FFN's 11 registers and the token counter are the 12 a generator may take;
+     the MX scales follow from the element offset, memory.md §5.1); the SwiGLU FFN runs on ``xs`` into the
+     one-row CBM ``ys``;
+   * ``moe/combine``: ``S_LD_FP`` the routing weight ``FP[fp_out + t*k + r]``, ``ys *= w`` (``V_MUL_VF``),
+     ``out[t] += ys`` (rank 0 writes ``out[t] = w*ys``), one bf16 rounding per step, ranks in order.
+
+The ranks are the outer level (rather than the tokens) so that a loop iteration holds one FFN, not k: a
+nested (token, rank) loop would need a second counter live across the FFN, a 13th register.  ``loops=False``
+is the reference form: the same operations on the same addresses in the same order (the addresses as
+constants, the tokens unrolled), so both forms give bit-identical results.
 
 Every expert's Wg ``[hidden, inter]``, Wu ``[hidden, inter]`` and Wd ``[inter, hidden]`` is stacked in one HBM
 tensor each (expert e's rows start at row ``e*hidden`` resp. ``e*inter``), so the three expert strides are the
@@ -34,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from plena_sim.config import HardwareConfig
 
@@ -44,6 +60,7 @@ from .asm import gp as G
 from .common import (
     FP_STATE_BASE,
     SLOT,
+    Index,
     LoopBudget,
     Region,
     check_addr,
@@ -71,6 +88,7 @@ __all__ = [
     "plan_moe_layer",
     "emit_moe_layer",
     "moe_workspace_rows",
+    "moe_chunk_tokens",
 ]
 
 #: policy -> (E experts, k selected)
@@ -97,6 +115,7 @@ class TopkPlan:
     kernel: str = "topk"
     gp_needed: int = 6
     fp_needed: int = 1
+    row0: int = 0  # the first token's row of the logits (a token chunk of a longer logits block)
 
 
 def plan_topk(
@@ -111,13 +130,16 @@ def plan_topk(
     stage_base: int | None = None,
     kernel: str = "topk",
     logits_role: str = "input",
+    row0: int = 0,
 ) -> TopkPlan:
+    """Top-k of the logit rows ``row0 .. row0+T-1`` (outputs for token ``t`` at ``fp_out/int_out + t*k``)."""
     V = config.VLEN
     if policy not in POLICIES:
         fail(kernel, "policy", policy, f"must be one of {sorted(POLICIES)} (0: E=32,k=4; 1: E=128,k=8)")
     E, k = POLICIES[policy]
     need_int(kernel, "T", T, 1, LOOP_COUNT_MAX)
-    need_int(kernel, "pitch", pitch, T)
+    need_int(kernel, "row0", row0, 0)
+    need_int(kernel, "pitch", pitch, row0 + T)
     need_int(kernel, "logits_base", logits_base, 0)
     need_multiple(kernel, "logits_base", logits_base, V, "VLEN")
     need_int(kernel, "fp_out", fp_out, 0)
@@ -168,6 +190,7 @@ def plan_topk(
         (int_out, T * k),
         config,
         kernel,
+        row0=row0,
     )
 
 
@@ -177,7 +200,7 @@ def _emit_topk_core(asm: Asm, plan: TopkPlan, regs: Sequence[int], fOne: int, lb
     swapped = mutation_hooks.active("topk_bases_swapped")
     load_imm(asm, gF, plan.int_out if swapped else plan.fp_out)
     load_imm(asm, gI, plan.fp_out if swapped else plan.int_out)
-    load_imm(asm, gRow, plan.logits_base)
+    load_imm(asm, gRow, plan.logits_base + plan.row0 * V)
     if plan.nrow > 1:
         asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
     asm.comment(f"{plan.kernel}: tokens loop (V_TOPK policy {plan.policy}: E={plan.E}, k={k})")
@@ -391,8 +414,14 @@ class MoeLayerPlan:
     ys_base: int
     xs_pitch: int
     expert_stride: int  # bytes from expert e to e+1 in Wg, Wu and Wd alike
-    router: RouterPlan
+    router: LinearPlan  # logits = X @ Wr, every token at once
+    topk: tuple[TopkPlan, ...]  # one per token chunk (tokens topk[c].row0 ..)
     ffn: FfnPlan
+    chunk: int  # tokens per chunk (the last one may be shorter)
+    fp_out: int  # FP SRAM [fp_out, +chunk*k): the chunk's routing weights
+    int_out: int  # INT SRAM [int_out, +chunk*k): the chunk's expert indices
+    offset_int: int  # INT SRAM word holding the selected expert's byte offset (read by the FFN)
+    loops: bool
     V: int
     vram_regions: dict[str, Region]
     fp_range: tuple[int, int]
@@ -400,16 +429,16 @@ class MoeLayerPlan:
     mram_tiles: tuple[int, int]
     hbm_slack: dict[str, int]
     cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = LIN_GP + 1
+    gp_needed: int = LIN_GP
     fp_needed: int = 2
 
     @property
     def policy(self) -> int:
-        return self.router.topk.policy
+        return self.topk[0].policy
 
 
 def _expert_stride(E: int, hidden: int, inter: int, wg: HbmTensor, wu: HbmTensor, wd: HbmTensor) -> int:
-    """The byte stride of one expert, equal in the three stacked tensors (one offset register serves all)."""
+    """The byte stride of one expert, equal in the three stacked tensors (one offset serves all)."""
     tensors = (("wg", wg), ("wu", wu), ("wd", wd))
     for name, t in tensors:
         if t.alloc_elems < E * hidden * inter:
@@ -448,6 +477,39 @@ def _layout(
     return base, regions
 
 
+def moe_chunk_tokens(
+    config: HardwareConfig, *, T: int, k: int, fp_out: int, int_out: int, chunk: int | None = None
+) -> int:
+    """Tokens per chunk: at most ``chunk`` (and T), as many as leave their ``k`` routing weights in FP SRAM from
+    ``fp_out`` and their ``k`` expert indices plus the expert-offset word in INT SRAM from ``int_out``."""
+    need_int(MOE, "fp_out", fp_out, 0)
+    need_int(MOE, "int_out", int_out, 0)
+    if fp_out < FP_STATE_BASE:
+        fail(MOE, "fp_out", fp_out, f"must be >= {FP_STATE_BASE} (FP SRAM slots 0-15 are constants)")
+    fp_room = (config.FP_SRAM_SIZE - fp_out) // k
+    int_room = (config.INT_SRAM_SIZE - int_out - 1) // k
+    if fp_room < 1:
+        fail(
+            MOE,
+            "fp_out",
+            fp_out,
+            f"leaves no room for one token's k={k} routing weights: must be "
+            f"<= FP_SRAM_SIZE-k={config.FP_SRAM_SIZE - k}",
+        )
+    if int_room < 1:
+        fail(
+            MOE,
+            "int_out",
+            int_out,
+            f"leaves no room for one token's k={k} expert indices and the expert-offset word: must be "
+            f"<= INT_SRAM_SIZE-k-1={config.INT_SRAM_SIZE - k - 1}",
+        )
+    tokens = min(T, fp_room, int_room)
+    if chunk is not None:
+        tokens = min(tokens, need_int(MOE, "chunk", chunk, 1))
+    return tokens
+
+
 def plan_moe_layer(
     config: HardwareConfig,
     *,
@@ -468,9 +530,11 @@ def plan_moe_layer(
     mram_tile0: int = 0,
     max_k_tiles: int | None = None,
     loops: bool = True,
+    chunk: int | None = None,
 ) -> MoeLayerPlan:
     """X ``[T, hidden]`` (CBM, pitch ``pitch``) -> out ``[T, hidden]`` (CBM, pitch ``pitch``); ``wr``
-    ``[hidden, Epad]``; ``wg``/``wu`` ``[E*hidden, inter]``, ``wd`` ``[E*inter, hidden]`` (stacked experts)."""
+    ``[hidden, Epad]``; ``wg``/``wu`` ``[E*hidden, inter]``, ``wd`` ``[E*inter, hidden]`` (stacked experts).
+    ``chunk``: at most this many tokens per chunk (default: as many as FP/INT SRAM hold)."""
     V = config.VLEN
     need_int(MOE, "T", T, 1)
     need_multiple(MOE, "inter", need_int(MOE, "inter", inter, 1), config.MLEN, "MLEN")
@@ -487,23 +551,39 @@ def plan_moe_layer(
         max_k_tiles=max_k_tiles,
     )
     E, k = POLICIES[policy]
+    C = moe_chunk_tokens(config, T=T, k=k, fp_out=fp_out, int_out=int_out, chunk=chunk)
     base, regions = _layout(V, parts, x_base=x_base, out_base=out_base, ws_base=ws_base, rows=(hidden // V) * pitch)
-    router = plan_router_topk(
+    router = plan_linear(
         config,
-        T=T,
-        hidden=hidden,
-        policy=policy,
+        rows=T,
+        K=hidden,
+        N=round_up(E, config.MLEN),
         x_base=x_base,
-        pitch=pitch,
-        wr=wr,
-        logits_base=base["logits"],
-        fp_out=fp_out,
-        int_out=int_out,
-        stage_base=base["topk_stage"] if parts["topk_stage"] else None,
+        x_pitch=pitch,
+        y_base=base["logits"],
+        y_pitch=pitch,
+        w=wr,
         mram_tile0=mram_tile0,
         max_k_tiles=max_k_tiles,
         split_base=base["router_split"] if parts["router_split"] else None,
         loops=loops,
+        kernel=MOE,
+    )
+    topk = tuple(
+        plan_topk(
+            config,
+            T=min(C, T - t0),
+            policy=policy,
+            logits_base=base["logits"],
+            pitch=pitch,
+            fp_out=fp_out,
+            int_out=int_out,
+            stage_base=base["topk_stage"] if parts["topk_stage"] else None,
+            kernel=MOE,
+            logits_role="output",
+            row0=t0,
+        )
+        for t0 in range(0, T, C)
     )
     stride = _expert_stride(E, hidden, inter, wg, wu, wd)
     RP = row_pad(config)
@@ -524,6 +604,7 @@ def plan_moe_layer(
         mram_tile0=mram_tile0,
         w_runtime_offset_max=(E - 1) * stride,
     )
+    gp_own = max(router.gp_needed, ffn.gp_needed, topk[0].gp_needed)
     return MoeLayerPlan(
         T,
         hidden,
@@ -539,20 +620,30 @@ def plan_moe_layer(
         RP,
         stride,
         router,
+        topk,
         ffn,
+        C,
+        fp_out,
+        int_out,
+        int_out + C * k,
+        loops,
         V,
         regions,
-        router.fp_range,
-        router.int_range,
+        (fp_out, C * k),
+        (int_out, C * k + 1),
         (mram_tile0, max(router.mram_tiles[1], ffn.mram_tiles[1])),
         {"wr": router.hbm_slack["w"], **{n: ffn.hbm_slack[n] for n in ("wg", "wu", "wd")}},
         config,
-        gp_needed=max(router.gp_needed, ffn.gp_needed) + 1,
-        fp_needed=max(router.fp_needed, ffn.fp_needed),
+        gp_needed=gp_own + int(loops),  # + the token loop's counter
+        fp_needed=max(topk[0].fp_needed, ffn.fp_needed),
     )
 
 
-def _copy_blocks(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, regs: Sequence[int], op: Callable[[], None]) -> None:
+def _label(t: Index) -> str:
+    return str(t) if isinstance(t, int) else "t"
+
+
+def _copy_blocks(lb: LoopBudget, plan: MoeLayerPlan, regs: Sequence[int], op: Callable[[], None]) -> None:
     """``op()`` once per column block of a token's row, stepping gA (``pitch`` rows: X / out) and gB
     (``xs_pitch`` rows: xs / ys) one block on."""
     gA, gB, gL, gTmp = regs[:4]
@@ -567,34 +658,42 @@ def _copy_blocks(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, regs: Sequence[in
     lb.run(gL, plan.hidden // V, "token blocks", block, step_last=False)
 
 
-def _stage_token(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, t: int, regs: Sequence[int], fOne: int) -> None:
-    """xs = X[t] (row-copy idiom, every column block)."""
-    gX, gXs = regs[:2]
-    asm.comment(f"{MOE}: token {t}: X[{t}] -> xs")
-    asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
-    load_imm(asm, gX, plan.x_base + t * plan.V)
-    load_imm(asm, gXs, plan.xs_base)
-    _copy_blocks(asm, plan, lb, regs, lambda: lb.asm.V_MUL_VF(G(gXs), G(gX), F(fOne), 0))
+def _stage_token(lb: LoopBudget, plan: MoeLayerPlan, row: int, t: Index, regs: Sequence[int], fOne: int) -> None:
+    """xs = X[row + t] (row-copy idiom, every column block)."""
+    gX, gXs, _gL, gTmp = regs[:4]
+    lb.asm.comment(f"{MOE}: token {row}+{_label(t)}: X -> xs")
+    lb.asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+    lb.affine(gX, plan.x_base + row * plan.V, [(t, plan.V)], gTmp)
+    load_imm(lb.asm, gXs, plan.xs_base)
+    _copy_blocks(lb, plan, regs, lambda: lb.asm.V_MUL_VF(G(gXs), G(gX), F(fOne), 0))
 
 
-def _expert_offset(asm: Asm, plan: MoeLayerPlan, slot: int, gOff: int, gTmp: int) -> None:
-    """gOff = INT[int_out + slot] * expert_stride: the byte offset of the selected expert's weights."""
+def _expert_offset(lb: LoopBudget, plan: MoeLayerPlan, t: Index, r: int, regs: Sequence[int]) -> None:
+    """INT[offset_int] = INT[int_out + t*k + r] * expert_stride: the byte offset of the selected expert's
+    weights, which the FFN adds to every Wg / Wu / Wd prefetch."""
+    gOff, gTmp = regs[:2]
+    asm = lb.asm
     if mutation_hooks.active("expert_index_ignored"):
         load_imm(asm, gOff, 0)
-        return
-    row_bytes = plan.inter * plan.ffn.gate.w.eb
-    stride = row_bytes if mutation_hooks.active("expert_stride_row") else plan.expert_stride
-    asm.S_LD_INT(G(gOff), G(0), plan.router.topk.int_out + slot)
-    load_imm(asm, gTmp, stride)
-    asm.S_MUL_INT(G(gOff), G(gOff), G(gTmp))
+    else:
+        row_bytes = plan.inter * plan.ffn.gate.w.eb
+        stride = row_bytes if mutation_hooks.active("expert_stride_row") else plan.expert_stride
+        lb.affine(gOff, plan.int_out + r, [(t, plan.k)], gTmp)
+        asm.S_LD_INT(G(gOff), G(gOff), 0)
+        load_imm(asm, gTmp, stride)
+        asm.S_MUL_INT(G(gOff), G(gOff), G(gTmp))
+    load_imm(asm, gTmp, plan.offset_int)
+    asm.S_ST_INT(G(gOff), G(gTmp), 0)
 
 
-def _combine(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, t: int, r: int, regs: Sequence[int], fW: int) -> None:
-    """out[t] (+)= w[t,r] * ys: the first rank writes, later ranks add (one bf16 rounding per step)."""
-    gO, gY = regs[:2]
-    asm.comment(f"{MOE}: token {t} rank {r}: out[{t}] {'=' if r == 0 else '+='} w * ys")
-    asm.S_LD_FP(F(fW), G(0), plan.router.topk.fp_out + t * plan.k + r)
-    load_imm(asm, gO, plan.out_base + t * plan.V)
+def _combine(lb: LoopBudget, plan: MoeLayerPlan, row: int, t: Index, r: int, regs: Sequence[int], fW: int) -> None:
+    """out[row + t] (+)= w[t,r] * ys: the first rank writes, later ranks add (one bf16 rounding per step)."""
+    gO, gY, _gL, gTmp = regs[:4]
+    asm = lb.asm
+    asm.comment(f"{MOE}: token {row}+{_label(t)} rank {r}: out {'=' if r == 0 else '+='} w * ys")
+    lb.affine(gO, plan.fp_out + r, [(t, plan.k)], gTmp)
+    asm.S_LD_FP(F(fW), G(gO), 0)
+    lb.affine(gO, plan.out_base + row * plan.V, [(t, plan.V)], gTmp)
     load_imm(asm, gY, plan.ys_base)
 
     def op() -> None:
@@ -604,12 +703,28 @@ def _combine(asm: Asm, plan: MoeLayerPlan, lb: LoopBudget, t: int, r: int, regs:
             lb.asm.V_MUL_VF(G(gY), G(gY), F(fW), 0)
             lb.asm.V_ADD_VV(G(gO), G(gO), G(gY), 0)
 
-    _copy_blocks(asm, plan, lb, regs, op)
+    _copy_blocks(lb, plan, regs, op)
+
+
+def _expert_pass(
+    lb: LoopBudget, plan: MoeLayerPlan, tk: TopkPlan, r: int, regs: Sequence[int], fregs: Sequence[int], t: Index
+) -> None:
+    """Token ``tk.row0 + t``, rank ``r``: stage the row, the selected expert's offset, its FFN, the combine."""
+    with region(lb.asm, "moe/expert_ffn"):
+        _stage_token(lb, plan, tk.row0, t, regs, fregs[1])
+        lb.asm.comment(f"{MOE}: rank {r}: expert offset, FFN xs -> ys")
+        _expert_offset(lb, plan, t, r, regs)
+        sink = cast(Asm, lb.asm)  # the Asm, or the counting stand-in while the pass is measured
+        emit_ffn_swiglu(sink, plan.ffn, gp=regs, fp=fregs, w_offset_int=plan.offset_int)
+    with region(lb.asm, "moe/combine"):
+        _combine(lb, plan, tk.row0, t, r, regs, fregs[0])
 
 
 def emit_moe_layer(asm: Asm, plan: MoeLayerPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
+    """Router over every token, then per token chunk: V_TOPK, and per rank r a pass over the chunk's tokens
+    (a hardware loop with ``loops`` when one pass fits MAX_LOOP_INSTRUCTIONS, counter: the last register)."""
     regs, fregs = take_regs(MOE, gp, fp, plan.gp_needed, plan.fp_needed)
-    own, gOff = regs[:-1], regs[-1]
+    own, gTok = (regs[:-1], regs[-1]) if plan.loops else (regs, 0)
     lb = LoopBudget(asm, plan.cfg, MOE)
     asm.begin(
         MOE,
@@ -622,19 +737,22 @@ def emit_moe_layer(asm: Asm, plan: MoeLayerPlan, *, gp: Sequence[int], fp: Seque
         x=plan.x_base,
         out=plan.out_base,
         ws=plan.ws_base,
+        chunk=plan.chunk,
     )
     with region(asm, "moe/router"):
-        emit_linear_core(asm, plan.router.linear, own, lb)
-    with region(asm, "moe/topk"):
-        _emit_topk_core(asm, plan.router.topk, own, fregs[0], lb)
-    for t in range(plan.T):
+        emit_linear_core(asm, plan.router, own, lb)
+    for tk in plan.topk:
+        with region(asm, "moe/topk"):
+            asm.comment(f"{MOE}: tokens {tk.row0}..{tk.row0 + tk.T - 1}: top-k")
+            _emit_topk_core(asm, tk, own, fregs[0], lb)
         for r in range(plan.k):
-            with region(asm, "moe/expert_ffn"):
-                if r == 0:
-                    _stage_token(asm, plan, lb, t, own, fregs[1])
-                asm.comment(f"{MOE}: token {t} rank {r}: expert offset, FFN xs -> ys")
-                _expert_offset(asm, plan, t * plan.k + r, gOff, own[0])
-                emit_ffn_swiglu(asm, plan.ffn, gp=own, fp=fregs, w_offset_reg=gOff)
-            with region(asm, "moe/combine"):
-                _combine(asm, plan, lb, t, r, own, fregs[0])
+
+            def body(t: Index, tk: TopkPlan = tk, r: int = r) -> None:
+                _expert_pass(lb, plan, tk, r, own, fregs, t)
+
+            if plan.loops:
+                lb.repeat(gTok, tk.T, "tokens", body)
+            else:
+                for t in range(tk.T):
+                    body(t)
     asm.end(MOE)

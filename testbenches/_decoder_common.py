@@ -6,12 +6,27 @@ kv_heads*d]``, ``wo [heads*d, hidden]``, ``wg``/``wu [hidden, ffn]``, ``wd [ffn,
 ``cos``/``sin [tokens, d]`` (HF ``rotate_half`` convention, ``theta^(-2i/d)``); decode also ``k_cache``/``v_cache
 [batch, kv, kv_heads, d]`` (the cache before the step). Tokens are ``b*seq + s``.
 
+A mixture-of-experts layer (``experts``/``top_k`` > 0, a V_TOPK policy) has the routed-MoE FFN: the router ``wr
+[hidden, experts]`` and the stacked experts, of which only the ``2*top_k`` *live* ones (input ``experts``: their
+ids, always the first and the last expert among them) hold data: inputs ``wg``/``wu [live, hidden, ffn]``, ``wd
+[live, ffn, hidden]``; the other experts' rows are zeros no page holds (the HBM is sparse), so a real model's
+expert stack costs the host only its live experts. The router pairs the live experts: pair ``j`` has ``+c_j`` and
+``-c_j`` (``c_j = ±2^u``, u in -1..1) at one xn2 row ``rho_j`` (distinct rows), every other column is zero. So
+every logit is a power of two times one bf16 xn2 element -- the bf16 logits the machine stores are exact, whatever
+xn2 holds -- and a token selects exactly one expert of every pair (the positive one; ties follow V_TOPK's rule on
+both sides, a zero xn2 element makes a pair tie with the dead experts' zero logits and may select one of those: a
+zero expert, judged as such).
+
 Judging (each stage on the values its inputs held in the machine, so every stage gets its own tight
 tolerance row of :mod:`.compare`; the golden follows the hardware's quantization points because its inputs
 *are* the hardware's bf16 SRAM and MX HBM values): attention norm (rms), Q/K/V projections (linear), RoPE
 (rope), the MX stores of Q/K/V to HBM (exact: the MX encoding of the machine's VRAM values), attention
 (flash, from the HBM Q and cache), O projection (linear), residual (exact bf16 sum), FFN norm (rms), FFN (ffn),
-residual (exact): the layer output is the first check. ``output_f64`` compares the output with a float64
+residual (exact): the layer output is the first check. A MoE layer's FFN stage is judged like ``moe_layer``,
+from the machine's xn2: ``router_logits`` exact (xn2 @ Wr), ``router_indices`` exact and ``router_weights``
+(``topk``) -- the top-k of those exact logits, for the tokens of the last routing chunk (the SRAMs hold one
+chunk) -- and ``ffn`` (the combined output) with the ``moe`` row from the selected experts' float64 SwiGLU.
+``output_f64`` compares the output with a float64
 evaluation of the whole layer from the same inputs with no intermediate rounding (relative RMS bound 5 %,
 the ``layer_f64`` row): the numerical cost of the data path.
 """
@@ -39,8 +54,10 @@ from programs.model.decoder import (
 from programs.rope import rope_rotation_tile
 
 from ._flashattn_common import _logical_kv, attention_golden
-from .compare import abs_matmul, bf16_decode, bf16_encode, tolerance
-from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, Derived, Readback, VramCbm
+from .compare import abs_matmul, bf16_decode, bf16_encode, moe_bound, tolerance
+from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, Derived, FpWords, IntWords, Readback, VramCbm
+from .moe_layer import expert_outputs
+from .moe_topk import golden_topk
 from .rope import rotate_half
 from .shapes import hw, resolve_params
 
@@ -55,12 +72,16 @@ DIMS = {
     "ffn": hw(4, "MLEN"),
     "rope_theta": 10000.0,
     "rms_eps": 1e-5,
+    "experts": 0,
+    "top_k": 0,
 }
 _WEIGHTS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+_EXPERT_WEIGHTS = ("wg", "wu", "wd")
 
 
 def shape_of(p: Mapping[str, Any], cfg: HardwareConfig, decode: bool) -> LayerShape:
-    dims = dict(hidden=p["hidden"], heads=p["heads"], kv_heads=p["kv_heads"], head_dim=p["head_dim"], ffn=p["ffn"])
+    keys = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "experts", "top_k")
+    dims = {k: p[k] for k in keys}
     B = p["batch"]
     if not decode:
         return LayerShape(B, p["seq"], p["seq"], **dims, decode=False, kv_capacity=p["seq"])
@@ -123,6 +144,7 @@ class _Inputs:
         self.needs = layer_hbm_needs(cfg, s)
         self.tensors: dict[str, Any] = {}
         self.v: dict[str, F64] = {}
+        self.live = np.zeros(0, dtype=np.int64)  # the live experts of a MoE layer
         H, T, d = s.hidden, s.tokens, s.head_dim
         self.put("x", cb.randn((T, H), float(p["scale"])), "act")
         for g in ("gamma_attn", "gamma_ffn"):
@@ -130,6 +152,8 @@ class _Inputs:
             self.put(g, gam.reshape(-1, cfg.VLEN), "act", shape=(H,))
         fan = {"wq": H, "wk": H, "wv": H, "wo": s.q_width, "wg": H, "wu": H, "wd": s.ffn}
         for w in _WEIGHTS:
+            if s.moe and w in _EXPERT_WEIGHTS:
+                continue
             rows, cols = self.needs[w]
             vals = np.zeros((rows, cols))
             used = s.kv_heads * d if w in ("wk", "wv") else cols
@@ -138,6 +162,8 @@ class _Inputs:
         self.rope_tables(p)
         if "rot" in self.needs:
             self.put("rot", rope_rotation_tile(d, cfg.MLEN), "weight")
+        if s.moe:
+            self.moe()
         self.put("q", np.zeros(self.needs["q"]), "act", writable=True)
         self.caches()
         for w in ("wk", "wv"):
@@ -154,6 +180,39 @@ class _Inputs:
         self.tensors[name] = (t, self.cb.tensors[name].base)
         self.v[name] = deq.reshape(shape) if shape else deq
         return t
+
+    def moe(self) -> None:
+        """The router and the stacked experts (see the module docstring): random data in the live experts only."""
+        cb, s = self.cb, self.s
+        E, k, H, F = s.experts, s.top_k, s.hidden, s.ffn
+        inner = 1 + cb.rng.choice(E - 2, 2 * k - 2, replace=False)  # with the first and the last expert
+        self.live = np.sort(np.concatenate([[0, E - 1], inner]))
+        pairs = cb.rng.permutation(self.live).reshape(k, 2)
+        rows = cb.rng.choice(H, k, replace=False)
+        c = cb.rng.choice([-1.0, 1.0], k) * 2.0 ** cb.rng.integers(-1, 2, k)
+        wr = np.zeros(self.needs["wr"])
+        wr[rows, pairs[:, 0]], wr[rows, pairs[:, 1]] = c, -c
+        self.put("wr", wr, "weight")
+        assert np.array_equal(self.v["wr"], wr), "the router weights must be MX-exact"
+        self.v["wr"] = wr[:, :E]
+        cb.inputs["wr"] = cb.inputs["wr"][:, :E]
+        for name, (n, cols) in zip(_EXPERT_WEIGHTS, ((H, F), (H, F), (F, H)), strict=True):
+            blocks = ((int(e) * n, cb.randn((n, cols), 1.0 / np.sqrt(n))) for e in self.live)
+            t, vals = cb.sparse_tensor(name, E * n, cols, "weight", blocks)
+            assert (t.row_pitch_elems, t.alloc_elems) == (self.needs[name][1], np.prod(self.needs[name]))
+            self.tensors[name] = (t, cb.tensors[name].base)
+            cb.inputs[name] = np.stack(vals)  # [live, n, cols]
+            del vals
+        cb.inputs["experts"] = self.live.astype(np.int64)
+
+    def expert(self, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Expert ``e``'s (Wg, Wu, Wd) as the machine holds them (zeros for an expert that is not live)."""
+        i = int(np.searchsorted(self.live, e))
+        if i < self.live.size and self.live[i] == e:
+            wg, wu, wd = (self.cb.inputs[w][i] for w in _EXPERT_WEIGHTS)
+            return wg, wu, wd
+        H, F = self.s.hidden, self.s.ffn
+        return np.zeros((H, F)), np.zeros((H, F)), np.zeros((F, H))
 
     def rope_tables(self, p: Mapping[str, Any]) -> None:
         s, d = self.s, self.s.head_dim
@@ -318,7 +377,42 @@ class _Judge:
             group_by=("batch", "head"),
         )
 
+    def moe(self) -> None:
+        """The MoE FFN stage from the machine's xn2: router logits, top-k, the combined expert outputs."""
+        s, H, ins = self.s, self.s.hidden, self.ins
+        plan = self.plan.stage("ffn").plans["moe"]
+        E, k, Wr = s.experts, s.top_k, ins.v["wr"]
+        xn2 = self.vram("xn2", H)
+
+        def routing(m: Machine) -> tuple[F64, np.ndarray, F64]:
+            logits = xn2(m) @ Wr
+            return (logits, *golden_topk(logits, k))
+
+        lg = plan.router
+        logits_rd = VramCbm(lg.y_base, s.tokens, lg.N, lg.y_pitch, post=lambda a: a[:, :E])
+        self.derived("router_logits", logits_rd, ("token", "expert"), "exact", lambda m: (routing(m)[0], None, None))
+        last = plan.topk[-1]  # the routing chunk the SRAMs still hold
+        sl, n = slice(last.row0, last.row0 + last.T), last.T
+
+        def per_token(a: np.ndarray, n: int = n) -> np.ndarray:
+            return a.reshape(n, k)
+
+        rd_i, rd_w = IntWords(plan.int_out, n * k, post=per_token), FpWords(plan.fp_out, n * k, post=per_token)
+        self.derived("router_indices", rd_i, ("token", "rank"), "exact", lambda m: (routing(m)[1][sl], None, None))
+        self.derived("router_weights", rd_w, ("token", "rank"), "topk", lambda m: (routing(m)[2][sl], None, None))
+
+        def combined(m: Machine) -> Derived:
+            _lg, idx, w = routing(m)
+            f, A = expert_outputs(xn2(m), idx, ins.expert)
+            bound, rho = moe_bound(w, f, A)
+            return np.einsum("tr,trc->tc", w, f), bound, tolerance("moe", rho=rho)
+
+        self.derived("ffn", _read(self.plan, "d", H), ("row", "col"), "moe", combined)
+
     def ffn(self) -> None:
+        if self.s.moe:
+            self.moe()
+            return
         H, v = self.s.hidden, self.ins.v
         xn2 = self.vram("xn2", H)
 
@@ -348,6 +442,10 @@ def reference_f64(ins: _Inputs) -> F64:
     O, *_ = attention_golden(q.reshape(B, S, hq, d), K, V, 1.0 / np.sqrt(d), True)
     h1 = x + O.reshape(s.tokens, hq * d) @ v["wo"]
     xn2 = rms(h1, v["gamma_ffn"], eps, invh)
+    if s.moe:
+        idx, w = golden_topk(xn2 @ v["wr"], s.top_k)
+        f, _A = expert_outputs(xn2, idx, ins.expert)
+        return h1 + np.einsum("tr,trc->tc", w, f)
     return h1 + (_silu(xn2 @ v["wg"]) * (xn2 @ v["wu"])) @ v["wd"]
 
 

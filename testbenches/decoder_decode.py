@@ -2,7 +2,7 @@
 
 One new token per sequence (``batch`` of them) at position ``kv`` against a KV cache of ``kv`` positions
 already in HBM (``sbhd``); the layer appends its K/V at position ``kv`` and attends over ``kv + 1`` keys.
-Stages and checks as ``decoder_layer``.
+Stages and checks as ``decoder_layer`` (a MoE layer with ``experts``/``top_k``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ REQUIRED_CASES: list[CaseSpec] = [
     ("default", {}, "default"),
     ("batch1_tile_edge", {"batch": 1, "kv": hw(1, "MLEN", plus=-1)}, "default"),
     ("kv_pad", {"batch": 3, "heads": 2, "kv_heads": 1, "hidden": hw(1, "MLEN"), "ffn": hw(2, "MLEN")}, "default"),
+    # a routed-MoE FFN (V_TOPK policy 1: E = 128 > VLEN on most machines, so the topk stages the logits)
+    ("moe_e128_k8", {"batch": 1, "experts": 128, "top_k": 8, "ffn": hw(1, "MLEN")}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 SLOW_CASES: list[CaseSpec] = [

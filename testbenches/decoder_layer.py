@@ -1,9 +1,10 @@
 """decoder_layer: one pre-norm transformer decoder layer, prefill (programs/model/decoder.py).
 
-RMSNorm -> Q, K, V projections -> RoPE on Q and K -> causal GQA flash attention (Q, K, V through HBM: K/V
-written to the layer's KV cache) -> O projection -> + x -> RMSNorm -> SwiGLU FFN -> + h1, for ``batch``
-sequences of ``seq`` tokens at positions ``pos0 ..``. Every stage is judged on its own inputs with its own
-tolerance row; ``output_f64`` bounds the whole layer against float64 (see ``_decoder_common``).
+RMSNorm -> Q, K, V projections -> RoPE on Q and K -> causal GQA flash attention (Q, K, V through HBM: K/V written
+to the layer's KV cache) -> O projection -> + x -> RMSNorm -> SwiGLU FFN (with ``experts``/``top_k``: the
+routed-MoE FFN) -> + h1, for ``batch`` sequences of ``seq`` tokens at positions ``pos0 ..``. Every stage is judged
+on its own inputs with its own tolerance row; ``output_f64`` bounds the whole layer against float64 (see
+``_decoder_common``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ REQUIRED_CASES: list[CaseSpec] = [
     ("default", {}, "default"),
     ("batch2_tail", {"batch": 2, "seq": hw(1, "MLEN", div=2, plus=3)}, "default"),
     ("kv_pad", {"heads": 2, "kv_heads": 1, "hidden": hw(1, "MLEN"), "ffn": hw(2, "MLEN")}, "default"),
+    # a routed-MoE FFN (V_TOPK policy 0): every (token, rank) is a one-row expert FFN, so few tokens
+    ("moe_e32_k4", {"experts": 32, "top_k": 4, "seq": 5, "ffn": hw(1, "MLEN")}, "default"),
 ]
 #: larger cases (tests/testbench/test_model_layers.py runs them under -m slow)
 STRETCH_CASES: list[CaseSpec] = []
@@ -35,6 +38,8 @@ SLOW_CASES: list[CaseSpec] = [
         "default",
     ),
     ("d_mlen", {"heads": 2, "kv_heads": 1, "head_dim": hw(1, "MLEN")}, "default"),
+    # 130 tokens of k=8: the routing runs in two chunks (FP SRAM holds 126 tokens' weights)
+    ("moe_two_chunks", {"experts": 128, "top_k": 8, "batch": 2, "seq": 65, "ffn": hw(1, "MLEN")}, "default"),
 ]
 RANGES = {
     "batch": [1, 2],

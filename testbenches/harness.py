@@ -28,6 +28,9 @@ Building a case: :class:`CaseBuilder`
   ``shape=`` records the input under its logical shape in ``Case.inputs`` (e.g. ``(batch, q, hq, d)``);
 * ``cb.output_tensor(name, rows, cols, cls, alloc_rows=None)``: a zero-filled HBM tensor the program may
   write (its byte ranges are declared writable for the HBM footprint check);
+* ``cb.sparse_tensor(name, rows, cols, cls, blocks)``: a large tensor of which only some row blocks hold data
+  (e.g. the experts a MoE step can select of a stacked expert tensor); the other rows read as zero and cost
+  no host memory (the HBM is sparse: only the written byte ranges become pages and the case's segments);
 * ``cb.alloc(n)``: reserve ``n`` VRAM rows (one zero guard row is left after each) without declaring
   them -- the plan's ``vram_regions`` declare them (``cb.add_regions``); ``cb.rows(n, name, role)``
   reserves and declares;
@@ -84,7 +87,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -95,7 +98,9 @@ import numpy.typing as npt
 
 from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
-from plena_sim.image import ImageBuilder, Placement
+from plena_sim.hbm import PAGE_SIZE
+from plena_sim.image import ImageBuilder, Placement, tensor_layout
+from plena_sim.numerics import decode_tensor, encode_tensor
 from programs.asm import Asm
 from programs.hbm_tensors import HbmTensor, set_addr_regs
 
@@ -428,6 +433,8 @@ class CaseBuilder:
         self.vram_pre: list[tuple[int, np.ndarray]] = []
         self.checks: list[Check] = []
         self.writable: list[tuple[int, int]] = []
+        self._hbm_end = 0  # one past the last byte of every tensor placed so far
+        self._sparse: dict[str, list[tuple[int, int]]] = {}  # sparse tensor -> the byte ranges holding data
         self._clock = {"start": time.perf_counter()}
 
     # ---- data
@@ -477,7 +484,8 @@ class CaseBuilder:
             full[:rows] = arr
         key, prec = _CLASSES[cls]
         t = self.cfg.hbm_type(key)
-        p = self.image.add(name, full, key)
+        p = self.image.add(name, full, key, address=self._next_address())
+        self._hbm_end = p.end
         del full, arr  # the caller's values may go before the float64 copy below is made
         a = 0
         if bind:
@@ -503,6 +511,64 @@ class CaseBuilder:
             self.writable.append((p.base, p.end))
         self._clock["placed"] = time.perf_counter()
         return ht, deq
+
+    def _next_address(self) -> int:
+        """The next tensor's base: packed after every tensor so far, 64-byte aligned."""
+        return -(-self._hbm_end // 64) * 64
+
+    def sparse_tensor(
+        self, name: str, rows: int, cols: int, cls: str, blocks: Iterable[tuple[int, npt.ArrayLike]]
+    ) -> tuple[HbmTensor, list[np.ndarray]]:
+        """A ``rows x cols`` tensor (precision class ``cls``) holding data only in the row blocks ``(first_row,
+        values [n, cols])``; every other row reads as zero.  The blocks are encoded as :meth:`tensor` encodes a
+        whole tensor (an MX block never spans a row, so a block's bytes are the whole tensor's bytes of those
+        rows).  Not bound to an a-register (the program binds it from ``self.tensors[name].base``).  Returns the
+        tensor and the dequantized values (read-only float32 ``[n, cols]``) of every block, in order."""
+        key, prec = _CLASSES[cls]
+        t = self.cfg.hbm_type(key)
+        lay = tensor_layout(rows, cols, t)
+        base = self._next_address()
+        if base + lay["total"] > self.image.hbm.size:
+            raise ValueError(f"tensor {name}: bytes [{base:#x}, {base + lay['total']:#x}) exceed HBM_SIZE")
+        mx = isinstance(t, MxType)
+        elem_end = base + lay["elem_bytes"]
+        p = Placement(
+            name, base, (rows, cols), rows, cols, lay["cols_padded"], t, lay["scale_reg"], lay["row_pitch"],
+            (base, elem_end), (elem_end, base + lay["total"]) if mx else None,
+        )  # fmt: skip
+        written: list[tuple[int, int]] = []
+        values = []
+        for r0, block in blocks:
+            vals = np.asarray(block, dtype=np.float32)
+            n = vals.shape[0]
+            if not 0 <= r0 <= rows - n or vals.shape[1] != cols:
+                raise ValueError(f"tensor {name}: block of shape {vals.shape} at row {r0} is outside [{rows}, {cols}]")
+            mat = np.zeros((n, lay["cols_padded"]), dtype=np.float32)
+            mat[:, :cols] = vals
+            elem, scale, _counts = encode_tensor(mat, t)
+            spans = [(base + r0 * lay["row_pitch"], elem)]
+            if isinstance(t, MxType):
+                spans.append((elem_end + r0 * (lay["cols_padded"] // t.block) * t.scale_bytes, scale))
+            for addr, data in spans:
+                self.image.hbm.write(addr, data)
+                written.append((addr, addr + data.size))
+            deq = decode_tensor(elem, scale, t, mat.shape)[:, :cols]
+            deq.flags.writeable = False
+            values.append(deq)
+        self._hbm_end = p.end
+        self.tensors[name] = p
+        self._sparse[name] = written
+        ht = HbmTensor(
+            areg=0,
+            scale_offset=lay["scale_reg"] if mx else 0,
+            eb=t.elem_bytes,
+            prec=prec,
+            row_pitch_elems=cols,
+            alloc_elems=rows * cols,
+            block=t.block if isinstance(t, MxType) else 0,
+        )
+        self._clock["placed"] = time.perf_counter()
+        return ht, values
 
     def output_tensor(
         self, name: str, rows: int, cols: int, cls: str = "act", *, alloc_rows: int | None = None
@@ -611,8 +677,9 @@ class CaseBuilder:
         if isinstance(program, Asm):  # assembled from the words, no re-parse (valid while case.program is text)
             extra.setdefault("compiled", (text, program.program(f"{self.testbench}.asm")))
         segs = []
-        for p in self.tensors.values():
-            segs.append((p.base, np.asarray(self.image.hbm.read(p.base, p.end - p.base), dtype=np.uint8).copy()))
+        for name, p in self.tensors.items():
+            for lo, hi in self._sparse.get(name, [(p.base, p.end)]):
+                segs.append((lo, np.asarray(self.image.hbm.read(lo, hi - lo), dtype=np.uint8).copy()))
         kw: dict[str, Any] = dict(
             testbench=self.testbench,
             case_id=self.case_id,
@@ -696,15 +763,40 @@ def _footprint(case: Case, before: np.ndarray, after: np.ndarray) -> CheckResult
     return res
 
 
-def _hbm_footprint(case: Case, before: np.ndarray, m: Machine) -> CheckResult:
-    n = max(before.size, int(m.hbm.high_water))
-    after = np.asarray(m.hbm.read(0, n), dtype=np.uint8)
-    ref = np.zeros(n, dtype=np.uint8)
-    ref[: before.size] = before
-    diff = after != ref
+@dataclass(frozen=True)
+class _HbmSnapshot:
+    """The HBM before a run, page by page (it is sparse): the page table, the written pages, the high water."""
+
+    index: np.ndarray
+    pages: np.ndarray
+    high_water: int
+
+    @classmethod
+    def of(cls, m: Machine) -> _HbmSnapshot:
+        hbm = m.hbm
+        return cls(hbm.page_index.copy(), np.asarray(hbm.pages[: hbm.pages_used]).copy(), hbm.high_water)
+
+    def changed(self, m: Machine, batch: int = 256) -> np.ndarray:
+        """The addresses (ascending) of every byte the machine's HBM now holds differently."""
+        hbm = m.hbm
+        pages = np.flatnonzero(hbm.page_index >= 0)  # every page written before or since (the others read 0)
+        out = []
+        for i in range(0, pages.size, batch):
+            chunk = pages[i : i + batch]
+            after = hbm.pages[hbm.page_index[chunk]]
+            ref = np.zeros_like(after)
+            rows = self.index[chunk]
+            ref[rows >= 0] = self.pages[rows[rows >= 0]]
+            p, off = np.nonzero(after != ref)
+            out.append(chunk[p] * PAGE_SIZE + off)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def _hbm_footprint(case: Case, before: _HbmSnapshot, m: Machine) -> CheckResult:
+    n = max(before.high_water, int(m.hbm.high_water))
+    bad = before.changed(m)
     for lo, hi in case.hbm_writable:
-        diff[lo:hi] = False
-    bad = np.flatnonzero(diff)
+        bad = bad[(bad < lo) | (bad >= hi)]
     res = CheckResult(name="hbm_footprint", passed=not bad.size, n=n, n_fail=int(bad.size), exact=True)
     if bad.size:
         res.reason = f"{bad.size} HBM bytes outside the output tensors changed (first byte {int(bad[0])})"
@@ -767,7 +859,7 @@ def _simulate(
     max_instructions: int | None,
     trace: bool | int = False,
     phases: dict[str, float] | None = None,
-) -> tuple[Machine, RunResult, Program, np.ndarray, np.ndarray, int]:
+) -> tuple[Machine, RunResult, Program, np.ndarray, _HbmSnapshot, int]:
     """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw). Adds the
     seconds it spends assembling, preparing the machine and simulating to ``phases``."""
     ph = phases if phases is not None else {}
@@ -780,7 +872,7 @@ def _simulate(
     )
     hw = min(max(rows_hi) + 64, m.vram.bits.shape[0])
     before = np.asarray(m.vram.bits[:hw]).copy()
-    hbm_before = np.asarray(m.hbm.read(0, int(m.hbm.high_water)), dtype=np.uint8).copy()
+    hbm_before = _HbmSnapshot.of(m)
     t2 = time.perf_counter()
     res = m.run(
         prog,

@@ -7,7 +7,9 @@ Stages and their checks (the golden follows the device's quantization points; no
   stores equal the float64 golden exactly (asserted), and the selection cannot depend on rounding (ties, which
   E4M3 inputs make possible, follow the tie rule on both sides);
 * V_TOPK: the indices in INT SRAM **exact**; the weights in FP SRAM with the ``topk`` row (softmax over the
-  selected logits, float64);
+  selected logits, float64).  The layer routes the tokens in chunks that fit FP/INT SRAM (``chunk`` caps the
+  chunk; default: as many tokens as fit), each chunk overwriting the previous one's, so these two checks cover
+  the last chunk's tokens; every token's routing is in the output check;
 * expert FFN and combine: the float64 SwiGLU of each selected expert (its rows of the stacked Wg / Wu / Wd) on
   the dequantized token row, weighted by the golden weights and summed; every output element with the ``moe``
   row, whose bound :func:`testbenches.compare.moe_bound` composes from the ``ffn`` row (each expert output),
@@ -18,7 +20,7 @@ Stages and their checks (the golden follows the device's quantization points; no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,7 @@ DEFAULTS = {
     "scale": 1.0,
     "fp_out": 16,
     "int_out": 0,
+    "chunk": None,
     "seed": 0,
 }
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
@@ -56,6 +59,8 @@ REQUIRED_CASES = [
     ("unrolled_bits", {"T": 2, "loops": False, "bit_identical": True, "max_k_tiles": 1}, "default"),
     ("sram_offsets", {"T": 3, "fp_out": 100, "int_out": 7, "seed": 3}, "default"),
     ("small_policy1", {"policy": 1, "T": 5, "inter": hw(1, "MLEN")}, "small"),
+    ("chunks_p1_T3_c2", {"T": 3, "chunk": 2, "policy": 1, "inter": hw(1, "MLEN"), "seed": 4}, "default"),
+    ("chunks_bits", {"T": 3, "chunk": 2, "inter": hw(1, "MLEN"), "bit_identical": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 #: larger cases, run under ``-m slow`` (tests/testbench/test_moe_layer.py)
@@ -69,6 +74,8 @@ SLOW_CASES = [
     ),
     ("policy1_T32_bits", {"policy": 1, "T": 32, "bit_identical": True, "seed": 5}, "default"),
     ("small_T24_h64_i128", {"T": 24, "hidden": hw(2, "MLEN"), "inter": hw(4, "MLEN"), "policy": 1}, "small"),
+    ("T256_two_chunks", {"T": 256}, "default"),
+    ("policy1_T130_two_chunks", {"policy": 1, "T": 130, "inter": hw(1, "MLEN"), "seed": 2}, "default"),
 ]
 RANGES = {
     "T": [1, 4, 5],
@@ -77,6 +84,7 @@ RANGES = {
     "inter": [hw(1, "MLEN"), hw(2, "MLEN")],
     "max_k_tiles": [None, 1],
     "loops": [True, False],
+    "chunk": [None, 1, 2],
     "cfg": ["default", "small"],
 }
 
@@ -93,21 +101,29 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def expert_outputs(
-    X: np.ndarray, idx: np.ndarray, Wg: np.ndarray, Wu: np.ndarray, Wd: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+#: expert e's ``(Wg [hidden, inter], Wu [hidden, inter], Wd [inter, hidden])``
+ExpertWeights = Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def stacked_experts(Wg: np.ndarray, Wu: np.ndarray, Wd: np.ndarray) -> ExpertWeights:
+    """Expert e of stacked tensors: rows ``e*hidden..`` of Wg/Wu and ``e*inter..`` of Wd."""
+    hidden, inter = Wd.shape[1], Wg.shape[1]
+
+    def weights(e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return Wg[e * hidden : (e + 1) * hidden], Wu[e * hidden : (e + 1) * hidden], Wd[e * inter : (e + 1) * inter]
+
+    return weights
+
+
+def expert_outputs(X: np.ndarray, idx: np.ndarray, weights: ExpertWeights) -> tuple[np.ndarray, np.ndarray]:
     """(f, A) ``[T, k, hidden]``: the float64 SwiGLU of expert ``idx[t,r]`` on ``X[t]`` and its ffn envelope
-    ``(|x@Wg|*|x@Wu|)@|Wd|``; expert e is rows ``e*hidden..`` of Wg/Wu and ``e*inter..`` of Wd."""
+    ``(|x@Wg|*|x@Wu|)@|Wd|``, the expert's weights from ``weights(e)``."""
     T, k = idx.shape
-    hidden, inter = X.shape[1], Wg.shape[1]
-    f = np.zeros((T, k, hidden))
-    A = np.zeros((T, k, hidden))
+    f = np.zeros((T, k, X.shape[1]))
+    A = np.zeros((T, k, X.shape[1]))
     for t in range(T):
         for r in range(k):
-            e = int(idx[t, r])
-            wg = Wg[e * hidden : (e + 1) * hidden].astype(np.float64)
-            wu = Wu[e * hidden : (e + 1) * hidden].astype(np.float64)
-            wd = Wd[e * inter : (e + 1) * inter].astype(np.float64)
+            wg, wu, wd = (w.astype(np.float64) for w in weights(int(idx[t, r])))
             gx, ux = X[t] @ wg, X[t] @ wu
             f[t, r] = (_silu(gx) * ux) @ wd
             A[t, r] = (np.abs(gx) * np.abs(ux)) @ np.abs(wd)
@@ -166,20 +182,24 @@ def _build(p: dict[str, Any], config: HardwareConfig) -> Case:
         int_out=p["int_out"],
         max_k_tiles=p["max_k_tiles"],
         loops=p["loops"],
+        chunk=p["chunk"],
     )
     cb.add_regions(plan.vram_regions)
     asm = cb.asm()
     preload_act(asm, config, tx, T, hidden, rx * V, pitch, GEN_GP)
     emit_moe_layer(asm, plan, gp=GEN_GP, fp=GEN_FP)
     idx, w = golden_topk(logits, k)
-    f, A = expert_outputs(X, idx, experts["wg"][1], experts["wu"][1], experts["wd"][1])
+    f, A = expert_outputs(X, idx, stacked_experts(experts["wg"][1], experts["wu"][1], experts["wd"][1]))
     bound, rho = moe_bound(w, f, A)
 
-    def per_token(a: np.ndarray, T: int = T, k: int = k) -> np.ndarray:
-        return a.reshape(T, k)
+    last = plan.topk[-1]  # the chunk whose routing stays in the SRAMs
+    n, sl = last.T, slice(last.row0, last.row0 + last.T)
+
+    def per_token(a: np.ndarray, n: int = n, k: int = k) -> np.ndarray:
+        return a.reshape(n, k)
 
     golden = np.einsum("tr,trc->tc", w, f)
     cb.check("output", VramCbm(ro * V, T, hidden, pitch), golden, ("token", "col"), "moe", A=bound, rho=rho)
-    cb.check("indices", IntWords(p["int_out"], T * k, post=per_token), idx, ("token", "rank"), "exact")
-    cb.check("weights", FpWords(p["fp_out"], T * k, post=per_token), w, ("token", "rank"), "topk")
+    cb.check("indices", IntWords(p["int_out"], n * k, post=per_token), idx[sl], ("token", "rank"), "exact")
+    cb.check("weights", FpWords(p["fp_out"], n * k, post=per_token), w[sl], ("token", "rank"), "topk")
     return cb.case(asm, plan=plan)

@@ -16,6 +16,7 @@ from programs import mutation_hooks
 
 from . import get as _get
 from .harness import Report, run_case
+from .shapes import hw
 
 __all__ = ["Exposure", "MUTATIONS", "DESCRIPTIONS", "exposures", "run_mutation", "how_caught", "ci_subset"]
 
@@ -124,7 +125,12 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     ),
     "expert_index_ignored": (
         "every expert FFN reads expert 0's weights (the index in INT SRAM ignored)",
-        [("moe_layer", {}), ("moe_layer", {"policy": 1, "T": 3, "inter": 64})],
+        [
+            ("moe_layer", {}),
+            ("moe_layer", {"policy": 1, "T": 3, "inter": 64}),
+            ("decoder_decode", {"batch": 1, "experts": 128, "top_k": 8, "ffn": hw(1, "MLEN")}),
+            ("decoder_layer", {"experts": 32, "top_k": 4, "seq": 5, "ffn": hw(1, "MLEN")}),
+        ],
     ),
     "expert_stride_row": (
         "expert offset index*inter*eb (one weight row) instead of index*hidden*inter*eb",

@@ -1,7 +1,9 @@
 """A pre-norm transformer decoder layer as one program, composed from the kernel generators.
 
 ``x -> RMSNorm -> Q, K, V projections -> RoPE on Q and K -> flash attention (GQA, causal) -> O projection
--> + x -> RMSNorm -> SwiGLU FFN -> + h1``.  The same composition is the *prefill* layer (``seq`` tokens per
+-> + x -> RMSNorm -> SwiGLU FFN -> + h1``; a mixture-of-experts layer (``experts > 0``) has the routed-MoE
+layer (:mod:`programs.moe`: router, V_TOPK, the selected experts' SwiGLU, weighted combine) as its FFN stage,
+``ffn`` then being one expert's width.  The same composition is the *prefill* layer (``seq`` tokens per
 sequence, positions ``pos0 ..``) and the *decode step* (one token per sequence at position ``kv_len - 1``
 against a KV cache already in HBM, its K/V appended at that position).
 
@@ -14,8 +16,10 @@ rows are consecutive.
 Resources: VRAM rows from :func:`~programs.model.layout.plan_vram` (every stage output and every stage's
 scratch is a buffer with a lifetime; ``keep_outputs`` keeps every stage output to the end so a testbench can
 judge each stage); MRAM tiles and gp/fp registers are stage-local (stages run one after another); FP SRAM
-holds the constant slots and flash attention's state from slot 16; a-registers are bound per stage (a stage
-starts by pointing ``a0..`` at its tensors). Each stage is a region ``<prefix>/<stage>``.
+holds the constant slots, and from slot 16 flash attention's state (attention stage) and the MoE routing
+weights (ffn stage): the two ranges overlap, which is fine because the stages run one after another
+(:attr:`LayerPlan.fp_sram`, :attr:`LayerPlan.int_sram` record each stage's range); a-registers are bound per
+stage (a stage starts by pointing ``a0..`` at its tensors). Each stage is a region ``<prefix>/<stage>``.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from plena_sim.config import HardwareConfig
 from .. import flash_attention as fa
 from .. import mutation_hooks
 from ..asm import Asm, region
-from ..common import fail, need_int, need_multiple, round_up, rp, vector_rows
+from ..common import FP_STATE_BASE, fail, need_int, need_multiple, round_up, rp, vector_rows
 from ..elementwise import emit_add_rows, plan_add_rows
 from ..ffn import emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_swiglu
 from ..hbm_tensors import HbmTensor, preload_act, set_addr_regs, store_act
 from ..linear import emit_linear, plan_linear
+from ..moe import POLICIES, emit_moe_layer, moe_workspace_rows, plan_moe_layer
 from ..norms import emit_rms_norm, plan_rms_norm
 from ..rope import emit_rope, plan_rope
 from .layout import BufferRequest, VramLayout, plan_vram
@@ -68,8 +73,10 @@ STAGES = (
 _AT = {name: i for i, name in enumerate(STAGES)}
 _END = len(STAGES) - 1
 
-#: the HBM tensors of a layer (inputs, then the ones the program writes: q, and the K/V cache)
+#: the HBM tensors of a layer (inputs, then the ones the program writes: q, and the K/V cache); ``wr`` (the
+#: router) only in a mixture-of-experts layer, whose ``wg``/``wu``/``wd`` stack every expert's weights
 TENSORS = (
+    "wr",
     "x",
     "gamma_attn",
     "wq",
@@ -109,6 +116,17 @@ class LayerShape:
     ffn: int
     decode: bool
     kv_capacity: int
+    experts: int = 0  # 0: a dense FFN; else a routed-MoE FFN stage (a V_TOPK policy with top_k)
+    top_k: int = 0
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0 or self.top_k > 0
+
+    @property
+    def policy(self) -> int:
+        """The V_TOPK policy of ``(experts, top_k)`` (a MoE layer)."""
+        return {pair: pol for pol, pair in POLICIES.items()}[(self.experts, self.top_k)]
 
     @property
     def tokens(self) -> int:
@@ -156,10 +174,15 @@ class LayerPlan:
     bases: Mapping[str, int]  # tensor name -> HBM byte base
     tensors: Mapping[str, HbmTensor]
     region_prefix: str
-    fp_state: tuple[int, int]
+    fp_state: tuple[int, int]  # flash attention's FP SRAM state (base, size)
     mram_tiles: Mapping[str, tuple[int, int]]
     data_path: Mapping[str, str]
     cfg: HardwareConfig = field(repr=False, compare=False)
+    #: stage -> (base, size) of the FP / INT SRAM words it uses beyond the constant slots; FP ranges of
+    #: different stages may overlap (flash attention's state and the MoE routing weights both start at 16):
+    #: the stages run one after another, each writing its range before reading it
+    fp_sram: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    int_sram: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def cbm(self, name: str) -> int:
         """Element base of the VRAM buffer ``name``."""
@@ -198,6 +221,16 @@ def _check_shape(cfg: HardwareConfig, s: LayerShape) -> None:
         fail(KERNEL, "kv_capacity", s.kv_capacity, f"must be >= kv_len={s.kv_len}")
     if cfg.hbm_type("HBM_V_KV_TYPE") != cfg.hbm_type("HBM_M_KV_TYPE"):
         fail(KERNEL, "HBM_V_KV_TYPE", cfg.hbm_type("HBM_V_KV_TYPE"), "must equal HBM_M_KV_TYPE (K/V stored, then read)")
+    for name in ("experts", "top_k"):
+        need_int(KERNEL, name, getattr(s, name), 0)
+    pairs = sorted(POLICIES.values())
+    if s.moe and (s.experts, s.top_k) not in pairs:
+        fail(
+            KERNEL,
+            "experts/top_k",
+            f"{s.experts}/{s.top_k}",
+            f"must be a V_TOPK policy: (experts, top_k) one of {pairs} (or both 0: a dense FFN)",
+        )
 
 
 def _flash_params(cfg: HardwareConfig, s: LayerShape) -> dict[str, Any]:
@@ -244,13 +277,22 @@ def layer_hbm_needs(cfg: HardwareConfig, s: LayerShape) -> dict[str, tuple[int, 
         "sin_k": (P, Nk),
         **({"rot": (M, M)} if s.head_dim <= M else {}),  # the rotation tile (RoPE's matmul path)
         "wo": (Nq, H),
-        "wg": (H, s.ffn),
-        "wu": (H, s.ffn),
-        "wd": (s.ffn, H),
+        **_ffn_needs(cfg, s),
         "q": (max(P, -(-req["q"] // Nq)), Nq),
         "k_cache": (kv_rows, Nk),
         "v_cache": (kv_rows, Nk),
     }
+
+
+def _ffn_needs(cfg: HardwareConfig, s: LayerShape) -> dict[str, tuple[int, int]]:
+    """The FFN's weights: ``wg``/``wu [hidden, ffn]``, ``wd [ffn, hidden]``; a MoE layer stacks its experts
+    (``[experts*hidden, ffn]``, ``[experts*ffn, hidden]``) and adds the router ``wr [hidden, experts]`` (padded
+    to a multiple of MLEN)."""
+    H, F, E = s.hidden, s.ffn, max(1, s.experts)
+    needs = {"wg": (E * H, F), "wu": (E * H, F), "wd": (E * F, H)}
+    if s.moe:
+        needs["wr"] = (H, round_up(s.experts, cfg.MLEN))
+    return needs
 
 
 # =========================================================================== planning
@@ -290,7 +332,10 @@ def _scratch(cfg: HardwareConfig, s: LayerShape, P: int) -> dict[str, int]:
     norm = 1 + vector_rows(cfg, H)  # t row, gamma rows
     rope_rows = 3 * (Nq // V) * P + 1  # cos, sin, xr, t (the widest: Q)
     flash = fa.scratch_rows(cfg, **_flash_params(cfg, s), **_trial_vram(cfg, s))
-    ffn = ffn_workspace_rows(cfg, rows=s.tokens, hidden=H, inter=s.ffn, pitch=P)
+    if s.moe:
+        ffn = moe_workspace_rows(cfg, T=s.tokens, hidden=H, inter=s.ffn, policy=s.policy, pitch=P)
+    else:
+        ffn = ffn_workspace_rows(cfg, rows=s.tokens, hidden=H, inter=s.ffn, pitch=P)
     return {
         "attn_norm": norm,
         "qkv_proj": max(split, 1),
@@ -303,8 +348,12 @@ def _scratch(cfg: HardwareConfig, s: LayerShape, P: int) -> dict[str, int]:
 
 
 def _layout(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> VramLayout:
+    """Every buffer placed; a MoE layer's ffn scratch starts with the router logits, so with ``keep`` (a testbench
+    judging every stage) it lives to the end like the stage outputs."""
     reqs = _buffers(cfg, s, P, keep)
-    reqs += [BufferRequest(f"scratch:{st}", n, _AT[st], _AT[st]) for st, n in _scratch(cfg, s, P).items()]
+    for st, n in _scratch(cfg, s, P).items():
+        last = _END if keep and s.moe and st == "ffn" else _AT[st]
+        reqs.append(BufferRequest(f"scratch:{st}", n, _AT[st], last))
     return plan_vram(reqs, cfg.VLEN)
 
 
@@ -486,6 +535,38 @@ class _Builder:
         return Stage(name, {}, emit, {"add": plan})
 
     def ffn(self) -> Stage:
+        return self.moe() if self.s.moe else self.dense_ffn()
+
+    def moe(self) -> Stage:
+        """The routed-MoE FFN: router ``wr``, the stacked experts ``wg``/``wu``/``wd``; routing weights in FP SRAM
+        from slot 16 (flash attention's state range, free again), indices and the expert offset in INT SRAM
+        from 0."""
+        s = self.s
+        plan = plan_moe_layer(
+            self.cfg,
+            T=s.tokens,
+            hidden=s.hidden,
+            inter=s.ffn,
+            policy=s.policy,
+            x_base=self.at("xn2"),
+            pitch=self.P,
+            out_base=self.at("d"),
+            ws_base=self.at("scratch:ffn"),
+            wr=self.ten("wr", 0),
+            wg=self.ten("wg", 1),
+            wu=self.ten("wu", 2),
+            wd=self.ten("wd", 3),
+            fp_out=FP_STATE_BASE,
+            int_out=0,
+            loops=self.loops,
+        )
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            emit_moe_layer(asm, plan, gp=gp, fp=fp)
+
+        return Stage("ffn", {0: "wr", 1: "wg", 2: "wu", 3: "wd"}, emit, {"moe": plan})
+
+    def dense_ffn(self) -> Stage:
         plan = plan_ffn_swiglu(
             self.cfg,
             rows=self.s.tokens,
@@ -547,6 +628,17 @@ def plan_decoder_layer(
     b = _Builder(config, shape, lay, tensors, loops)
     stages = b.stages()
     flash = stages[_AT["attention"]].plans["flash"]
+    fp_sram = {"attention": (flash.fp_state_base, flash.fp_state_size)}
+    int_sram: dict[str, tuple[int, int]] = {}
+    data_path = dict(_DATA_PATH)
+    if shape.moe:
+        moe = stages[_AT["ffn"]].plans["moe"]
+        fp_sram["ffn"], int_sram["ffn"] = moe.fp_range, moe.int_range
+        data_path["routing"] = (
+            f"FP SRAM [{moe.fp_range[0]}, +{moe.fp_range[1]}) weights (reusing flash attention's state range), "
+            f"INT SRAM [{moe.int_range[0]}, +{moe.int_range[1]}) indices and the expert offset; "
+            f"{len(moe.topk)} chunk(s) of {moe.chunk} tokens"
+        )
     return LayerPlan(
         KERNEL,
         shape,
@@ -558,8 +650,10 @@ def plan_decoder_layer(
         region_prefix,
         (flash.fp_state_base, flash.fp_state_size),
         {st.name: _mram(st) for st in stages if _mram(st)[1]},
-        _DATA_PATH,
+        data_path,
         config,
+        fp_sram,
+        int_sram,
     )
 
 
@@ -584,7 +678,8 @@ def _mram(st: Stage) -> tuple[int, int]:
 def emit_decoder_layer(asm: Asm, plan: LayerPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     """The layer's program: every stage in its region, starting with its a-register bindings."""
     s = plan.shape
-    asm.begin(KERNEL, tokens=s.tokens, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, ffn=s.ffn)
+    moe = {"experts": s.experts, "top_k": s.top_k} if s.moe else {}
+    asm.begin(KERNEL, tokens=s.tokens, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, ffn=s.ffn, **moe)
     with region(asm, plan.region_prefix):
         for st in plan.stages:
             with region(asm, st.name):

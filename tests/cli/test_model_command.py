@@ -66,6 +66,14 @@ def test_list_json_has_every_preset_with_exact_values(capsys):
     }
     assert "experts" not in smol and (rows[4]["experts"], rows[4]["top_k"]) == (32, 4)
     assert (rows[5]["name"], rows[5]["experts"], rows[5]["top_k"], rows[5]["ffn"]) == ("qwen3-30b-a3b", 128, 8, 768)
+    assert {k: rows[6][k] for k in ("name", "layers", "hidden", "ffn", "experts", "top_k")} == {
+        "name": "tiny-moe",
+        "layers": 2,
+        "hidden": 256,
+        "ffn": 256,
+        "experts": 32,
+        "top_k": 4,
+    }
 
 
 def test_list_table(capsys):
@@ -385,6 +393,8 @@ def test_plumbing_fault_is_fail_with_exit_3(stand_ins, capsys):
 
 
 def test_plumbing_moe_needs_a_testbench_that_takes_experts(stand_ins, capsys):
+    """A testbench without ``experts`` (a stand-in here) refuses a MoE preset (the real ones take it:
+    test_tiny_moe_model_runs_the_routed_experts)."""
     code, out, err = run(capsys, "model", "gpt-oss-20b", "--json")
     assert code == 2 and out == ""
     line = one_clean_line(err)
@@ -422,6 +432,57 @@ def test_tiny_model_runs(capsys):
         rows = [r[phase] for r in doc["regions"] if r[phase] is not None]
         assert sum(r["cycles_exclusive"] for r in rows) == doc[f"{phase}_layer_cycles"]
         assert sum(r["instructions"] for r in rows) == doc["runs"][phase]["instructions"]
+
+
+def test_tiny_moe_model_runs_the_routed_experts(capsys):
+    """A MoE preset runs both layers with its routed-MoE FFN stage: verdicts and the exact TTFT arithmetic."""
+    code, out, err = run(capsys, "model", "tiny-moe", "--seq", "16", "--kv", "40", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "PASS" and doc["layers"] == 2 and doc["clock_hz"] == 1e9
+    pre, dec = doc["runs"]["prefill"], doc["runs"]["decode"]
+    assert pre["verdict"] == dec["verdict"] == "PASS" and pre["error"] is None and dec["fault"] is None
+    for r in (pre, dec):
+        assert (r["params"]["experts"], r["params"]["top_k"], r["params"]["ffn"]) == (32, 4, 256)
+    assert pre["params"]["seq"] == 16 and dec["params"]["kv"] == 40
+    assert doc["prefill_layer_cycles"] == pre["cycles"] > doc["decode_layer_cycles"] == dec["cycles"] > 0
+    assert doc["ttft_s"] == 2 * pre["cycles"] / 1e9 and doc["prefill_layer_s"] == pre["cycles"] / 1e9
+    assert doc["decode_step_s"] == 2 * dec["cycles"] / 1e9
+    assert doc["decode_tokens_per_s"] == 1 / (2 * dec["cycles"] / 1e9)
+    code, out, err = run(capsys, "model", "tiny-moe", "--seq", "16", "--kv", "40")
+    assert code == 0 and "32 experts top-4" in out and "TTFT " in out
+
+
+@pytest.mark.parametrize("hw", ["small", "v80-64x16", "v80-128x64", "v80-256x64"])
+def test_tiny_moe_fits_every_preset_but_analytic(hw, capsys):
+    code, out, err = run(capsys, "model", "tiny-moe", "--hw", hw, "--seq", "5", "--kv", "9", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "PASS" and doc["ttft_s"] == 2 * doc["prefill_layer_cycles"] / doc["clock_hz"]
+
+
+def test_moe_expert_pair_outside_the_policies_is_refused(tmp_path, capsys):
+    f = tmp_path / "moe16.toml"
+    f.write_text(model_presets.load("tiny-moe").text.replace("experts = 32", "experts = 16"))
+    code, out, err = run(capsys, "model", f, "--seq", "4")
+    assert code == 2 and out == ""
+    assert one_clean_line(err) == (
+        "error: tiny-moe on transactional: decoder_layer refuses the shape: decoder_layer: experts/top_k=16/4 "
+        "must be a V_TOPK policy: (experts, top_k) one of [(32, 4), (128, 8)] (or both 0: a dense FFN)"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,layers", [("gpt-oss-20b", 24), ("qwen3-30b-a3b", 48)])
+def test_moe_presets_run_on_the_default_preset(name, layers, capsys):
+    """``plena-sim model gpt-oss-20b --seq 64`` / ``qwen3-30b-a3b --seq 64`` pass on transactional (minutes:
+    every (token, rank) is a one-row expert SwiGLU of the real widths)."""
+    code, out, err = run(capsys, "model", name, "--seq", "64", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "PASS" and doc["layers"] == layers and doc["hw"] == "transactional"
+    assert doc["ttft_s"] == layers * doc["prefill_layer_cycles"] / 1e9
+    assert doc["decode_tokens_per_s"] == 1 / (layers * doc["decode_layer_cycles"] / 1e9)
 
 
 @pytest.mark.parametrize("hw", ["transactional", "small", "v80-64x16", "v80-128x64", "v80-256x64"])

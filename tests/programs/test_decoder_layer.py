@@ -18,6 +18,8 @@ CASES = [
     ("decoder_layer", "kv_pad", "v80-128x64"),
     ("decoder_decode", "default", "transactional"),
     ("decoder_decode", "kv_pad", "v80-64x16"),
+    ("decoder_layer", "moe_e32_k4", "transactional"),
+    ("decoder_decode", "moe_e128_k8", "small"),
 ]
 
 
@@ -93,6 +95,14 @@ def test_plan_vram_first_fit_reuses_dead_rows_and_reports_conflicts():
         ("decoder_decode", {"heads": 3, "head_dim": 48}, "transactional", "heads*head_dim=144 must be a multiple"),
         (
             "decoder_layer",
+            {"experts": 16, "top_k": 2},
+            "transactional",
+            "experts/top_k=16/2 must be a V_TOPK policy: (experts, top_k) one of [(32, 4), (128, 8)]",
+        ),
+        ("decoder_decode", {"experts": 32, "top_k": 0}, "transactional", "experts/top_k=32/0 must be a V_TOPK"),
+        ("decoder_decode", {"experts": 128, "top_k": 8, "ffn": 96}, "transactional", "ffn=96 must be a multiple"),
+        (
+            "decoder_layer",
             {"heads": 4, "kv_heads": 1, "head_dim": 48, "hidden": 192},
             "transactional",
             "head_dim=48 must divide VLEN=64",
@@ -114,11 +124,62 @@ def test_decode_shape_and_hbm_needs():
     assert needs["wk"] == (128, 64) and needs["wo"] == (128, 128) and needs["rot"] == (64, 64)
 
 
-@pytest.mark.parametrize("tb", ["decoder_layer", "decoder_decode"])
-def test_looped_and_unrolled_programs_give_bit_identical_outputs(tb):
+def test_moe_shape_hbm_needs_stage_and_sram_ranges():
+    cfg = get_config("default")
+    s = LayerShape(1, 1, 70, 128, 4, 2, 32, 64, decode=True, kv_capacity=71, experts=128, top_k=8)
+    assert s.moe and s.policy == 1
+    needs = layer_hbm_needs(cfg, s)
+    assert (
+        needs["wr"] == (128, 128) and needs["wg"] == needs["wu"] == (128 * 128, 64) and needs["wd"] == (128 * 64, 128)
+    )
+    dense = layer_hbm_needs(cfg, LayerShape(1, 1, 70, 128, 4, 2, 32, 64, decode=True, kv_capacity=71))
+    assert "wr" not in dense and dense["wg"] == (128, 64) and dense["wd"] == (64, 128)
+    plan = _case("decoder_decode", "moe_e128_k8", "transactional").plan
+    ffn = plan.stage("ffn")
+    assert dict(ffn.bind) == {0: "wr", 1: "wg", 2: "wu", 3: "wd"} and set(ffn.plans) == {"moe"}
+    moe = ffn.plans["moe"]
+    assert (moe.E, moe.k, moe.T, moe.chunk) == (128, 8, 1, 1)
+    assert plan.fp_sram == {"attention": plan.fp_state, "ffn": (16, 8)} and plan.int_sram == {"ffn": (0, 9)}
+    assert plan.fp_state[0] == 16  # the two FP ranges overlap: the stages run one after another
+    assert plan.data_path["routing"].startswith("FP SRAM [16, +8) weights (reusing flash attention's state range)")
+    logits = plan.vram.buffers["scratch:ffn"]  # the router logits stay to be judged
+    assert logits.last == len(STAGES) - 1 and moe.router.y_base == logits.row0 * cfg.VLEN
+
+
+def test_moe_stack_costs_the_host_only_the_live_experts():
+    """128 experts, 16 live: the case's HBM segments hold 16 experts of each stacked tensor (a real model's
+    expert stack never exists on the host)."""
+    case = _case("decoder_decode", "moe_e128_k8", "transactional")
+    live = case.inputs["experts"]
+    assert live.size == 16 and live[0] == 0 and live[-1] == 127 and np.all(np.diff(live) > 0)
+    for name in ("wg", "wu", "wd"):
+        p = case.tensors[name]
+        inside = sum(d.size for a, d in case.hbm_segments if p.base <= a < p.end)
+        assert inside == 16 * (128 * 64) * 9 // 8  # MXFP8 elements + one scale byte per 8
+        assert case.inputs[name].shape[0] == 16
+    wr = case.inputs["wr"]
+    assert wr.shape == (128, 128) and np.count_nonzero(wr) == 16
+    assert set(np.flatnonzero(np.any(wr != 0, axis=0))) == set(live.tolist())
+    pairs = np.any(wr != 0, axis=1)
+    assert np.count_nonzero(pairs) == 8  # one xn2 row per pair, +c and -c
+    for row in np.flatnonzero(pairs):
+        vals = wr[row][wr[row] != 0]
+        assert vals.size == 2 and vals[0] == -vals[1] and abs(vals[0]) in (0.5, 1.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    "tb,cid",
+    [
+        ("decoder_layer", "default"),
+        ("decoder_decode", "default"),
+        ("decoder_decode", "moe_e128_k8"),
+        ("decoder_layer", "moe_e32_k4"),
+    ],
+)
+def test_looped_and_unrolled_programs_give_bit_identical_outputs(tb, cid):
     outs = []
     for loops in (True, False):
-        case = _case(tb, "default", "transactional", loops=loops)
+        case = _case(tb, cid, "transactional", loops=loops)
         rep = testbenches.harness.run(case)
         assert rep.passed, rep.summary
         m = prepare_machine(case)

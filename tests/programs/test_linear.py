@@ -214,8 +214,11 @@ def test_batched_matmul_structure():
 OFF_REG = 13  # outside ku.GP (1..12)
 
 
-def make_offset(cfg=CFG, *, loops, offset_max, reg=OFF_REG, gp=ku.GP, rows=5, K=128, N=128, max_k_tiles=1, w_rows=None):
-    """A linear whose W prefetches add gp[reg]; W holds ``w_rows`` rows (K + offset_max/N by default)."""
+def make_offset(
+    cfg=CFG, *, loops, offset_max, reg=OFF_REG, gp=ku.GP, rows=5, K=128, N=128, max_k_tiles=1, w_rows=None, word=None
+):
+    """A linear whose W prefetches add gp[reg] (or INT[word]); W holds ``w_rows`` rows (K + offset_max/N by
+    default)."""
     V = cfg.VLEN
     pitch = rp(cfg, rows)
     w = ku.tensor(0, w_rows or K + offset_max // N, N)
@@ -236,7 +239,7 @@ def make_offset(cfg=CFG, *, loops, offset_max, reg=OFF_REG, gp=ku.GP, rows=5, K=
         w_runtime_offset_max=offset_max,
     )
     a = Asm()
-    emit_linear(a, plan, gp=gp, w_offset_reg=reg)
+    emit_linear(a, plan, gp=gp, w_offset_reg=None if word is not None else reg, w_offset_int=word)
     return a.text()
 
 
@@ -259,6 +262,42 @@ def test_runtime_w_offset_loops_and_unrolled_do_the_same_operations(shape):
     looped = pre + make_offset(loops=True, offset_max=3 * 192 * 256, **shape)
     unrolled = pre + make_offset(loops=False, offset_max=3 * 192 * 256, **shape)
     assert ku.operation_log(looped, CFG) == ku.operation_log(unrolled, CFG)
+
+
+@pytest.mark.parametrize("loops", [True, False])
+def test_runtime_w_offset_from_an_int_sram_word(loops):
+    """w_offset_int: the word is loaded once per output column tile (``S_LD_INT r, r, 0``, r = its address) and
+    moves every W prefetch of that tile by exactly its value; the word is never written."""
+    from tests.util import scalar_trace
+
+    most, word = 5 * 128 * 128, 700
+    text = make_offset(loops=loops, offset_max=most, word=word)
+    base = scalar_trace.trace(text, CFG, int_sram={}).prefetch_m
+    moved = scalar_trace.trace(text, CFG, int_sram={word: most}).prefetch_m
+    assert len(base) == 2 * 2 and [(o + most, *rest) for o, *rest in base] == moved
+    loads = [v for mn, v in ku.operation_log(text, CFG, int_sram={word: most}) if mn == "S_LD_INT"]
+    assert loads == [(word, word, "0")] * 2  # N/M = 2 column tiles
+    assert "S_ST_INT" not in text and f"gp{OFF_REG}" not in text
+
+
+@pytest.mark.parametrize("shape", [dict(rows=5, K=128, N=128, max_k_tiles=1), dict(rows=9, K=192, N=256)])
+def test_runtime_w_offset_word_loops_and_unrolled_do_the_same_operations(shape):
+    kw = dict(offset_max=3 * 192 * 256, word=9, **shape)
+    ints = {9: 2 * 192 * 256}
+    looped, unrolled = make_offset(loops=True, **kw), make_offset(loops=False, **kw)
+    assert ku.operation_log(looped, CFG, int_sram=dict(ints)) == ku.operation_log(unrolled, CFG, int_sram=dict(ints))
+
+
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(offset_max=0, word=1024), r"w_offset_int=1024 must be <= 1023"),
+        (dict(offset_max=None, word=5), r"w_offset_int=5 must be given iff .*w_runtime_offset_max=None"),
+    ],
+)
+def test_runtime_w_offset_word_errors(kw, needle):
+    with pytest.raises(ValueError, match=needle):
+        make_offset(loops=True, w_rows=128 + 8, **kw)
 
 
 @pytest.mark.parametrize(

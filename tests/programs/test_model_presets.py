@@ -17,7 +17,9 @@ EXPECTED = {
     "qwen3-8b": (36, 4096, 32, 8, 128, 12288, 1000000.0, 1e-6, None, None),
     "gpt-oss-20b": (24, 2880, 64, 8, 64, 2880, 150000.0, 1e-5, 32, 4),
     "qwen3-30b-a3b": (48, 2048, 32, 4, 128, 768, 1000000.0, 1e-6, 128, 8),
+    "tiny-moe": (2, 256, 4, 2, 64, 256, 10000.0, 1e-5, 32, 4),
 }
+TEST_MODELS = ("tiny", "tiny-moe")
 FIELDS = mp.SHAPE_KEYS + mp.MOE_KEYS
 
 GOOD = """
@@ -34,7 +36,15 @@ rms_eps = 1e-6
 
 
 def test_names_in_listing_order():
-    assert mp.names() == ("tiny", "smollm2-135m", "llama-3.1-8b", "qwen3-8b", "gpt-oss-20b", "qwen3-30b-a3b")
+    assert mp.names() == (
+        "tiny",
+        "smollm2-135m",
+        "llama-3.1-8b",
+        "qwen3-8b",
+        "gpt-oss-20b",
+        "qwen3-30b-a3b",
+        "tiny-moe",
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -51,7 +61,7 @@ def test_every_preset_has_its_exact_values(name):
     assert [doc[k] for k in mp.SHAPE_KEYS] == list(EXPECTED[name][:8])
 
 
-@pytest.mark.parametrize("name", [n for n in EXPECTED if n != "tiny"])
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n not in TEST_MODELS])
 def test_real_models_name_their_config_json(name):
     p = mp.load(name)
     assert p.source.startswith("https://huggingface.co/") and p.source.endswith("/config.json")
@@ -65,10 +75,14 @@ def test_shape_facts():
     assert mp.load("gpt-oss-20b").heads * mp.load("gpt-oss-20b").head_dim == 4096  # != hidden 2880
     assert mp.load("qwen3-30b-a3b").heads * mp.load("qwen3-30b-a3b").head_dim == 4096  # != hidden 2048
     assert mp.load("smollm2-135m").hidden == 9 * 64 and mp.load("smollm2-135m").hidden % 256 == 64
-    tiny = mp.load("tiny")
-    for width in (tiny.hidden, tiny.ffn, tiny.heads * tiny.head_dim, tiny.kv_heads * tiny.head_dim * 2):
-        assert width % 256 == 0  # MLEN of v80-256x64, the largest tile but analytic's
-    assert tiny.head_dim % 16 == 0 and tiny.head_dim % 32 == 0 and 256 % tiny.head_dim == 0
+    for tiny in map(mp.load, TEST_MODELS):
+        for width in (tiny.hidden, tiny.ffn, tiny.heads * tiny.head_dim, tiny.kv_heads * tiny.head_dim * 2):
+            assert width % 256 == 0  # MLEN of v80-256x64, the largest tile but analytic's
+        assert tiny.head_dim % 16 == 0 and tiny.head_dim % 32 == 0 and 256 % tiny.head_dim == 0
+    moe, dense = mp.load("tiny-moe").to_dict(), mp.load("tiny").to_dict()
+    assert {k: v for k, v in moe.items() if k not in ("name", "description", "ffn", "experts", "top_k")} == {
+        k: v for k, v in dense.items() if k not in ("name", "description", "ffn")
+    }
 
 
 def test_moe_presets_match_the_v_topk_policies():
@@ -141,8 +155,8 @@ def test_unknown_name_and_unreadable_path(tmp_path):
     with pytest.raises(mp.ModelPresetError) as info:
         mp.load("llama-9")
     assert str(info.value) == (
-        "unknown model 'llama-9' (known: tiny, smollm2-135m, llama-3.1-8b, qwen3-8b, gpt-oss-20b, qwen3-30b-a3b; "
-        "or give the path of a .toml file)"
+        "unknown model 'llama-9' (known: tiny, smollm2-135m, llama-3.1-8b, qwen3-8b, gpt-oss-20b, qwen3-30b-a3b, "
+        "tiny-moe; or give the path of a .toml file)"
     )
     with pytest.raises(mp.ModelPresetError, match="cannot read the file: No such file or directory"):
         mp.load(str(tmp_path / "missing.toml"))

@@ -12,14 +12,14 @@ from programs.asm import fp as F
 from programs.asm import gp as G
 from programs.asm import load_imm
 from programs.hbm_tensors import preload_act
-from testbenches.harness import GEN_GP, CaseBuilder, VramCbm, VramRows, fp_constants, run, run_case
+from testbenches.harness import GEN_GP, CaseBuilder, VramCbm, VramRows, fp_constants, prepare_machine, run, run_case
 from testbenches.variants import VARIANTS, get_config
 
 CFG = get_config("default")
 V = CFG.VLEN
 
 
-def _copy_case(*, write_out=True, stray_row=None, fp_write_slot=None, hbm_write=False, fault=False):
+def _copy_case(*, write_out=True, stray_row=None, fp_write_slot=None, hbm_write=False, fault=False, hbm_far=None):
     """x (HBM) -> VRAM rows -> copy to out rows (x*1.0); optional deliberate mistakes."""
     cb = CaseBuilder("selftest", {"seed": 1}, CFG, case_id="copy")
     tx, X = cb.tensor("x", cb.randn((4, V)), "act")
@@ -42,6 +42,12 @@ def _copy_case(*, write_out=True, stray_row=None, fp_write_slot=None, hbm_write=
         a.C_SET_SCALE_REG(G(1))
         load_imm(a, 1, ro * V)
         a.H_STORE_V(G(1), G(0), "a0", 0, 0)
+    if hbm_far is not None:  # a store into pages no tensor touches
+        load_imm(a, 1, 512)
+        a.C_SET_SCALE_REG(G(1))
+        load_imm(a, 1, ro * V)
+        load_imm(a, 3, hbm_far)
+        a.H_STORE_V(G(1), G(3), "a0", 0, 0)
     if fault:
         load_imm(a, 1, 3)
         a.V_MUL_VF(G(1), G(1), F(1), 0)  # AL-VROW
@@ -87,6 +93,59 @@ def test_constant_slot_overwrite_fails():
 def test_hbm_write_outside_outputs_fails():
     rep = run(_copy_case(hbm_write=True))
     assert not rep.passed and not rep.check("hbm_footprint").passed
+
+
+def test_hbm_write_into_untouched_pages_fails_naming_the_first_byte():
+    far = 1 << 24
+    base = _copy_case().tensors["x"].base
+    rep = run(_copy_case(hbm_far=far))
+    fp = rep.check("hbm_footprint")
+    assert not rep.passed and not fp.passed and fp.n_fail > 0
+    first = base + 512 + far // 8  # the first scale byte (SCALE = 512, one scale per 8 elements) precedes them
+    assert fp.first["index"] == [first] and f"first byte {first})" in fp.reason
+    assert fp.n_fail > 8 * V // 2  # and the elements at base + far
+
+
+def test_sparse_tensor_holds_exactly_the_dense_bytes_of_its_blocks():
+    """Row blocks of a sparse tensor encode to the bytes a dense tensor holds there (zero rows elsewhere); the
+    case's HBM segments are just those bytes, and a machine holds only their pages."""
+    rng = np.random.default_rng(3)
+    rows, cols = 64, 128
+    blocks = [(8, rng.standard_normal((8, cols))), (40, rng.standard_normal((16, cols)))]
+    dense = np.zeros((rows, cols))
+    for r0, b in blocks:
+        dense[r0 : r0 + b.shape[0]] = b
+    cd, cs = CaseBuilder("d", {}, CFG), CaseBuilder("s", {}, CFG)
+    for cb in (cd, cs):
+        cb.tensor("x", rng.standard_normal((4, V)), "act")
+    td, deq = cd.tensor("w", dense, "weight", bind=False)
+    ts, vals = cs.sparse_tensor("w", rows, cols, "weight", blocks)
+    assert ts == td and cs.tensors["w"].base == cd.tensors["w"].base
+    pd, ps = cd.tensors["w"], cs.tensors["w"]
+    assert (ps.elem_range, ps.scale_range, ps.end) == (pd.elem_range, pd.scale_range, pd.end)
+    assert np.array_equal(cs.image.hbm.read(ps.base, ps.end - ps.base), cd.image.hbm.read(pd.base, pd.end - pd.base))
+    for (r0, b), v in zip(blocks, vals, strict=True):
+        assert np.array_equal(v, deq[r0 : r0 + b.shape[0]])
+    t = CFG.hbm_type("HBM_M_WEIGHT_TYPE")
+    spans = []
+    for r0, b in blocks:
+        spans.append((ps.base + r0 * cols, b.size))
+        spans.append((ps.scale_range[0] + r0 * cols // t.block, b.size // t.block))
+    case = cs.case("")
+    assert [(a, d.size) for a, d in case.hbm_segments[1:]] == spans
+
+
+def test_a_huge_sparse_tensor_costs_only_its_blocks():
+    cb = CaseBuilder("s", {}, CFG)
+    rows, cols = 1 << 16, 4096  # 256 MiB of elements
+    t, vals = cb.sparse_tensor("w", rows, cols, "weight", [(rows - 8, np.ones((8, cols)))])
+    assert t.alloc_elems == rows * cols and cb.tensors["w"].end > rows * cols
+    case = cb.case("")
+    assert sum(d.size for _a, d in case.hbm_segments) == 8 * cols + 8 * cols // 8
+    m = prepare_machine(case)
+    elem0, data = case.hbm_segments[0]
+    assert elem0 == cb.tensors["w"].base + (rows - 8) * cols and np.array_equal(m.hbm.read(elem0, data.size), data)
+    assert m.hbm.pages_used <= 2 and np.array_equal(vals[0], np.ones((8, cols)))
 
 
 def test_simulator_fault_is_a_failure():

@@ -31,6 +31,20 @@ def test_required_case_on_preset(tb, cid, preset):
     assert names[0] == "output" and rep.checks[0].n == rep.checks[names.index("output_f64")].n
     for stage in ("attn_norm", "q_proj", "qr_rope", "k_cache_store", "attention", "o_proj", "ffn", "output_f64"):
         assert stage in names
+    if cid.startswith("moe"):  # the routed-MoE FFN stage, judged like moe_layer
+        tols = {c.name: c.tolerance for c in rep.checks}
+        assert names[names.index("ffn_norm") + 1 : names.index("ffn") + 1] == [
+            "router_logits",
+            "router_indices",
+            "router_weights",
+            "ffn",
+        ]
+        assert (tols["router_logits"], tols["router_indices"], tols["router_weights"], tols["ffn"]) == (
+            "exact",
+            "exact",
+            "topk",
+            "moe",
+        )
 
 
 def _silu(x):
