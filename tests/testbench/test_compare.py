@@ -256,6 +256,7 @@ def test_tolerance_table_rows():
         "topk",
         "exact",
         "moe",
+        "layer_f64",
     }
     t = tolerance("linear", n_chunks=3, bias=True)
     assert t.eps_a == 2**-12 + 3 * 2**-8 and t.eps_g == 2**-6 and t.rho == 2**-7
@@ -270,6 +271,8 @@ def test_tolerance_table_rows():
     assert tolerance("exact").exact
     t = tolerance("moe", rho=0.05)
     assert (t.eps_a, t.eps_g, t.rho, t.uses_A) == (1.0, 0.0, 0.05, True)
+    t = tolerance("layer_f64")  # the rel-RMS bound alone: every element's own bound is its stage check's
+    assert (t.rho, t.abs_term, t.uses_A, t.exact) == (0.05, math.inf, False, False)
 
 
 def test_moe_bound_composes_the_stage_rows():
