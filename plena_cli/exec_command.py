@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .options import add_backend_arg, add_config_args, add_timing_arg, config_from_args, dump_specs, int_arg, split_spec
-from .paths import out_path, read_program, save_npy, write_hbm_dump
+from .paths import distinct_outputs, out_path, read_program, save_npy, write_hbm_dump
 from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines
 
 if TYPE_CHECKING:
@@ -87,8 +87,10 @@ def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:
     d = _Dumps(
         vram=dump_specs(args.dump_vram, "--dump-vram", "ADDR:ROWS=OUT.npy"),
         hbm=dump_specs(args.dump_hbm, "--dump-hbm", "ADDR:LEN=OUT.bin"),
-        fp_sram=out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram else None,
+        fp_sram=out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram is not None else None,
     )
+    outputs = [("--dump-vram", p) for _a, _n, p in d.vram] + [("--dump-hbm", p) for _a, _n, p in d.hbm]
+    distinct_outputs(outputs + ([("--dump-fp-sram", d.fp_sram)] if d.fp_sram else []), _input_files(args))
     for addr, rows, _ in d.vram:
         if addr % cfg.VLEN or addr // cfg.VLEN + rows > cfg.VECTOR_SRAM_SIZE:
             raise UsageError(
@@ -99,6 +101,12 @@ def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:
         if addr + n > cfg.HBM_SIZE:
             raise UsageError(f"--dump-hbm: [{addr}, +{n}) exceeds HBM_SIZE={cfg.HBM_SIZE}")
     return d
+
+
+def _input_files(args: argparse.Namespace) -> list[str | None]:
+    """Every file ``exec`` reads (an output must not be one of them)."""
+    images = [spec.partition("=")[2] for spec in args.hbm_at or []]
+    return [args.program, args.hbm, args.fp_sram, args.int_sram, args.config, *images]
 
 
 def _loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
@@ -113,11 +121,11 @@ def _loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
     for spec in args.hbm_at or []:
         a, path = split_spec(spec, "--hbm-at", "ADDR=FILE")
         load_raw_image(path, m.hbm, int_arg(a, "--hbm-at ADDR"))
-    if args.fp_sram and args.fp:
+    if args.fp_sram and args.fp is not None:
         raise UsageError("--fp-sram and --fp are mutually exclusive")
     if args.fp_sram:
         m.fp_sram.bits[:] = load_fp_sram_file(args.fp_sram, cfg.FP_SRAM_SIZE)
-    if args.fp:
+    if args.fp is not None:
         m.fp_sram.bits[:] = fp_sram_from_values(_fp_values(args.fp), cfg.FP_SRAM_SIZE)
     if args.int_sram:
         m.int_sram[:] = load_int_sram_file(args.int_sram, cfg.INT_SRAM_SIZE)
@@ -125,8 +133,11 @@ def _loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
 
 
 def _fp_values(text: str) -> list[float]:
+    items = text.split(",")
+    if any(not v.strip() for v in items):
+        raise UsageError(f"--fp: {text!r} has an empty item (give V1,V2,... with a number between every comma)")
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        return [float(v) for v in items]
     except ValueError:
         raise UsageError(f"--fp: {text!r} is not a comma-separated list of numbers") from None
 

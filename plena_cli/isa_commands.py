@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from .errors import EXIT_OK, UsageError
+from .paths import distinct_outputs, out_path, write_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,23 +34,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_asm(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from isa import assemble_file, format_mem, write_mem
+    from isa import assemble_file, format_mem
 
     src = Path(args.input)
     if not src.is_file():
         raise UsageError(f"no such file: {args.input}")
+    to_stdout = args.output in (None, "-")
+    dst = None if to_stdout else out_path(args.output, "-o")
+    if dst is not None:
+        distinct_outputs([("-o", dst)], [src])
     prog = assemble_file(src)
-    if args.output in (None, "-"):
+    if dst is None:
         out.file.write(format_mem(prog.words))
         return EXIT_OK
-    dst = Path(args.output)
-    if not dst.parent.exists() and str(dst.parent) not in ("", "."):
-        raise UsageError(f"output directory does not exist: {dst.parent}")
-    try:
-        write_mem(dst, prog.words)
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    err.print(f"[green]assembled[/] {len(prog)} instructions -> {args.output}")
+    write_out(dst, format_mem(prog.words), "-o")
+    err.print("[green]assembled[/] ", end="")
+    err.print(f"{len(prog)} instructions -> {args.output}", markup=False)
     return EXIT_OK
 
 

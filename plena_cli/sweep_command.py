@@ -117,14 +117,10 @@ def cmd_sweep(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _run(engine: Any, spec: Any, args: argparse.Namespace, err: Console) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    out_path = Path(args.out)
-    if out_path.exists() and not out_path.is_file():
-        raise UsageError(f"sweep: --out {args.out} is not a file")
-    if not out_path.parent.is_dir():
-        raise UsageError(f"sweep: --out {args.out}: no directory {out_path.parent}")
+    db = _results_path(args.out)
     kw = dict(workers=args.workers, scheduler=args.scheduler, processes=not args.threads)
     if args.json:
-        return _guard(lambda: engine.run_sweep(spec, out_path, **kw))
+        return _guard(lambda: engine.run_sweep(spec, db, **kw))
     columns = (
         TextColumn("sweep"),
         BarColumn(),
@@ -140,7 +136,15 @@ def _run(engine: Any, spec: Any, args: argparse.Namespace, err: Console) -> Any:
             text = f"failed {t['failed']}  running {t['running']}  {t['points_per_min']:.0f} points/min"
             bar.update(task, total=t["total"], completed=t["done"], description=text)
 
-        return _guard(lambda: engine.run_sweep(spec, out_path, progress=progress, **kw))
+        return _guard(lambda: engine.run_sweep(spec, db, progress=progress, **kw))
+
+
+def _results_path(path: str) -> Path:
+    """``--out RESULTS``: the database file, written in place by SQLite (one transaction per point, so a killed
+    sweep loses only its running points); checked like every output (a regular file or a new name)."""
+    from .paths import out_path
+
+    return out_path(path, "sweep: --out")
 
 
 def _guard(fn: Any) -> Any:
@@ -167,18 +171,31 @@ def _render_summary(out: Console, doc: dict[str, Any]) -> None:
     out.print(f"report: plena-sim sweep report {doc['out']}")
 
 
+def _report_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | None]:
+    """``--csv``, ``--parquet`` and ``--plots``, checked before the report reads anything."""
+    from .paths import distinct_outputs, out_dir, out_path
+
+    csv = out_path(args.csv, "--csv") if args.csv is not None else None
+    parquet = out_path(args.parquet, "--parquet") if args.parquet is not None else None
+    plots = out_dir(args.plots, "--plots") if args.plots is not None else None
+    files = [(flag, p) for flag, p in (("--csv", csv), ("--parquet", parquet)) if p is not None]
+    distinct_outputs(files, [args.results])
+    return csv, parquet, plots
+
+
 def _report(args: argparse.Namespace, out: Console) -> int:
     if not args.results:
         raise UsageError("usage: plena-sim sweep report RESULTS [--csv F] [--parquet F] [--plots DIR] [--json]")
     for opt in ("out", "scheduler", "workers"):
         if getattr(args, opt):
             raise UsageError(f"sweep report: --{opt} belongs to 'sweep SPEC'")
+    csv, parquet, plots_dir = _report_outputs(args)
     (report,) = _modules("report")
     try:
         summary = report.summarize(args.results)
-        if args.csv or args.parquet:
-            report.export(args.results, csv=args.csv, parquet=args.parquet)
-        plots = [str(p) for p in report.plot(args.results, Path(args.plots))] if args.plots else []
+        if csv or parquet:
+            report.export(args.results, csv=csv, parquet=parquet)
+        plots = [str(p) for p in report.plot(args.results, plots_dir)] if plots_dir else []
     except ValueError as exc:
         raise UsageError(f"sweep report: {exc}") from None
     if args.json:

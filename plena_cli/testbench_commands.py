@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from rich.table import Table
 
+from isa.fileio import DirTransaction, npz_bytes
+
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .options import add_backend_arg, add_hw_arg, add_timing_arg
-from .paths import out_path, save_npz, write_out, write_perfetto
+from .paths import out_path, save_transaction, usage_errors, write_perfetto
 from .render import compile_core, json_default, print_fault, print_json, render_trace, status
 from .run_report import render_hardware, render_report, result_json, tolerance_info
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
@@ -97,50 +100,89 @@ def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> s
 # ----------------------------------------------------------------------------------------- run
 
 
+#: the files of a ``run --save DIR`` set (state.npz: a faulting run's post-mortem, plena_sim.postmortem)
+SAVE_FILES = ("program.asm", "program.mem", "arrays.npz", "state.npz", "result.json")
+
+
+@dataclass
+class _Outputs:
+    """What a run produced besides its report, each None when the run did not produce it."""
+
+    sim: npt.NDArray[Any] | None  # the first check's output
+    golden: npt.NDArray[Any] | None  # its golden (a golden derived from the machine exists only after the run)
+    program_mem: str | None
+    state_npz: bytes | None  # the post-mortem of a faulting run
+
+
 def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     mod = get_testbench(args.name)
     params, cfg = case_params_and_config(mod, args.name, args)
-    save_dir = _save_dir(args.save) if args.save else None
-    perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto else None
-    if not args.json:
-        render_hardware(
-            out, f"{args.name} [{args.case or 'custom'}] hardware ({_machine_name(args, cfg)})", cfg, params
-        )
+    perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto is not None else None
+    with _save_transaction(args.save, perfetto) as save:  # every output checked (and --save locked) before the run
+        if not args.json:
+            render_hardware(
+                out, f"{args.name} [{args.case or 'custom'}] hardware ({_machine_name(args, cfg)})", cfg, params
+            )
+        ran, doc = _run_case(mod, params, cfg, args, err, want_trace=bool(args.trace or perfetto))
+        if save is not None:
+            _save(save, ran.case, ran.outputs, doc)
+        trace = cast("Trace | None", ran.report.trace)  # Report.trace is typed object: a Trace when traced
+        if perfetto is not None and trace is not None:
+            write_perfetto(perfetto, trace)
+    if args.json:
+        print_json(out, doc, sort_keys=True)
+    else:
+        render_report(out, ran.report, doc)
+        if args.trace and trace is not None:
+            render_trace(out, trace, ran.report.stats, last=50)
+    if ran.report.fault is not None and not ran.report.passed:
+        if not args.json:
+            print_fault(err, doc["fault"]["message"])
+        return EXIT_FAULT
+    return EXIT_OK if ran.report.passed else EXIT_MISMATCH
+
+
+@contextlib.contextmanager
+def _save_transaction(path: str | None, perfetto: Path | None) -> Iterator[DirTransaction | None]:
+    """``--save DIR``'s transaction (checked and locked now; DIR itself appears only when it commits)."""
+    if path is None:
+        yield None
+        return
+    with save_transaction(path, "--save", SAVE_FILES) as tx:
+        if perfetto is not None and perfetto.is_relative_to(tx.target):
+            raise UsageError(
+                f"--perfetto: {str(perfetto)!r} is inside the --save directory, which is replaced as a whole"
+            )
+        yield tx
+
+
+@dataclass
+class _Ran:
+    case: Case
+    report: Report
+    outputs: _Outputs
+
+
+def _run_case(
+    mod: ModuleType,
+    params: dict[str, Any],
+    cfg: HardwareConfig,
+    args: argparse.Namespace,
+    err: Console,
+    want_trace: bool,
+) -> tuple[_Ran, dict[str, Any]]:
+    """Build, simulate and judge the case: what it produced and its result document (result.json)."""
     compile_core(err, args.json)
     t0 = time.perf_counter()
     with status(err, "build + generate ...", args.json) as spinner:
         case = build_case(mod, args.name, params, cfg, args)
         if spinner is not None:
             spinner.update("assemble + simulate + compare ...")
-        rep, sim, golden, program_mem = _simulate(case, args, want_trace=bool(args.trace or perfetto))
-    trace = cast("Trace | None", rep.trace)  # Report.trace is typed object: a Trace when traced
+        rep, outputs = _simulate(case, args, want_trace)
     derived = {k: v for k, v in case.params.items() if k not in params}  # what the build derived (e.g. positions)
     doc = result_json(args.name, {**params, **derived}, cfg, rep, tolerance_info(case))
     doc["wall_s"] = time.perf_counter() - t0
-    if save_dir is not None:
-        _save(save_dir, case, sim, golden, program_mem, doc)
-    if perfetto is not None and trace is not None:
-        write_perfetto(perfetto, trace)
-    if args.json:
-        print_json(out, doc, sort_keys=True)
-    else:
-        render_report(out, rep, doc)
-        if args.trace and trace is not None:
-            render_trace(out, trace, rep.stats, last=50)
-    if rep.fault is not None and not rep.passed:
-        if not args.json:
-            print_fault(err, doc["fault"]["message"])
-        return EXIT_FAULT
-    return EXIT_OK if rep.passed else EXIT_MISMATCH
-
-
-def _save_dir(path: str) -> Path:
-    save_dir = Path(path)
-    try:
-        save_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--save: cannot create {path}: {exc.strerror or exc}") from None
-    return save_dir
+    return _Ran(case, rep, outputs), doc
 
 
 def _machine_name(args: argparse.Namespace, cfg: HardwareConfig) -> str:
@@ -149,47 +191,45 @@ def _machine_name(args: argparse.Namespace, cfg: HardwareConfig) -> str:
     return cfg.preset + ("" if args.variant in (None, "default") else f", {args.variant}")
 
 
-def _simulate(
-    case: Case, args: argparse.Namespace, want_trace: bool
-) -> tuple[Report, npt.NDArray[Any] | None, npt.NDArray[Any] | None, str | None]:
-    """Run the case in a temporary work directory: ``(report, sim output, golden, program.mem text)``, each None
-    when the run did not produce it (the golden of a check derived from the machine exists only after the run)."""
+def _simulate(case: Case, args: argparse.Namespace, want_trace: bool) -> tuple[Report, _Outputs]:
+    """Run the case (no file written: its artifacts are kept in memory): the report and what the run produced."""
+    import io
+
     import numpy as np
 
     from testbenches.harness import run
 
-    with tempfile.TemporaryDirectory(prefix="plena-run-") as tmp:
-        rep = run(case, backend=args.backend, workdir=tmp, timing=args.timing, trace=want_trace)
-        sim_file, mem_file = Path(tmp) / "sim.npy", Path(tmp) / "program.mem"
-        sim = np.load(sim_file) if sim_file.exists() else None
-        golden_file = Path(tmp) / "golden.npy"
-        golden = np.load(golden_file) if golden_file.exists() else None
-        program_mem = mem_file.read_text() if mem_file.exists() else None
-    return rep, sim, golden, program_mem
+    rep = run(case, backend=args.backend, timing=args.timing, trace=want_trace, keep_artifacts=True)
+    files = rep.artifacts
+    outputs = _Outputs(
+        sim=np.load(io.BytesIO(files["sim.npy"])) if "sim.npy" in files else None,
+        golden=np.load(io.BytesIO(files["golden.npy"])) if "golden.npy" in files else None,
+        program_mem=files["program.mem"].decode() if "program.mem" in files else None,
+        state_npz=files.get("state.npz"),
+    )
+    return rep, outputs
 
 
-def _save(
-    save_dir: Path,
-    case: Case,
-    sim: npt.NDArray[Any] | None,
-    golden: npt.NDArray[Any] | None,
-    program_mem: str | None,
-    doc: dict[str, Any],
-) -> None:
-    """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output) and result.json."""
+def _save(save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any]) -> None:
+    """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output), state.npz (a fault's
+    post-mortem) and result.json, swapped in for DIR as one set."""
     import numpy as np
 
-    write_out(save_dir / "program.asm", case.program, "--save")
-    if program_mem is not None:
-        write_out(save_dir / "program.mem", program_mem, "--save")
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
-    golden = case.golden if case.golden is not None else golden
+    golden = case.golden if case.golden is not None else outputs.golden
     if golden is not None:
         arrays["golden"] = np.asarray(golden, dtype=np.float32)
-    if sim is not None:
-        arrays["output"] = np.asarray(sim, dtype=np.float32)
-    save_npz(save_dir / "arrays.npz", arrays, "--save")
-    write_out(save_dir / "result.json", json.dumps(doc, default=json_default, indent=1) + "\n", "--save")
+    if outputs.sim is not None:
+        arrays["output"] = np.asarray(outputs.sim, dtype=np.float32)
+    with usage_errors("--save"):
+        save.write("program.asm", case.program)
+        if outputs.program_mem is not None:
+            save.write("program.mem", outputs.program_mem)
+        save.write("arrays.npz", npz_bytes(arrays))
+        if outputs.state_npz is not None:
+            save.write("state.npz", outputs.state_npz)
+        save.write("result.json", json.dumps(doc, default=json_default, indent=1) + "\n")
+        save.commit()
 
 
 # ----------------------------------------------------------------------------------------- mutants

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .options import add_backend_arg, add_timing_arg, config_from_args, int_arg
-from .paths import out_path, read_program, write_perfetto
+from .paths import distinct_outputs, out_path, read_program, write_perfetto
 from .render import compile_core, print_fault, print_json, print_plain, render_trace, upstream_lines
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
@@ -85,7 +84,9 @@ class _Traced:
 def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_args(args)
     filters = _filters(args)
-    perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto else None
+    perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto is not None else None
+    if perfetto is not None:
+        distinct_outputs([("--perfetto", perfetto)], [args.program])
     compile_core(err, bool(args.json))
     run = _trace_testbench(args) if args.testbench else _trace_program(args)
     trace = run.trace
@@ -160,15 +161,9 @@ def _trace_testbench(args: argparse.Namespace) -> _Traced:
     mod = get_testbench(args.testbench)
     params, cfg = case_params_and_config(mod, args.testbench, args)
     case = build_case(mod, args.testbench, params, cfg, args)
-    with tempfile.TemporaryDirectory(prefix="plena-trace-") as tmp:
-        rep = run(
-            case,
-            backend=args.backend,
-            workdir=tmp,
-            timing=args.timing,
-            max_instructions=args.max_instructions,
-            trace=int(args.capacity),
-        )
+    rep = run(
+        case, backend=args.backend, timing=args.timing, max_instructions=args.max_instructions, trace=int(args.capacity)
+    )
     if rep.trace is None:
         raise UsageError(f"{args.testbench}: the program did not run ({rep.summary or rep.error})")
     fault = rep.fault

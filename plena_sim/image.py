@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from isa.fileio import OutputError, atomic_stream, atomic_write, output_target
+
 from .config import FpType, HardwareConfig, IntType, MxType, PlainType, default_config
 from .errors import ConfigError, ImageError
 from .hbm import Hbm
@@ -408,7 +410,10 @@ def save_image(
     size = hbm.high_water
     digest = hashlib.sha256()
     try:
-        with open(raw_path, "wb") as fh:
+        raw_real, manifest_real = output_target(raw_path), output_target(mpath)  # both checked before writing
+        if raw_real == manifest_real:
+            raise OutputError(f"the image and its manifest are the same file {str(raw_real)!r}")
+        with atomic_stream(raw_real) as fh:
             for _addr, chunk in hbm.iter_chunks(0, size, _READ_CHUNK):
                 fh.write(chunk.data)
                 digest.update(chunk.data)
@@ -421,8 +426,8 @@ def save_image(
             "hbm_size": hbm.size,
             "tensors": [p.to_json() for p in placements],
         }
-        mpath.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    except OSError as exc:
+        atomic_write(manifest_real, json.dumps(doc, indent=1) + "\n")
+    except OutputError as exc:
         raise ImageError(f"cannot write HBM image {str(raw_path)!r} / {str(mpath)!r}: {exc}") from None
     return mpath
 

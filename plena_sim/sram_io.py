@@ -132,9 +132,12 @@ def load_int_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:
 
 
 def _write(path: str | os.PathLike, data: bytes, what: str) -> None:
+    """One dump file, written atomically (:mod:`isa.fileio`: a device, FIFO or directory target is refused)."""
+    from isa.fileio import OutputError, atomic_write
+
     try:
-        Path(path).write_bytes(data)
-    except OSError as exc:
+        atomic_write(path, data)
+    except OutputError as exc:
         raise ImageError(f"cannot write {what} dump {str(path)!r}: {exc}") from None
 
 

@@ -362,6 +362,8 @@ class Report:
     summary: str = ""
     workdir: str | None = None
     trace: object = field(default=None, repr=False)  # plena_sim.trace.Trace with run(trace=...)
+    #: the workdir's files by name (bytes), with run(keep_artifacts=True): what a caller saves without a workdir
+    artifacts: dict[str, bytes] = field(default_factory=dict, repr=False)
     #: in-process end to end (case building to verdict) and its split, see :data:`PHASES`
     e2e_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
@@ -379,7 +381,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         from .compare import _jsonable
 
-        d = {k: v for k, v in self.__dict__.items() if k not in ("checks", "trace")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("checks", "trace", "artifacts")}
         d["checks"] = [c.to_dict() for c in self.checks]
         return _jsonable(d)
 
@@ -896,8 +898,10 @@ def run(
     timing: str | None = None,
     max_instructions: int | None = None,
     trace: bool | int = False,
+    keep_artifacts: bool = False,
 ) -> Report:
-    """Assemble, simulate and judge ``case`` (see the module docstring)."""
+    """Assemble, simulate and judge ``case`` (see the module docstring). ``keep_artifacts``: the files a
+    ``workdir`` would get are also kept in memory, in :attr:`Report.artifacts`."""
     from isa.assembler import AssemblerError
 
     t0 = time.perf_counter()
@@ -954,8 +958,21 @@ def run(
     phases["judge_s"] = max(rep.e2e_s - sum(v for k, v in phases.items() if k != "judge_s"), 0.0)
     by_check = {c.name: c.golden_from for c in case.checks if c.golden_from is not None}
     goldens = {name: companion_sims[src] for name, src in by_check.items() if companion_sims and src in companion_sims}
-    _artifacts(case, rep, prog, sims, workdir, goldens={**goldens, **derived})
+    if workdir is not None or keep_artifacts:
+        if workdir is not None:
+            rep.workdir = str(workdir)
+        files = _artifacts(case, rep, prog, sims, {**goldens, **derived}, _post_mortem(m, prog, res.fault))
+        _write_artifacts(files, workdir)
+        rep.artifacts = files if keep_artifacts else {}
     return rep
+
+
+def _post_mortem(m: Machine, prog: Program, fault: object) -> dict[str, np.ndarray] | None:
+    """The state.npz arrays of a faulting run (:mod:`plena_sim.postmortem`), None if it did not fault."""
+    from plena_sim.faults import SimFault
+    from plena_sim.postmortem import fault_state
+
+    return fault_state(m.state, prog, fault) if isinstance(fault, SimFault) else None
 
 
 def _build_phases(case: Case) -> dict[str, float]:
@@ -1029,28 +1046,38 @@ def _artifacts(
     rep: Report,
     prog: Program,
     sims: Mapping[str, np.ndarray],
-    workdir: str | Path | None,
-    goldens: Mapping[str, np.ndarray] | None = None,
-) -> None:
-    """``workdir``: program.asm/.mem, golden*.npy and sim*.npy per check (``goldens``: those only known after the
-    run, by check name), report.json."""
+    goldens: Mapping[str, np.ndarray],
+    post_mortem: Mapping[str, np.ndarray] | None,
+) -> dict[str, bytes]:
+    """A run's files by name: program.asm/.mem, golden*.npy and sim*.npy per check (``goldens``: those only known
+    after the run, by check name), state.npz (the post-mortem of a faulting run), report.json."""
+    from isa.fileio import npy_bytes, npz_bytes
+    from isa.memfile import format_mem
+
+    files = {"program.asm": case.program.encode(), "program.mem": format_mem(prog.words).encode()}
+    for k, chk in enumerate(case.checks):
+        suffix = "" if k == 0 else f"_{chk.name}"
+        g = chk.golden if chk.golden is not None else goldens.get(chk.name)
+        if g is not None:
+            files[f"golden{suffix}.npy"] = npy_bytes(g)
+        if chk.name in sims:
+            files[f"sim{suffix}.npy"] = npy_bytes(sims[chk.name])
+    if post_mortem is not None:
+        files["state.npz"] = npz_bytes(post_mortem)
+    files["report.json"] = (json.dumps(rep.to_dict(), indent=1) + "\n").encode()
+    return files
+
+
+def _write_artifacts(files: Mapping[str, bytes], workdir: str | Path | None) -> None:
+    """Each file into ``workdir`` (created if missing), atomically (:mod:`isa.fileio`)."""
     if workdir is None:
         return
-    from isa.memfile import format_mem
+    from isa.fileio import atomic_write
 
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
-    rep.workdir = str(wd)
-    (wd / "program.asm").write_text(case.program, encoding="utf-8")
-    (wd / "program.mem").write_text(format_mem(prog.words), encoding="utf-8")
-    for k, chk in enumerate(case.checks):
-        suffix = "" if k == 0 else f"_{chk.name}"
-        g = chk.golden if chk.golden is not None else (goldens or {}).get(chk.name)
-        if g is not None:
-            np.save(wd / f"golden{suffix}.npy", np.asarray(g))
-        if chk.name in sims:
-            np.save(wd / f"sim{suffix}.npy", np.asarray(sims[chk.name]))
-    (wd / "report.json").write_text(json.dumps(rep.to_dict(), indent=1) + "\n", encoding="utf-8")
+    for name, data in files.items():
+        atomic_write(wd / name, data)
 
 
 def cases_of(mod: ModuleType) -> dict[str, CaseSpec]:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from isa.fileio import OutputError, atomic_path, atomic_stream, make_output_dir
+
 from . import store
 
 if TYPE_CHECKING:
@@ -455,24 +457,25 @@ def _require(module: str, purpose: str) -> None:
 
 
 def plot(path: str | Path, out_dir: str | Path) -> list[Path]:
-    """Draw :func:`plot_data`'s figures into ``out_dir`` (created if needed), each as ``STEM.png`` and
-    ``STEM.svg``; the paths written, in order."""
+    """Draw :func:`plot_data`'s figures into ``out_dir`` (created if missing; its parent must exist, as for every
+    output), each as ``STEM.png`` and ``STEM.svg``, each written atomically; the paths written, in order."""
     _require("matplotlib", "plotting a sweep")
     figures = plot_data(path)
-    out = Path(out_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"{out_dir}: cannot create the plot directory: {exc.strerror or exc}") from None
+        make_output_dir(out_dir)
+    except OutputError as exc:
+        raise ValueError(f"{out_dir}: cannot create the plot directory: {exc}") from None
+    out = Path(out_dir)
     written: list[Path] = []
     for stem, data in figures.items():
         fig = _figure(data)
         for fmt in ("png", "svg"):
             target = out / f"{stem}.{fmt}"
             try:
-                fig.savefig(target, format=fmt, dpi=120, metadata={"Date": None} if fmt == "svg" else None)
-            except OSError as exc:
-                raise ValueError(f"{target}: cannot write the plot: {exc.strerror or exc}") from None
+                with atomic_stream(target) as fh:
+                    fig.savefig(fh, format=fmt, dpi=120, metadata={"Date": None} if fmt == "svg" else None)
+            except OutputError as exc:
+                raise ValueError(f"{target}: cannot write the plot: {exc}") from None
             written.append(target)
     return written
 
@@ -493,12 +496,14 @@ def _raw_rows(path: str | Path) -> list[tuple[Any, ...]]:
 
 
 def _copy(con: Any, target: str | Path, options: str, what: str) -> None:
+    """DuckDB's COPY into a temporary file renamed over ``target`` (:func:`isa.fileio.atomic_path`)."""
     import duckdb
 
-    quoted = str(target).replace("'", "''")
     try:
-        con.execute(f"COPY points TO '{quoted}' ({options})")
-    except duckdb.Error as exc:
+        with atomic_path(target) as tmp:
+            quoted = str(tmp).replace("'", "''")
+            con.execute(f"COPY points TO '{quoted}' ({options})")
+    except (duckdb.Error, OutputError) as exc:
         raise ValueError(f"{target}: cannot write the {what} export: {exc}") from None
 
 

@@ -306,7 +306,7 @@ def test_plot_data_series_fronts_and_heat_map_grid(results):
 
 
 def test_plot_writes_png_and_svg_per_figure(results, tmp_path):
-    out = tmp_path / "plots" / "deep"
+    out = tmp_path / "plots"  # created; its parent must exist (the rule of every output, below)
     written = report.plot(results, out)
     stems = [f"{FA_STEM}-pareto", f"{FA_STEM}-heatmap", f"{LIN_STEM}-pareto"]
     assert written == [out / f"{s}.{ext}" for s in stems for ext in ("png", "svg")]
@@ -322,6 +322,9 @@ def test_plot_writes_png_and_svg_per_figure(results, tmp_path):
     not_a_dir.write_text("x")
     with pytest.raises(ValueError, match="file: cannot create the plot directory"):
         report.plot(results, not_a_dir)
+    with pytest.raises(ValueError, match=r"cannot create the plot directory: .*missing' .*does not exist"):
+        report.plot(results, tmp_path / "missing" / "deep")
+    assert not (tmp_path / "missing").exists()
 
 
 def test_stems_are_safe_and_distinct():

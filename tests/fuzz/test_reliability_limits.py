@@ -14,6 +14,7 @@ from fuzzlib import SMALL, small_config
 from plena_sim import config as C
 from plena_sim.config import ConfigError, HostLimits, check_host_limits, host_memory_limits, load_config
 from plena_sim.hbm import Hbm, HbmTooLarge
+from tests.util.hostile import child, leftovers
 
 GiB = 1 << 30
 SMALL_HOST = HostLimits(dense=64 << 20, allocation=1 * GiB, address_space=4 * GiB)
@@ -119,15 +120,15 @@ def test_cli_unwritable_outputs(tmp_path, prog, capsys, monkeypatch):
     monkeypatch.setattr(paths, "atomic_write", disk_full)
     code, _, err = _cli(["exec", prog, *_small_set(), "--dump-fp-sram", tmp_path / "f.npy"], capsys)
     assert code == 2 and "cannot write" in err and "No space left" in err and "Traceback" not in err
-    import tempfile
-
-    def no_temp(*a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(tempfile, "mkstemp", no_temp)
-    code, _, err = _cli(["exec", prog, *_small_set(), "--dump-hbm", f"0:16={tmp_path / 'x.bin'}"], capsys)
-    assert code == 2 and "--dump-hbm" in err and "No space left" in err and "Traceback" not in err
-    assert not (tmp_path / "x.bin").exists()
+    # a real full disk for the streamed dump (a file size limit: EFBIG on the first write past it)
+    script = f"""
+        import sys
+        from plena_cli.main import main
+        sys.exit(main(["exec", {str(prog)!r}, *{_small_set()!r}, "--dump-hbm", "0:65536={tmp_path / "x.bin"}"]))
+    """
+    r = child(script, fsize=4096)
+    assert r.returncode == 2 and "--dump-hbm" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "x.bin").exists() and leftovers(tmp_path) == []
 
 
 def test_cli_hbm_dump_streams_whole_hbm(tmp_path, prog, capsys):
