@@ -36,7 +36,7 @@ def cmd_asm(args: argparse.Namespace, out: Console, err: Console) -> int:
     from isa import assemble_file, format_mem, write_mem
 
     src = Path(args.input)
-    if not src.is_file():
+    if not src.exists():  # anything else that exists (a FIFO, a device) is refused by the reader
         raise UsageError(f"no such file: {args.input}")
     prog = assemble_file(src)
     if args.output in (None, "-"):
