@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = [
     "add_hw_arg",
     "add_config_args",
+    "add_allow_unknown_arg",
     "add_backend_arg",
     "add_timing_arg",
     "config_from_args",
@@ -53,6 +54,17 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         help="TOML section to read (default TRANSACTIONAL; e.g. ANALYTIC)",
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one CONFIG key (repeatable)")
+    add_allow_unknown_arg(p)
+
+
+def add_allow_unknown_arg(p: argparse.ArgumentParser) -> None:
+    """``--allow-unknown-keys``: the escape hatch of the strict config reader (README: Configuration)."""
+    p.add_argument(
+        "--allow-unknown-keys",
+        action="store_true",
+        help="ignore (not refuse) keys of the config file that the simulator does not read (upstream files "
+        "with extra sections)",
+    )
 
 
 def add_backend_arg(p: argparse.ArgumentParser) -> None:
@@ -69,7 +81,13 @@ def config_from_args(args: argparse.Namespace) -> HardwareConfig:
     from plena_sim.presets import resolve_config
 
     overrides = dict(parse_override(s) for s in (args.set or []))
-    return resolve_config(args.config, hw=args.hw, section=args.section, overrides=overrides)
+    return resolve_config(
+        args.config,
+        hw=args.hw,
+        section=args.section,
+        overrides=overrides,
+        allow_unknown=bool(getattr(args, "allow_unknown_keys", False)),
+    )
 
 
 def int_arg(text: str, what: str) -> int:

@@ -5,6 +5,13 @@ Lookup order (memory.md §8): explicit path, env ``PLENA_SETTINGS_TOML``, the pa
 (a verbatim copy of the upstream reference file). Only one section is read (``TRANSACTIONAL`` by
 default); ``[MODE] active`` is ignored. A missing key, a wrong type or a violated constraint is a
 :class:`ConfigError` naming the key -- never a silent default.
+
+Strict: a key of the selected section that the simulator does not read (``BMM_SCAEL``, a full-width
+``ＭLEN``, an extra ``[TRANSACTIONAL.POWER]`` table, a top-level scalar) is a ConfigError naming it and its
+close match; ``allow_unknown=True`` (``--allow-unknown-keys``) ignores such keys instead and records them
+in ``HardwareConfig.ignored`` -- the escape hatch for upstream files that carry extra sections. Other
+sections of the file (another mode) are not read, so not checked. The file is read only if it is a regular
+file of at most 16 MiB nested at most 64 levels deep (:mod:`isa.readers`).
 """
 
 from __future__ import annotations
@@ -12,15 +19,18 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
+from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
+from isa.safetext import did_you_mean
+
 from .errors import ConfigError
-from .hbm_presets import check_timing_config
+from .hbm_presets import PRESET_KEYS, check_timing_config
 
 __all__ = [
     "ConfigError",
@@ -228,6 +238,8 @@ class HardwareConfig:
     section: str = "TRANSACTIONAL"
     source: str = "<builtin>"
     preset: str = ""  # hardware preset name (plena_sim.presets), "" if loaded from a file
+    #: the unknown keys ``allow_unknown`` ignored (dotted paths), in file order; not part of the machine
+    ignored: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     # ---- derived quantities
     @property
@@ -333,8 +345,68 @@ def _get(tbl: dict, name: str, key: str, typ: type | tuple[type, ...]) -> Any:
     return v
 
 
-def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
+class _KeyCheck:
+    """The unknown keys of one document: a ConfigError naming the first (and its close match), or with
+    ``allow`` a record of every one (dotted paths). Tables are checked when :meth:`finish` is called (after
+    the document was parsed: a wrong value or a missing key is the more precise error), the top level and
+    the section's tables at once (:meth:`now`)."""
+
+    def __init__(self, source: str, allow: bool):
+        self.source, self.allow = source, allow
+        self.ignored: list[str] = []
+        self._pending: list[tuple[Mapping, tuple[str, ...], str]] = []
+
+    def check(self, tbl: Mapping, known: Iterable[str], where: str) -> None:
+        """Every key of ``tbl`` (the table at dotted path ``where``) must be one of ``known`` (checked later)."""
+        self._pending.append((tbl, tuple(known), where))
+
+    def finish(self) -> None:
+        for tbl, names, where in self._pending:
+            self.now(tbl, names, where)
+        self._pending.clear()
+
+    def now(self, tbl: Mapping, known: Iterable[str], where: str) -> None:
+        """Every key of ``tbl`` (the table at dotted path ``where``) must be one of ``known``."""
+        names = tuple(known)
+        for k in tbl:
+            if k in names:
+                continue
+            path = f"{where}.{k}" if where else str(k)
+            if self.allow:
+                self.ignored.append(path)
+                continue
+            close = did_you_mean(str(k), names)
+            known_here = close or f" (known here: {', '.join(names) or 'none'})"
+            raise ConfigError(
+                path,
+                f"unknown config key {k!r} in {self.source}{known_here}; keys this simulator does not read can "
+                "be ignored with --allow-unknown-keys",
+            )
+
+    @staticmethod
+    def hint(tbl: Mapping, missing: str, known: Iterable[str]) -> str:
+        """For a missing ``missing``: the unknown key of ``tbl`` that is probably it, misspelt (else "")."""
+        names = tuple(known)
+        for k in tbl:
+            if k not in names and did_you_mean(str(k), (missing,)):
+                return f" (the file has {k!r}: a misspelling of {missing!r}?)"
+        return ""
+
+    def known(self, tbl: dict, names: Iterable[str]) -> dict:
+        """``tbl`` without the keys that :meth:`check` let through unknown."""
+        names = tuple(names)
+        return {k: v for k, v in tbl.items() if k in names}
+
+
+_FP_FIELDS = ("type", "sign", "exponent", "mantissa")
+_INT_FIELDS = ("type", "width")
+_SECTION_TABLES = ("CONFIG", "PRECISION", "LATENCY", "HBM_TIMING")
+
+
+def _parse_scalar_type(tbl: dict, key: str, keys: _KeyCheck) -> FpType | IntType:
     kind = _get(tbl, "type", key, str)
+    if kind in ("Fp", "Int"):
+        keys.check(tbl, _FP_FIELDS if kind == "Fp" else _INT_FIELDS, key)
     if kind == "Fp":
         sign = _get(tbl, "sign", key, bool)
         e = _get(tbl, "exponent", key, int)
@@ -352,21 +424,28 @@ def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
     raise ConfigError(key, f"type must be 'Fp' or 'Int', got {_shown(kind)}")
 
 
-def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType | IntType:
+def _sub_type(tbl: dict, field_name: str, key: str, keys: _KeyCheck) -> FpType | IntType:
+    where = f"{key}.{field_name}"
+    return _parse_scalar_type(_table(tbl.get(field_name), where), where, keys)
+
+
+def _parse_precision(name: str, tbl: Any, keys: _KeyCheck) -> PlainType | MxType | FpType | IntType:
     """The parsed type of ``PRECISION.<name>`` (an Int SCALAR_FP parses; :func:`_validate` rejects it)."""
     key = f"PRECISION.{name}"
     tbl = _table(tbl, key)
     if name == "SCALAR_FP":
-        return _parse_scalar_type(tbl, key)
+        return _parse_scalar_type(tbl, key, keys)
     fmt = _get(tbl, "format", key, str)
     if fmt == "Plain":
-        return PlainType(_parse_scalar_type(_table(tbl.get("DATA_TYPE"), f"{key}.DATA_TYPE"), f"{key}.DATA_TYPE"))
+        keys.check(tbl, ("format", "DATA_TYPE"), key)
+        return PlainType(_sub_type(tbl, "DATA_TYPE", key, keys))
     if fmt == "Mx":
+        keys.check(tbl, ("format", "block", "ELEM", "SCALE"), key)
         block = _get(tbl, "block", key, int)
         if block < 1:
             raise ConfigError(key, f"block must be >= 1, got {block}")
-        elem = _parse_scalar_type(_table(tbl.get("ELEM"), f"{key}.ELEM"), f"{key}.ELEM")
-        scale = _parse_scalar_type(_table(tbl.get("SCALE"), f"{key}.SCALE"), f"{key}.SCALE")
+        elem = _sub_type(tbl, "ELEM", key, keys)
+        scale = _sub_type(tbl, "SCALE", key, keys)
         if not isinstance(elem, FpType):
             raise ConfigError(f"{key}.ELEM", "MX with Int elements (MXINT) is not supported")
         if not isinstance(scale, FpType):
@@ -570,50 +649,68 @@ def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> 
         )
 
 
-def _section_of(doc: dict, section: str, source: str) -> dict:
+def _section_of(doc: dict, section: str, source: str, keys: _KeyCheck) -> dict:
+    """The section's table; the top level's unknown keys checked (another mode's section and ``[MODE]`` are
+    not: they are not read)."""
     if section in doc:
-        return _table(doc[section], section)
+        for k, v in doc.items():
+            if k != "MODE" and not isinstance(v, dict):
+                keys.now({k: v}, ("MODE", section), "")
+        sec = _table(doc[section], section)
+        keys.now(sec, _SECTION_TABLES, section)
+        return sec
     # "a plain file with just the keys": CONFIG/PRECISION/LATENCY at top level
     if "CONFIG" in doc:
+        keys.now(doc, (*_SECTION_TABLES, "MODE"), "")
         return doc
     present = ", ".join(k for k in doc if isinstance(doc[k], dict)) or "none"
     raise ConfigError(section, f"section [{section}] not found in {source} (sections present: {present})")
 
 
-def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
-    sec = _section_of(doc, section, source)
-    conf = _table(sec.get("CONFIG", {}), "CONFIG")
+def _config_values(conf: dict, section: str, source: str, keys: _KeyCheck) -> dict[str, Any]:
+    """The CONFIG keys' values (defaults for the optional ones), coerced."""
     raw: dict[str, Any] = {}
     for key, required, _kind in _CONFIG_KEYS:
         if key not in conf:
             if required:
-                raise ConfigError(key, f"missing required key [{section}.CONFIG.{key}] in {source}")
+                hint = keys.hint(conf, key, _CONFIG_KIND)
+                raise ConfigError(key, f"missing required key [{section}.CONFIG.{key}] in {source}{hint}")
             raw[key] = _CONFIG_DEFAULTS[key]
             continue
         entry = conf[key]
         if isinstance(entry, dict):
             if "value" not in entry:
-                raise ConfigError(key, f"[{section}.CONFIG.{key}] has no 'value'")
+                raise ConfigError(key, f"[{section}.CONFIG.{key}] has no 'value'{keys.hint(entry, 'value', ())}")
+            keys.check(entry, ("value",), f"CONFIG.{key}")
             entry = entry["value"]
         raw[key] = _coerce(key, entry)
+    keys.check(conf, _CONFIG_KIND, "CONFIG")
+    return raw
 
-    prec_tbl = _table(sec.get("PRECISION", {}), "PRECISION")
+
+def _precisions(prec_tbl: dict, section: str, source: str, keys: _KeyCheck) -> dict:
     precision: dict[str, PlainType | MxType | FpType | IntType] = {}
     for name in PRECISION_KEYS:
         if name not in prec_tbl:
+            hint = keys.hint(prec_tbl, name, PRECISION_KEYS)
             raise ConfigError(
-                f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}"
+                f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}{hint}"
             )
-        precision[name] = _parse_precision(name, prec_tbl[name])
+        precision[name] = _parse_precision(name, prec_tbl[name], keys)
+    keys.check(prec_tbl, PRECISION_KEYS, "PRECISION")
+    return precision
 
-    lat_tbl = _table(sec.get("LATENCY", {}), "LATENCY")
+
+def _latencies(lat_tbl: dict, section: str, source: str, keys: _KeyCheck) -> dict[str, tuple[int, int]]:
+    names = LATENCY_KEYS + _OPTIONAL_LATENCY_KEYS
     latency = {}
-    for name in LATENCY_KEYS + _OPTIONAL_LATENCY_KEYS:
+    for name in names:
         key = f"LATENCY.{name}"
         if name not in lat_tbl:
             if name in _OPTIONAL_LATENCY_KEYS:
                 continue
-            raise ConfigError(key, f"missing required latency [{section}.LATENCY.{name}] in {source}")
+            hint = keys.hint(lat_tbl, name, names)
+            raise ConfigError(key, f"missing required latency [{section}.LATENCY.{name}] in {source}{hint}")
         t = _table(lat_tbl[name], key)
         pair = []
         for f in ("dc_lib_en", "dc_lib_dis"):
@@ -621,11 +718,16 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
             if not 0 <= v <= _MAX_LATENCY:
                 raise ConfigError(key, f"{f} must be an integer in [0, 2^32 - 1] cycles, got {_shown(v)}")
             pair.append(v)
+        keys.check(t, ("dc_lib_en", "dc_lib_dis"), key)
         latency[name] = (pair[0], pair[1])
+    keys.check(lat_tbl, names, "LATENCY")
+    return latency
 
-    timing_tbl = _table(sec.get("HBM_TIMING", {}), "HBM_TIMING")
+
+def _hbm_timing(timing_tbl: dict, keys: _KeyCheck) -> dict[str, float]:
+    keys.now(timing_tbl, PRESET_KEYS, "HBM_TIMING")
     hbm_timing = {}
-    for k, v in timing_tbl.items():
+    for k, v in keys.known(timing_tbl, PRESET_KEYS).items():
         if (
             isinstance(v, bool)
             or not isinstance(v, (int, float))
@@ -635,7 +737,17 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
         ):
             raise ConfigError(f"HBM_TIMING.{k}", f"must be a finite number >= 0, got {_shown(v)}")
         hbm_timing[k] = v
+    return hbm_timing
 
+
+def _from_document(doc: dict, section: str, source: str, allow_unknown: bool = False) -> HardwareConfig:
+    keys = _KeyCheck(source, allow_unknown)
+    sec = _section_of(doc, section, source, keys)
+    raw = _config_values(_table(sec.get("CONFIG", {}), "CONFIG"), section, source, keys)
+    precision = _precisions(_table(sec.get("PRECISION", {}), "PRECISION"), section, source, keys)
+    latency = _latencies(_table(sec.get("LATENCY", {}), "LATENCY"), section, source, keys)
+    hbm_timing = _hbm_timing(_table(sec.get("HBM_TIMING", {}), "HBM_TIMING"), keys)
+    keys.finish()
     # not yet validated: an Int SCALAR_FP is rejected by _validate below (_check_precision)
     checked = cast("dict[str, PlainType | MxType | FpType]", precision)
     cfg = HardwareConfig(
@@ -645,6 +757,7 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
         hbm_timing=MappingProxyType(hbm_timing),
         section=section,
         source=source,
+        ignored=tuple(keys.ignored),
     )
     _validate(cfg)
     return cfg
@@ -728,10 +841,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if key not in _CONFIG_KIND:
         raise ConfigError(key or "<empty>", f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
     try:
-        parsed = tomllib.loads(f"v = {value}")["v"]
+        parsed = parse_toml(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value  # a bare word is a string (e.g. HBM_TIMING_PRESET=HBM3)
-    except (ValueError, RecursionError):
+    except ValueError:  # nested too deeply, or an integer literal of more than 4300 digits
         raise ConfigError(key, f"value {_shown(value)} is not a usable TOML value") from None
     return key, parsed
 
@@ -741,14 +854,21 @@ def default_config_text() -> str:
 
 
 def load_config(
-    path: str | os.PathLike | None = None, *, section: str = "TRANSACTIONAL", overrides: Mapping[str, Any] | None = None
+    path: str | os.PathLike | None = None,
+    *,
+    section: str = "TRANSACTIONAL",
+    overrides: Mapping[str, Any] | None = None,
+    allow_unknown: bool = False,
 ) -> HardwareConfig:
     """Load and validate a configuration.
 
-    ``path`` None -> env ``PLENA_SETTINGS_TOML`` -> the packaged default (upstream reference file).
+    ``path`` None -> env ``PLENA_SETTINGS_TOML`` -> the packaged default (upstream reference file); a file
+    must be a regular file of at most 16 MiB, nested at most 64 levels deep.
     ``section`` selects the TOML section (``TRANSACTIONAL`` or e.g. ``ANALYTIC``); a plain file with
     ``CONFIG``/``PRECISION``/``LATENCY`` tables at the top level is accepted too.
     ``overrides`` replaces individual CONFIG keys (e.g. ``{"MLEN": 128}``) before validation.
+    ``allow_unknown`` ignores (and records in ``ignored``) the keys the simulator does not read instead of
+    refusing them.
     """
     if path is None:
         path = os.environ.get("PLENA_SETTINGS_TOML") or None
@@ -757,19 +877,15 @@ def load_config(
     else:
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError, or a NUL byte in the path
-            raise ConfigError("path", f"cannot read config file {str(p)!r}: {exc}") from None
+            text = read_text_input(p, "config file", MAX_CONFIG_BYTES)
+        except InputFileError as exc:
+            raise ConfigError("path", f"{str(p)!r}: {exc.reason}") from None
         source = str(p)
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = parse_toml(text)
+    except ValueError as exc:  # bad syntax, nested too deeply, an integer literal of more than 4300 digits
         raise ConfigError("toml", f"{source}: {exc}") from None
-    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
-        raise ConfigError("toml", f"{source}: {exc}") from None
-    except RecursionError:
-        raise ConfigError("toml", f"{source}: arrays / inline tables nested too deeply") from None
-    return config_from_document(doc, section, source, overrides)
+    return config_from_document(doc, section, source, overrides, allow_unknown=allow_unknown)
 
 
 def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any]) -> dict:
@@ -790,12 +906,12 @@ def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any
 
 
 def config_from_document(
-    doc: dict, section: str, source: str, overrides: Mapping[str, Any] | None = None
+    doc: dict, section: str, source: str, overrides: Mapping[str, Any] | None = None, *, allow_unknown: bool = False
 ) -> HardwareConfig:
     """Validate an already parsed settings document (``section`` of it) with ``overrides`` on top."""
     if overrides:
         doc = _apply_overrides_to_doc(doc, section, overrides)
-    return _from_document(doc, section, source)
+    return _from_document(doc, section, source, allow_unknown)
 
 
 def default_config() -> HardwareConfig:
