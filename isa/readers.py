@@ -45,6 +45,7 @@ __all__ = [
     "InputFileError",
     "open_input",
     "read_input",
+    "read_at_most",
     "read_text_input",
     "parse_toml",
     "toml_depth_error",
@@ -125,7 +126,7 @@ def read_input(path: str | os.PathLike, what: str, limit: int, hint: str = "") -
     """The bytes of the regular file at ``path`` (at most ``limit`` of them; see :func:`open_input`)."""
     with open_input(path, what, limit, hint) as (fh, _size_now):
         try:
-            data = _read_all(fh, limit + 1)
+            data = read_at_most(fh, limit + 1)
         except OSError as exc:
             raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from None
     if len(data) > limit:
@@ -133,7 +134,8 @@ def read_input(path: str | os.PathLike, what: str, limit: int, hint: str = "") -
     return data
 
 
-def _read_all(fh: IO[bytes], most: int) -> bytes:
+def read_at_most(fh: IO[bytes], most: int) -> bytes:
+    """Up to ``most`` bytes of ``fh`` (in pieces: one read call may return less)."""
     parts = []
     left = most
     while left > 0:
