@@ -112,9 +112,9 @@ def open_input(path: str | os.PathLike, what: str, limit: int, hint: str = "") -
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputFileError(path, f"{what} is {_kind(st.st_mode)}, not a regular file")
+            raise InputFileError(path, f"cannot read {what}: {_kind(st.st_mode)}, not a regular file")
         if st.st_size > limit:
-            raise InputFileError(path, f"{what} of {st.st_size} bytes exceeds {_limit_text(limit, hint)}")
+            raise InputFileError(path, f"cannot read {what}: {st.st_size} bytes exceed {_limit_text(limit, hint)}")
     except BaseException:
         os.close(fd)
         raise
@@ -130,7 +130,7 @@ def read_input(path: str | os.PathLike, what: str, limit: int, hint: str = "") -
         except OSError as exc:
             raise InputFileError(path, f"cannot read {what}: {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise InputFileError(path, f"{what} grew past {_limit_text(limit, hint)} while it was read")
+        raise InputFileError(path, f"cannot read {what}: it grew past {_limit_text(limit, hint)} while it was read")
     return data
 
 
@@ -155,7 +155,8 @@ def read_text_input(path: str | os.PathLike, what: str, limit: int, hint: str = 
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputFileError(
-            path, f"line {line}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02X} at offset {exc.start})"
+            path,
+            f"cannot read {what}: not UTF-8 text (line {line}: byte 0x{data[exc.start]:02X} at offset {exc.start})",
         ) from None
 
 

@@ -126,7 +126,7 @@ def test_config_size_limit(tmp_path):
     with open(p, "wb") as fh:
         fh.truncate(MAX_CONFIG_BYTES + 1)
     exc = _error(p)
-    assert exc.key == "path" and "exceeds the limit of 16 MiB" in str(exc)
+    assert exc.key == "path" and "cannot read config file: 16777217 bytes exceed the limit of 16 MiB" in str(exc)
 
 
 def test_deep_dotted_key_is_refused_fast(tmp_path):

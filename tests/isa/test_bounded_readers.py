@@ -68,7 +68,9 @@ def test_read_input_limits_and_kinds(tmp_path):
     p = tmp_path / "f.bin"
     p.write_bytes(b"x" * 100)
     assert read_input(p, "test file", 100) == b"x" * 100
-    with pytest.raises(InputFileError, match=r"test file of 101 bytes exceeds the limit of 100 bytes \(use -x\)"):
+    with pytest.raises(
+        InputFileError, match=r"cannot read test file: 101 bytes exceed the limit of 100 bytes \(use -x\)"
+    ):
         p.write_bytes(b"x" * 101)
         read_input(p, "test file", 100, "use -x")
     with pytest.raises(InputFileError, match="cannot read test file: No such file or directory"):
@@ -103,7 +105,7 @@ def test_mem_file_size_limit_is_checked_before_reading(tmp_path, monkeypatch):
     p = tmp_path / "p.mem"
     p.write_text(format_mem([WORD] * 100))
     monkeypatch.setattr(mf, "MAX_PROGRAM_BYTES", 1000)
-    with pytest.raises(MemFormatError, match="exceeds the limit of 1000 bytes"):
+    with pytest.raises(MemFormatError, match="1100 bytes exceed the limit of 1000 bytes"):
         read_mem(p)
 
 

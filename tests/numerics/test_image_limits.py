@@ -130,7 +130,7 @@ def test_manifest_size_limit(tmp_path):
     raw, mpath = _saved(tmp_path)
     with open(mpath, "r+b") as fh:
         fh.truncate(65 << 20)
-    with pytest.raises(ImageError, match="manifest of 68157440 bytes exceeds the limit of 64 MiB"):
+    with pytest.raises(ImageError, match="cannot read manifest: 68157440 bytes exceed the limit of 64 MiB"):
         load_image(raw, mpath)
 
 
