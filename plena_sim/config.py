@@ -30,7 +30,15 @@ from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_
 from isa.safetext import did_you_mean
 
 from .errors import ConfigError
-from .hbm_presets import PRESET_KEYS, check_timing_config
+from .hbm_layout import (
+    DMA_PREFETCH_M,
+    DMA_PREFETCH_V,
+    DMA_STORE_V,
+    dma_blocks_by_op,
+    dma_scratch_bytes,
+    timing_state_bytes,
+)
+from .hbm_presets import PRESET_KEYS, check_timing_config, timing_params
 
 __all__ = [
     "ConfigError",
@@ -53,6 +61,7 @@ __all__ = [
     "host_memory_limits",
     "host_memory_needs",
     "check_host_limits",
+    "out_of_memory_message",
 ]
 
 
@@ -365,7 +374,7 @@ class _KeyCheck:
             self.now(tbl, names, where)
         self._pending.clear()
 
-    def now(self, tbl: Mapping, known: Iterable[str], where: str) -> None:
+    def now(self, tbl: Mapping, known: Iterable[str], where: str, kind: str = "config key") -> None:
         """Every key of ``tbl`` (the table at dotted path ``where``) must be one of ``known``."""
         names = tuple(known)
         for k in tbl:
@@ -379,7 +388,7 @@ class _KeyCheck:
             known_here = close or f" (known here: {', '.join(names) or 'none'})"
             raise ConfigError(
                 path,
-                f"unknown config key {k!r} in {self.source}{known_here}; keys this simulator does not read can "
+                f"unknown {kind} {k!r} in {self.source}{known_here}; keys this simulator does not read can "
                 "be ignored with --allow-unknown-keys",
             )
 
@@ -516,17 +525,21 @@ def _validate(cfg: HardwareConfig) -> None:
 class HostLimits:
     """What this host can give one simulator process (bytes).
 
-    ``dense``: memory that can really be written now (MemAvailable); arrays the simulator writes
-    wholesale must fit in it. ``allocation``: the largest single lazily-mapped (``np.zeros``) array the
-    kernel will grant (overcommit policy, RLIMIT_AS / RLIMIT_DATA). ``address_space``: the most the
-    process can map in total."""
+    ``dense``: memory that can really be written now -- the least of MemAvailable, what the process's cgroup
+    may still take and RLIMIT_AS / RLIMIT_DATA; arrays the simulator writes wholesale must fit in it
+    (``dense_source`` names which of them it is). ``allocation``: the largest single lazily-mapped
+    (``np.zeros``) array the kernel will grant (overcommit policy, RLIMIT_AS / RLIMIT_DATA).
+    ``address_space``: the most the process can map in total."""
 
     dense: int
     allocation: int
     address_space: int
+    dense_source: str = "MemAvailable"
 
 
 _USER_ADDRESS_SPACE = 1 << 47  # x86-64 / aarch64 (4-level page tables) user space
+#: a cgroup v1 limit at least this large is "no limit" (the kernel's default is LONG_MAX, page aligned)
+_CGROUP_UNLIMITED = 1 << 60
 
 
 def _meminfo() -> dict[str, int]:
@@ -543,28 +556,82 @@ def _meminfo() -> dict[str, int]:
     return out
 
 
-def host_memory_limits() -> HostLimits:
-    """Probe the host (Linux /proc, rlimits; a conservative sysconf fallback elsewhere)."""
-    info = _meminfo()
-    total = info.get("MemTotal")
-    if total is None:
-        try:
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            total = 1 << 40
-    dense = info.get("MemAvailable", total)
-    swap = info.get("SwapTotal", 0)
+def _read_int(path: Path) -> int | None:
+    """The integer in a small kernel file (None if absent, unreadable or ``max``)."""
     try:
-        with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as fh:
-            mode = int(fh.read().strip() or 0)
-    except (OSError, ValueError):
-        mode = 0
-    if mode == 1:  # always overcommit: only the address space limits an allocation
-        allocation = _USER_ADDRESS_SPACE
-    elif mode == 2:  # strict accounting
-        allocation = max(0, info.get("CommitLimit", total + swap) - info.get("Committed_AS", 0))
-    else:  # heuristic: one allocation may not exceed RAM + swap
-        allocation = total + swap
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _stat_value(path: Path, name: str) -> int:
+    try:
+        for line in path.read_text(encoding="ascii").splitlines():
+            key, _, value = line.partition(" ")
+            if key == name and value.strip().isdigit():
+                return int(value)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return 0
+
+
+def _cgroup_levels(root: Path, path: str) -> list[Path]:
+    """The cgroup directories from the process's own up to ``root`` (``root`` alone if its path is not
+    under ``root``: a cgroup namespace mounts the process's own cgroup there)."""
+    own = root / path.lstrip("/")
+    if not own.is_dir():
+        return [root]
+    levels = [own]
+    while levels[-1] != root and root in levels[-1].parents:
+        levels.append(levels[-1].parent)
+    return levels
+
+
+def _cgroup_remaining(levels: list[Path], limit_file: str, usage_file: str, inactive: str) -> tuple[int, str] | None:
+    """The least ``limit - (usage - inactive file cache)`` over the levels that have a limit, described."""
+    best: tuple[int, str] | None = None
+    for d in levels:
+        limit = _read_int(d / limit_file)
+        if limit is None or limit >= _CGROUP_UNLIMITED:
+            continue
+        used = max(0, (_read_int(d / usage_file) or 0) - _stat_value(d / "memory.stat", inactive))
+        left = max(0, limit - used)
+        if best is None or left < best[0]:
+            best = (left, f"the cgroup memory limit ({_size(limit)}, {_size(used)} in use)")
+    return best
+
+
+def _cgroup_v2_available(root: Path, path: str) -> tuple[int, str] | None:
+    return _cgroup_remaining(_cgroup_levels(root, path), "memory.max", "memory.current", "inactive_file")
+
+
+def _cgroup_v1_available(root: Path, path: str) -> tuple[int, str] | None:
+    levels = _cgroup_levels(root, path)
+    return _cgroup_remaining(levels, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+
+
+def _cgroup_available() -> tuple[int, str] | None:
+    """What the process's memory cgroup (v1 or v2) may still take, described; None without a limit."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and not controllers:
+            for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                found.append(_cgroup_v2_available(root, path))
+        elif "memory" in controllers.split(","):
+            found.append(_cgroup_v1_available(Path("/sys/fs/cgroup/memory"), path))
+    limits = [f for f in found if f is not None]
+    return min(limits) if limits else None
+
+
+def _rlimit_space() -> int:
+    """The process's address space: the least of the user space, RLIMIT_AS and RLIMIT_DATA."""
     space = _USER_ADDRESS_SPACE
     try:
         import resource
@@ -575,7 +642,41 @@ def host_memory_limits() -> HostLimits:
                 space = min(space, soft)
     except (ImportError, OSError, ValueError):
         pass
-    return HostLimits(dense=min(dense, space), allocation=min(allocation, space), address_space=space)
+    return space
+
+
+def _allocation_limit(info: dict[str, int], total: int) -> int:
+    """The largest single allocation the overcommit policy grants."""
+    swap = info.get("SwapTotal", 0)
+    try:
+        with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as fh:
+            mode = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        mode = 0
+    if mode == 1:  # always overcommit: only the address space limits an allocation
+        return _USER_ADDRESS_SPACE
+    if mode == 2:  # strict accounting
+        return max(0, info.get("CommitLimit", total + swap) - info.get("Committed_AS", 0))
+    return total + swap  # heuristic: one allocation may not exceed RAM + swap
+
+
+def host_memory_limits() -> HostLimits:
+    """Probe the host (Linux /proc, the memory cgroup, rlimits; a conservative sysconf fallback elsewhere)."""
+    info = _meminfo()
+    total = info.get("MemTotal")
+    if total is None:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            total = 1 << 40
+    dense, source = info.get("MemAvailable", total), "MemAvailable"
+    cgroup = _cgroup_available()
+    if cgroup is not None and cgroup[0] < dense:
+        dense, source = cgroup
+    space = _rlimit_space()
+    if space < dense:
+        dense, source = space, f"RLIMIT_AS / RLIMIT_DATA ({_size(space)})"
+    return HostLimits(dense, min(_allocation_limit(info, total), space), space, source)
 
 
 def _size(n: int) -> str:
@@ -585,28 +686,74 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
-    """Host bytes a machine of ``cfg`` allocates: ``(dense, lazy)``, each ``key -> (bytes, what)``.
+def _add(needs: dict[str, tuple[int, str]], key: str, n: int, what: str) -> None:
+    """Count ``n`` bytes (``what``) against ``key`` (merged with what the key already has)."""
+    if key in needs:
+        m, before = needs[key]
+        needs[key] = (m + n, f"{before} and {what}")
+    else:
+        needs[key] = (n, what)
 
-    Dense arrays are written wholesale (cleared, filled) and so must exist in RAM; lazy ones are
-    ``np.zeros`` arrays of which only touched pages cost memory (VRAM, MRAM)."""
-    M, B, BA = cfg.MLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
-    from_hbm_pages = -(-cfg.HBM_SIZE // (1 << 16)) * 8
-    dense = {
-        "MLEN": (
-            4 * (BA * M * M + BA * M + B * B + B),
-            f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum",
-        ),
-        "FP_SRAM_SIZE": (2 * cfg.FP_SRAM_SIZE, f"FP SRAM of {cfg.FP_SRAM_SIZE} bf16 words"),
-        "INT_SRAM_SIZE": (4 * cfg.INT_SRAM_SIZE, f"INT SRAM of {cfg.INT_SRAM_SIZE} u32 words"),
-        "HBM_SIZE": (from_hbm_pages, f"the HBM page table (8 bytes per 64 KiB page of HBM_SIZE={cfg.HBM_SIZE})"),
-    }
+
+#: the DMA op of each H_* instruction -> its CONFIG key and mnemonic
+_DMA_OPS = {
+    DMA_PREFETCH_M: ("HBM_M_Prefetch_Amount", "H_PREFETCH_M"),
+    DMA_PREFETCH_V: ("HBM_V_Prefetch_Amount", "H_PREFETCH_V"),
+    DMA_STORE_V: ("HBM_V_Writeback_Amount", "H_STORE_V"),
+}
+
+
+def _timing_needs(cfg: HardwareConfig, dense: dict[str, tuple[int, str]]) -> None:
+    """The HBM timing state (channels x banks) and the DMA block scratch of the largest H_* instruction."""
+    params = timing_params(cfg)
+    ov = cfg.hbm_timing
+    key = next((f"HBM_TIMING.{k}" for k in ("channels", "bank_groups", "banks_per_group") if k in ov), None)
+    what = f"the HBM timing state of {params.channels} channels x {params.banks} banks ({cfg.HBM_TIMING_PRESET}"
+    _add(dense, key or "HBM_TIMING_PRESET", timing_state_bytes(params), what + (" with [HBM_TIMING])" if ov else ")"))
+    blocks = dma_blocks_by_op(cfg, params)
+    op = max(blocks, key=lambda o: blocks[o])
+    name, mnemonic = _DMA_OPS[op]
+    rows = getattr(cfg, "P_M" if op == DMA_PREFETCH_M else ("P_V" if op == DMA_PREFETCH_V else "P_W"))
+    what = f"the DMA block scratch of one {mnemonic} of {rows} rows ({blocks[op]} blocks)"
+    _add(dense, name, dma_scratch_bytes(blocks[op], params.channels), what)
+
+
+def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+    """Host bytes a machine of ``cfg`` allocates: ``(dense, lazy)``, each ``key -> (bytes, what)``, the key
+    being the config key that sizes it (the one a refusal names).
+
+    Dense arrays are written wholesale (cleared, filled), or as a whole by one instruction, and so must exist
+    in RAM: the accumulators, FP / INT SRAM, the float64 scratch of the matrix and vector units, the HBM
+    timing state, the DMA block scratch. Lazy ones are ``np.zeros`` arrays of which only touched pages cost
+    memory (VRAM, MRAM, the HBM page table)."""
+    M, V, B, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
+    W = max(M, V)
+    dense: dict[str, tuple[int, str]] = {}
+    _add(
+        dense,
+        "MLEN",
+        4 * (BA * M * M + BA * M + B * B + B),
+        f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum",
+    )
+    _add(
+        dense,
+        "VLEN" if V > M else "MLEN",
+        4 * W + 8 * (W + 72) * (W + 8) + 8 * W * W + 9 * W + 16,
+        f"the float64 scratch of the matrix and vector units ([W+72, W+8] and [W, W], W = max(MLEN, VLEN) = {W})",
+    )
+    _add(dense, "FP_SRAM_SIZE", 2 * cfg.FP_SRAM_SIZE, f"FP SRAM of {cfg.FP_SRAM_SIZE} bf16 words")
+    _add(dense, "INT_SRAM_SIZE", 4 * cfg.INT_SRAM_SIZE, f"INT SRAM of {cfg.INT_SRAM_SIZE} u32 words")
+    _timing_needs(cfg, dense)
     lazy = {
         "VECTOR_SRAM_SIZE": (
             2 * cfg.VECTOR_SRAM_SIZE * cfg.VLEN,
             f"VRAM of {cfg.VECTOR_SRAM_SIZE} rows x VLEN={cfg.VLEN} bf16",
         ),
         "MATRIX_SRAM_SIZE": (4 * cfg.mram_tiles * M * M, f"MRAM of {cfg.mram_tiles} tiles x MLEN={M} x MLEN f32"),
+        "HBM_SIZE": (
+            -(-cfg.HBM_SIZE // (1 << 16)) * 8,
+            f"the HBM page table (8 bytes per 64 KiB page of HBM_SIZE={cfg.HBM_SIZE})",
+        ),
     }
     return dense, lazy
 
@@ -614,21 +761,23 @@ def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], 
 def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> None:
     """ConfigError (naming the key) if a machine of ``cfg`` could not be allocated on this host.
 
-    Sparse / lazily-mapped storage (HBM pages, VRAM, MRAM) may be far larger than RAM: only what a
-    program touches costs memory. But the arrays the simulator writes wholesale (the accumulators, FP /
-    INT SRAM, the HBM page table) must fit into the memory available now, and every array must be
-    mappable at all (the largest allocation the kernel grants, the process address space)."""
+    Sparse / lazily-mapped storage (HBM pages and their page table, VRAM, MRAM) may be far larger than RAM:
+    only what a program touches costs memory. But the arrays the simulator writes wholesale (see
+    :func:`host_memory_needs`) must fit into the memory available now, and every array must be mappable at
+    all (the largest allocation the kernel grants, the process address space)."""
     lim = limits if limits is not None else host_memory_limits()
     dense, lazy = host_memory_needs(cfg)
     dense_total = sum(n for n, _ in dense.values())
-    if dense_total > min(lim.dense, lim.allocation):
+    avail = min(lim.dense, lim.allocation)
+    if dense_total > avail:
         key = max(dense, key=lambda k: dense[k][0])
         n, what = dense[key]
         others = f" (all dense arrays: {_size(dense_total)})" if dense_total != n else ""
+        source = lim.dense_source if lim.dense <= lim.allocation else "the largest allocation the host grants"
         raise ConfigError(
             key,
             f"{what} needs {_size(n)} of host memory that is written wholesale{others}, "
-            f"more than the {_size(min(lim.dense, lim.allocation))} available on this host",
+            f"more than the {_size(avail)} available on this host ({source})",
         )
     for key, (n, what) in lazy.items():
         if n > lim.allocation:
@@ -647,6 +796,16 @@ def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> 
             f"({_size(everything)} in all) this exceeds the {_size(lim.address_space)} "
             "address space of this process",
         )
+
+
+def out_of_memory_message(exc: MemoryError) -> str:
+    """The one line of a MemoryError that escaped (the CLI prints it): what failed and what this host has."""
+    what = str(exc) or "a memory allocation failed"
+    lim = host_memory_limits()
+    return (
+        f"out of host memory: {what}; this host has {_size(lim.dense)} available ({lim.dense_source}); "
+        "use a smaller configuration or workload (plena-sim config shows the machine)"
+    )
 
 
 def _section_of(doc: dict, section: str, source: str, keys: _KeyCheck) -> dict:
@@ -725,7 +884,7 @@ def _latencies(lat_tbl: dict, section: str, source: str, keys: _KeyCheck) -> dic
 
 
 def _hbm_timing(timing_tbl: dict, keys: _KeyCheck) -> dict[str, float]:
-    keys.now(timing_tbl, PRESET_KEYS, "HBM_TIMING")
+    keys.now(timing_tbl, PRESET_KEYS, "HBM_TIMING", "HBM timing key")
     hbm_timing = {}
     for k, v in keys.known(timing_tbl, PRESET_KEYS).items():
         if (

@@ -266,8 +266,18 @@ class Hbm:
             return
         new_cap = min(max(need, 2 * cap, 16), len(self.page_index))
         new_cap = max(new_cap, need)
-        pool = np.zeros((new_cap, PAGE_SIZE), dtype=np.uint8)
-        pool[:used] = self.pages[:used]
+        try:
+            pool = np.zeros((new_cap, PAGE_SIZE), dtype=np.uint8)
+            pool[:used] = self.pages[:used]
+        except MemoryError:
+            from .config import host_memory_limits
+
+            lim = host_memory_limits()
+            raise HbmTooLarge(
+                f"the HBM pages written so far ({used} pages of 64 KiB = {used >> 4} MiB) and {int(spare_pages)} "
+                f"more cannot be held: growing the page pool to {new_cap >> 4} MiB failed, this host has "
+                f"{lim.dense >> 20} MiB available ({lim.dense_source}); touch less HBM"
+            ) from None
         self.pages = pool
 
     def _check(self, addr: int, n: int, what: str) -> None:
