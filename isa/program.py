@@ -18,6 +18,7 @@ from typing import Protocol, SupportsInt, overload
 import numpy as np
 
 from .regions import Region
+from .safetext import printable
 
 __all__ = ["SourceLine", "SourceMap", "TextTable", "TextSpans", "DisassemblyTexts", "Program", "read_only"]
 
@@ -295,7 +296,7 @@ class Program:
         """``file:line: text`` of the instruction at ``pc`` (or a note if pc is out of range)."""
         if 0 <= pc < len(self._source):
             s = self._source[pc]
-            return f"{s.where()}: {s.text.strip()}"
+            return f"{printable(s.where())}: {printable(s.text.strip())}"
         return f"{self._name}: pc {pc} (past the end)"
 
     def __eq__(self, other: object) -> bool:

@@ -9,6 +9,7 @@ against the default), then ``--seed``; shapes in machine units are resolved on t
 from __future__ import annotations
 
 import argparse
+import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,8 @@ def _checked_value(key: str, text: str, default: object) -> bool | int | float |
         raise UsageError(f"--set {key}: expected an integer, got {text!r}")
     if isinstance(v, int) and not isinstance(v, bool) and v < 0:
         raise UsageError(f"--set {key}: must be >= 0, got {v}")
+    if isinstance(v, float) and not math.isfinite(v):  # nan compares unequal to itself: a vacuous PASS
+        raise UsageError(f"--set {key}: expected a finite number, got {text!r}")
     return v
 
 

@@ -82,7 +82,6 @@ the run ends with one of the named faults (rule ids, or ``"assembler"``/``"plan"
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +92,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from isa.safetext import json_text
 from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
 from plena_sim.image import ImageBuilder, Placement
@@ -958,7 +958,7 @@ def _artifacts(
             np.save(wd / f"golden{suffix}.npy", np.asarray(g))
         if chk.name in sims:
             np.save(wd / f"sim{suffix}.npy", np.asarray(sims[chk.name]))
-    (wd / "report.json").write_text(json.dumps(rep.to_dict(), indent=1) + "\n", encoding="utf-8")
+    (wd / "report.json").write_text(json_text(rep.to_dict(), indent=1) + "\n", encoding="utf-8")
 
 
 def cases_of(mod: ModuleType) -> dict[str, CaseSpec]:

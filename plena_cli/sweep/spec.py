@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
-from isa.safetext import did_you_mean
+from isa.safetext import did_you_mean, printable
 
 from . import expr
 
@@ -207,7 +207,7 @@ class _Parser:
         self.origin = origin
 
     def fail(self, key: str, value: object, rule: str) -> SpecError:
-        return SpecError(f"{self.origin}: {key} = {value!r}: {rule}")
+        return SpecError(f"{printable(self.origin)}: {printable(key)} = {value!r}: {rule}")
 
     def table(self, doc: Any, key: str, allowed: set[str]) -> dict[str, Any]:
         if not isinstance(doc, dict):
