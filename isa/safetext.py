@@ -28,6 +28,8 @@ def printable(text: object, limit: int | None = None) -> str:
     """``str(text)`` with every non-printable character escaped (repr-style) and, with ``limit``, cut to at
     most ``limit`` characters (ending in ``...``)."""
     s = str(text)
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + "..."  # cut before escaping: a long text costs nothing
     if not s.isprintable():
         s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
     if limit is not None and len(s) > limit:
