@@ -710,12 +710,29 @@ def _timing_needs(cfg: HardwareConfig, dense: dict[str, tuple[int, str]]) -> Non
     key = next((f"HBM_TIMING.{k}" for k in ("channels", "bank_groups", "banks_per_group") if k in ov), None)
     what = f"the HBM timing state of {params.channels} channels x {params.banks} banks ({cfg.HBM_TIMING_PRESET}"
     _add(dense, key or "HBM_TIMING_PRESET", timing_state_bytes(params), what + (" with [HBM_TIMING])" if ov else ")"))
-    blocks = dma_blocks_by_op(cfg, params)
-    op = max(blocks, key=lambda o: blocks[o])
+    blocks = _dma_blocks_that_run(cfg, params)
+    op = max(blocks, key=lambda o: blocks[o][1])
     name, mnemonic = _DMA_OPS[op]
-    rows = getattr(cfg, "P_M" if op == DMA_PREFETCH_M else ("P_V" if op == DMA_PREFETCH_V else "P_W"))
-    what = f"the DMA block scratch of one {mnemonic} of {rows} rows ({blocks[op]} blocks)"
-    _add(dense, name, dma_scratch_bytes(blocks[op], params.channels), what)
+    rows, n = blocks[op]
+    what = f"the DMA block scratch of one {mnemonic} of {rows} rows ({n} blocks)"
+    _add(dense, name, dma_scratch_bytes(n, params.channels), what)
+
+
+def _dma_blocks_that_run(cfg: HardwareConfig, params: Any) -> dict[int, tuple[int, int]]:
+    """op -> (rows, most distinct blocks) of an H_* instruction that can complete: its rows fit the SRAM it
+    moves to or from (more rows fault before any work: BD-VROW / BD-MRAM) and its blocks the HBM."""
+    fits = {
+        DMA_PREFETCH_M: min(cfg.P_M, cfg.mram_tiles * cfg.MLEN),
+        DMA_PREFETCH_V: min(cfg.P_V, cfg.VECTOR_SRAM_SIZE),
+        DMA_STORE_V: min(cfg.P_W, cfg.VECTOR_SRAM_SIZE),
+    }
+    all_rows = {DMA_PREFETCH_M: cfg.P_M, DMA_PREFETCH_V: cfg.P_V, DMA_STORE_V: cfg.P_W}
+    hbm_blocks = cfg.HBM_SIZE // params.burst_bytes + 2
+    out = {}
+    for op, n in dma_blocks_by_op(cfg, params).items():
+        per_row = n // max(1, all_rows[op])
+        out[op] = (fits[op], min(fits[op] * per_row, hbm_blocks))
+    return out
 
 
 def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:

@@ -87,8 +87,11 @@ def test_needs_match_the_arrays_the_core_allocates():
 
 
 def test_dma_scratch_of_a_huge_prefetch_is_counted():
-    exc = _refusal({"HBM_V_Prefetch_Amount": 1 << 32})
-    assert exc.key == "HBM_V_Prefetch_Amount" and "DMA block scratch of one H_PREFETCH_V" in str(exc)
+    exc = _refusal({"HBM_V_Prefetch_Amount": 1 << 32, "VECTOR_SRAM_SIZE": 1 << 26})
+    assert exc.key == "HBM_V_Prefetch_Amount" and "DMA block scratch of one H_PREFETCH_V of 67108864 rows" in str(exc)
+    # a transfer of more rows than VRAM holds faults before any work (BD-VROW): only the rows that fit count
+    dense, _lazy = host_memory_needs(dataclasses.replace(load_config(), HBM_V_Prefetch_Amount=1 << 32))
+    assert "of 4194304 rows" in dense["HBM_V_Prefetch_Amount"][1]
 
 
 # ------------------------------------------------------------------------------------------- available
