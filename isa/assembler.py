@@ -4,14 +4,16 @@ Accepts the upstream syntax (``;`` and ``//`` comments, blank lines, ``gpN``/``f
 immediates, the literal ``0`` the upstream compiler writes for gp0 in a first operand -- see
 ``Operand.zero_literal`` in the table) plus hex immediates and ``_`` separators; mnemonics and registers
 are case-insensitive.
-Every operand is kind- and range-checked against the opcode table; all errors of a file are collected
-and raised together as one :class:`AssemblerError`.
+Every operand is kind- and range-checked against the opcode table; the errors of a file are collected and
+raised together as one :class:`AssemblerError` (the first ``MAX_ERRORS_SHOWN`` = 100 kept, all counted). A
+program holds at most ``max_words`` instructions; a file is read only if it is a regular file of at most
+``MAX_PROGRAM_BYTES`` (:mod:`isa.readers`).
 """
 
 from __future__ import annotations
 
 import re
-from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +21,10 @@ import numpy as np
 
 from .encoding import encode
 from .plans import encode_operands, encoder_for
-from .program import Program, SourceMap, read_only
+from .program import Program, SourceMap, TextSpans, read_only
+from .readers import MAX_ERRORS_SHOWN, MAX_PROGRAM_BYTES, MAX_PROGRAM_WORDS, InputFileError, read_input
 from .regions import REGION_CLOSE, REGION_OPEN, Region, RegionError, RegionRecorder, parse_marker
+from .safetext import printable
 from .table import BY_MNEMONIC, FIELDS, NOT_INSTRUCTIONS, OPERAND_KINDS, REGISTER_COUNT, Instr, Operand
 
 __all__ = ["AsmDiagnostic", "AssemblerError", "assemble", "assemble_file"]
@@ -45,24 +49,38 @@ class AsmDiagnostic:
 
     def __str__(self) -> str:
         tok = f" '{_shown(self.token)}'" if self.token else ""
-        return f"{self.file}:{self.line}:{self.column}:{tok} {self.reason}"
+        return f"{printable(self.file)}:{self.line}:{self.column}:{tok} {self.reason}"
 
 
 class AssemblerError(ValueError):
-    """All errors of one assembly; ``diagnostics`` lists them in line order.
+    """The errors of one assembly: ``count`` of them, the first ``MAX_ERRORS_SHOWN`` (in line order) in
+    ``diagnostics``; :meth:`lines` is what a message shows (those, then how many more there are).
 
     The first error is also exposed as ``line_no``, ``line_text``, ``reason`` (isa.md §2).
     """
 
-    def __init__(self, diagnostics: list[AsmDiagnostic]):
+    def __init__(self, diagnostics: list[AsmDiagnostic], count: int | None = None):
         assert diagnostics
-        self.diagnostics = tuple(diagnostics)
+        self.diagnostics = tuple(diagnostics[:MAX_ERRORS_SHOWN])
+        self.count = max(len(diagnostics), count or 0)
         first = self.diagnostics[0]
         self.file, self.line_no, self.column = first.file, first.line, first.column
         self.line_text, self.reason, self.token = first.line_text, first.reason, first.token
-        n = len(self.diagnostics)
+        n = self.count
         head = f"{n} assembler error{'s' if n != 1 else ''}"
-        super().__init__(head + ":\n" + "\n".join(f"  {d}" for d in self.diagnostics))
+        super().__init__(head + ":\n" + "\n".join(f"  {line}" for line in self.lines()))
+
+    @property
+    def omitted(self) -> int:
+        """Errors counted but not kept."""
+        return self.count - len(self.diagnostics)
+
+    def lines(self) -> list[str]:
+        """The kept diagnostics, then ``... and N more errors`` if some were only counted."""
+        out = [str(d) for d in self.diagnostics]
+        if self.omitted:
+            out.append(f"... and {self.omitted} more errors (the first {len(self.diagnostics)} are shown)")
+        return out
 
 
 class _LineError(Exception):
@@ -87,8 +105,8 @@ _MAX_DIGITS = 40
 
 
 def _shown(tok: str, limit: int = 40) -> str:
-    """``tok`` for a message, shortened to ``limit`` characters."""
-    return tok if len(tok) <= limit else tok[: limit - 3] + "..."
+    """``tok`` for a message: non-printable characters escaped, shortened to ``limit`` characters."""
+    return printable(tok, limit)
 
 
 def _parse_number(tok: str) -> int | None:
@@ -186,6 +204,10 @@ def _assemble_line(code: str) -> int | None:
             raise _LineError(
                 col0, mnem_tok, f"{mnem} (opcode {_RESERVED_NAMES[mnem]:#04x}) is not an instruction of this ISA"
             )
+        if mnem_tok.startswith("\ufeff"):
+            raise _LineError(
+                col0, mnem_tok, "the line starts with a UTF-8 byte-order mark (U+FEFF); save the file without it"
+            )
         raise _LineError(
             col0,
             mnem_tok,
@@ -256,37 +278,140 @@ _MEMO_MAX = 1 << 16
 _MARKER = -2
 
 
-def assemble(text: str, filename: str = "<asm>") -> Program:
-    """Assemble ``text``. Raises :class:`AssemblerError` listing every error of the text (region markers
-    included: :mod:`isa.regions`)."""
-    lines = text.splitlines()
-    words = array("I")
-    where = array("q")  # 0-based line index of each word
-    memo: dict[str, int] = {}  # line -> word, -1 for blank/comment, _MARKER for a region marker
-    errors: list[AsmDiagnostic] = []
-    recorder = RegionRecorder()
-    for index, line in enumerate(lines):
-        word = memo.get(line)
-        if word is None:
-            try:
-                word = _line_code(line)
-            except (_LineError, RegionError) as e:
-                errors.append(AsmDiagnostic(filename, index + 1, e.column, e.token, e.reason, line))
-                continue
-            if len(memo) < _MEMO_MAX:
-                memo[line] = word
-        if word >= 0:
-            words.append(word)
-            where.append(index)
-        elif word == _MARKER:
-            _mark(recorder, line, len(words), index, filename, errors)
-    regions = _regions(recorder, lines, filename, errors)
-    if errors:
-        raise AssemblerError(sorted(errors, key=lambda d: d.line))
-    index_of = np.array(where, dtype=np.int64)
-    texts = list(map(lines.__getitem__, where))
-    source = SourceMap.from_lines(filename, index_of + 1, texts)
-    return Program.trusted(read_only(np.array(words, dtype=np.uint32)), source, filename, regions)
+class _Diagnostics:
+    """The errors of one assembly: the first ``MAX_ERRORS_SHOWN`` kept (plus as many found after the last line,
+    which may name earlier lines), all counted."""
+
+    def __init__(self) -> None:
+        self.kept: list[AsmDiagnostic] = []
+        self.late: list[AsmDiagnostic] = []
+        self.count = 0
+
+    def append(self, d: AsmDiagnostic, late: bool = False) -> None:
+        self.count += 1
+        into = self.late if late else self.kept
+        if len(into) < MAX_ERRORS_SHOWN:
+            into.append(d)
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def error(self) -> AssemblerError:
+        return AssemblerError(sorted(self.kept + self.late, key=lambda d: d.line), self.count)
+
+
+#: characters of text split into lines at a time (the lines of one block exist at once, not of the whole file)
+_BLOCK = 1 << 20
+
+
+def _blocks(text: str) -> Iterator[tuple[int, str]]:
+    """``(offset, block)``: ``text`` in pieces of about ``_BLOCK`` characters, each ending after a line feed
+    (so no line and no CR LF pair is split)."""
+    pos, n = 0, len(text)
+    while pos < n:
+        cut = text.find("\n", pos + _BLOCK)
+        end = n if cut < 0 else cut + 1
+        yield pos, text[pos:end]
+        pos = end
+
+
+class _Assembly:
+    """The state of one :func:`assemble` call: the words with their lines' spans, the memo, the markers and
+    the errors. Each block of lines is encoded with one memo lookup per line; the (rare) marker and error
+    lines are then handled one by one, in line order."""
+
+    def __init__(self, filename: str, max_words: int):
+        self.filename, self.max_words = filename, max_words
+        self.memo: dict[str, int] = {}  # line -> word, -1 blank/comment, _MARKER, or _ERROR - k (problems[k])
+        self.problems: dict[int, tuple[int, str, str]] = {}  # memo value -> (column, token, reason) of an error
+        self.transient: list[int] = []  # error codes of lines not memoised (dropped after their block)
+        self.next_error = _ERROR
+        self.errors = _Diagnostics()
+        self.recorder = RegionRecorder()
+        self.opened: dict[int, str] = {}  # line index -> text of each marker that opened a region
+        self.words: list[np.ndarray] = []
+        self.where: list[np.ndarray] = []  # 0-based line index of each word
+        self.spans: list[tuple[np.ndarray, np.ndarray]] = []  # offsets of each word's line in the text
+        self.n_words = 0
+        self.n_lines = 0
+
+    def code(self, line: str) -> int:
+        """The memo value of a line not seen before (and remembered, up to _MEMO_MAX lines)."""
+        try:
+            c = _line_code(line)
+        except (_LineError, RegionError) as e:
+            c = self.next_error
+            self.next_error -= 1
+            self.problems[c] = (e.column, e.token, e.reason)  # not the exception: its traceback holds frames
+            if len(self.memo) >= _MEMO_MAX:
+                self.transient.append(c)
+        if len(self.memo) < _MEMO_MAX:
+            self.memo[line] = c
+        return c
+
+    def block(self, offset: int, text: str) -> None:
+        lines = text.splitlines()
+        get = self.memo.get
+        codes = [get(line) for line in lines]
+        for k in [k for k, c in enumerate(codes) if c is None]:
+            codes[k] = get(lines[k]) if lines[k] in self.memo else self.code(lines[k])
+        code = np.fromiter(codes, dtype=np.int64, count=len(codes))
+        is_word = code >= 0
+        at = np.flatnonzero(is_word)
+        if self.n_words + len(at) > self.max_words:
+            k = int(at[self.max_words - self.n_words])
+            raise _too_long(self.filename, self.n_lines + k, lines[k], self.max_words)
+        pieces = np.fromiter(map(len, text.splitlines(keepends=True)), dtype=np.int64, count=len(lines))
+        starts = offset + np.concatenate(([0], np.cumsum(pieces)))
+        before = self.n_words + np.cumsum(is_word) - is_word  # words before each line
+        for k in np.flatnonzero(code <= _MARKER).tolist():
+            self.special(int(code[k]), lines[k], self.n_lines + k, int(before[k]))
+        self.words.append(code[at].astype(np.uint32))
+        self.where.append(self.n_lines + at)
+        lengths = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
+        self.spans.append((starts[at], starts[at] + lengths[at]))
+        self.n_words += len(at)
+        self.n_lines += len(lines)
+        for c in self.transient:
+            del self.problems[c]
+        self.transient.clear()
+
+    def special(self, code: int, line: str, index: int, word: int) -> None:
+        """A marker line (before word ``word``) or a line with an error."""
+        if code == _MARKER:
+            _mark(self.recorder, line, word, index, self.filename, self.errors, self.opened)
+            return
+        column, token, reason = self.problems[code]
+        self.errors.append(AsmDiagnostic(self.filename, index + 1, column, token, reason, line))
+
+    def program(self, text: str) -> Program:
+        regions = _regions(self.recorder, self.opened, self.filename, self.errors)
+        if self.errors:
+            raise self.errors.error()
+        words = read_only(np.concatenate(self.words) if self.words else np.zeros(0, dtype=np.uint32))
+        where = np.concatenate(self.where) if self.where else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate([a for a, _ in self.spans]) if self.spans else np.zeros(0, dtype=np.int64)
+        ends = np.concatenate([b for _, b in self.spans]) if self.spans else np.zeros(0, dtype=np.int64)
+        source = SourceMap(self.filename, where + 1, TextSpans(text, starts, ends))
+        return Program.trusted(words, source, self.filename, regions)
+
+
+#: memo values from this one down are errors (``problems[code]``)
+_ERROR = -3
+
+
+def _too_long(filename: str, index: int, line: str, max_words: int) -> AssemblerError:
+    reason = f"a program of more than {max_words} instructions exceeds the limit (raise it with --max-program N)"
+    return AssemblerError([AsmDiagnostic(filename, index + 1, 1, "", reason, line)])
+
+
+def assemble(text: str, filename: str = "<asm>", *, max_words: int = MAX_PROGRAM_WORDS) -> Program:
+    """Assemble ``text`` (at most ``max_words`` instructions). Raises :class:`AssemblerError` with the errors of
+    the text (region markers included: :mod:`isa.regions`)."""
+    state = _Assembly(filename, max_words)
+    for offset, block in _blocks(text):
+        state.block(offset, block)
+    return state.program(text)
 
 
 def _line_code(line: str) -> int:
@@ -299,7 +424,9 @@ def _line_code(line: str) -> int:
     return -1 if marker is None else _MARKER
 
 
-def _mark(recorder: RegionRecorder, line: str, word: int, index: int, filename: str, errors: list) -> None:
+def _mark(
+    recorder: RegionRecorder, line: str, word: int, index: int, filename: str, errors: _Diagnostics, opened: dict
+) -> None:
     """Record the marker of line ``index`` (before word ``word``); an ``@endregion`` without an open region is
     an error of that line."""
     found = parse_marker(line)
@@ -307,6 +434,7 @@ def _mark(recorder: RegionRecorder, line: str, word: int, index: int, filename: 
     name, column = found
     if name is not None:
         recorder.open(name, word, index)
+        opened[index] = line
         return
     try:
         recorder.close(word)
@@ -314,24 +442,26 @@ def _mark(recorder: RegionRecorder, line: str, word: int, index: int, filename: 
         errors.append(AsmDiagnostic(filename, index + 1, column, REGION_CLOSE, e.reason, line))
 
 
-def _regions(recorder: RegionRecorder, lines: list[str], filename: str, errors: list) -> tuple[Region, ...]:
+def _regions(
+    recorder: RegionRecorder, opened: dict[int, str], filename: str, errors: _Diagnostics
+) -> tuple[Region, ...]:
     """The recorded regions; a region left open is an error of the line that opened it."""
     for path, index in recorder.unclosed():
-        line = lines[index]
+        line = opened[index]
         column = line.find(REGION_OPEN) + 1
         reason = f"region {path!r} is never closed (missing {REGION_CLOSE})"
-        errors.append(AsmDiagnostic(filename, index + 1, column, REGION_OPEN, reason, line))
+        errors.append(AsmDiagnostic(filename, index + 1, column, REGION_OPEN, reason, line), late=True)
     return () if errors else recorder.regions()
 
 
-def assemble_file(path: str | Path) -> Program:
-    """Assemble a file (UTF-8). Unreadable files raise AssemblerError at line 0."""
+def assemble_file(path: str | Path, *, max_words: int = MAX_PROGRAM_WORDS) -> Program:
+    """Assemble a file (UTF-8; a regular file of at most ``MAX_PROGRAM_BYTES``). A file that is not read raises
+    AssemblerError at line 0."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        reason = f"cannot read file: {getattr(exc, 'strerror', None) or exc}"
-        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", reason, "")]) from None
+        data = read_input(p, "assembly file", MAX_PROGRAM_BYTES)
+    except InputFileError as exc:
+        raise AssemblerError([AsmDiagnostic(str(p), 0, 0, "", exc.reason, "")]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -349,4 +479,4 @@ def assemble_file(path: str | Path) -> Program:
             shown,
         )
         raise AssemblerError([diag]) from None
-    return assemble(text, str(p))
+    return assemble(text, str(p), max_words=max_words)

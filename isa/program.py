@@ -3,7 +3,8 @@
 Both are stored compactly -- no Python object per instruction: the words are one read-only ``uint32``
 array; the source map keeps the file name once, one read-only array of line numbers and a *text table*
 that produces the text of word ``k`` on request (:class:`TextTable`: one string of all texts plus their
-offsets; :class:`DisassemblyTexts`: the disassembly of each word; ``isa.plans.SpelledTexts``: spelled
+offsets; :class:`TextSpans`: slices of the assembled file's text; :class:`DisassemblyTexts`: the disassembly
+of each word; ``isa.memfile.MemTexts``: that of a ``.mem`` file's word; ``isa.plans.SpelledTexts``: spelled
 back from the words as a generator wrote them). :class:`SourceLine` objects are made only when asked for.
 """
 
@@ -17,8 +18,9 @@ from typing import Protocol, SupportsInt, overload
 import numpy as np
 
 from .regions import Region
+from .safetext import printable
 
-__all__ = ["SourceLine", "SourceMap", "TextTable", "DisassemblyTexts", "Program", "read_only"]
+__all__ = ["SourceLine", "SourceMap", "TextTable", "TextSpans", "DisassemblyTexts", "Program", "read_only"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ def read_only(a: np.ndarray) -> np.ndarray:
 
 def _index_array(values: np.ndarray | Sequence[int]) -> np.ndarray:
     """Non-negative integers as the smallest of int32 / int64 that holds them, read-only."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int32 and not values.flags.writeable:
+        return values  # already frozen by its owner: no copy
     a = np.asarray(values, dtype=np.int64)
     if a.size and int(a.max()) < 2**31:
         a = a.astype(np.int32)
@@ -90,6 +94,29 @@ class TextTable:
             and self._joined == other._joined
             and np.array_equal(self._starts, other._starts)
         )
+
+
+class TextSpans:
+    """Texts that are slices ``text[starts[k]:ends[k]]`` of one string (an assembled file's lines)."""
+
+    __slots__ = ("_text", "_starts", "_ends")
+
+    def __init__(self, text: str, starts: np.ndarray, ends: np.ndarray):
+        if len(starts) != len(ends):
+            raise ValueError("span starts and ends differ in length")
+        self._text = text
+        self._starts = _index_array(starts)
+        self._ends = _index_array(ends)
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, k: int) -> str:
+        return self._text[self._starts[k] : self._ends[k]]
+
+    def all(self) -> list[str]:
+        text = self._text
+        return [text[a:b] for a, b in zip(self._starts.tolist(), self._ends.tolist(), strict=True)]
 
 
 class DisassemblyTexts:
@@ -269,7 +296,7 @@ class Program:
         """``file:line: text`` of the instruction at ``pc`` (or a note if pc is out of range)."""
         if 0 <= pc < len(self._source):
             s = self._source[pc]
-            return f"{s.where()}: {s.text.strip()}"
+            return f"{printable(s.where())}: {printable(s.text.strip())}"
         return f"{self._name}: pc {pc} (past the end)"
 
     def __eq__(self, other: object) -> bool:

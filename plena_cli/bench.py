@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from isa.safetext import json_text
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -633,12 +635,12 @@ def main(argv: list[str] | None = None) -> int:
             d["worker_s"] = time.perf_counter() - t0
         else:
             d = worker(a.worker, a.quick)
-        print(json.dumps(d))
+        print(json_text(d))
         return 0
     only = [x for o in (a.only or []) for x in o.split(",") if x] or None
     res = run_suite(quick=a.quick, only=only, repeat=a.repeat, cold=a.cold)
     if a.json:
-        print(json.dumps(res, indent=1))
+        print(json_text(res, indent=1))
     else:
         from .bench_report import render
 

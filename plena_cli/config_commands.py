@@ -134,6 +134,9 @@ def cmd_config(args: argparse.Namespace, out: Console, err: Console) -> int:
     for k in cfg.latency:
         t.add_row(f"LATENCY.{k}", str(cfg.latency_cycles(k)))
     out.print(t)
+    if cfg.ignored:
+        err.print("[yellow]note:[/] ", end="")
+        err.print(f"--allow-unknown-keys ignored {len(cfg.ignored)} key(s): {', '.join(cfg.ignored)}", markup=False)
     for b in inconsistencies(cfg):
         err.print("[yellow]note:[/] ", end="")
         err.print(
@@ -153,6 +156,7 @@ def _config_doc(cfg: HardwareConfig) -> dict[str, Any]:
         "preset": cfg.preset,
         "config": cfg.values(),
         "inconsistencies": [b.__dict__ for b in inconsistencies(cfg)],
+        "ignored": list(cfg.ignored),
         "derived": {"P_M": cfg.P_M, "P_V": cfg.P_V, "P_W": cfg.P_W, "mram_tiles": cfg.mram_tiles},
         "precision": {k: v.describe() for k, v in cfg.precision.items()},
         "latency": {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from .errors import EXIT_OK, UsageError
+from .options import add_max_program_arg
 from .paths import distinct_outputs, out_path, write_out
 
 if TYPE_CHECKING:
@@ -21,11 +22,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = sub.add_parser("asm", help="assemble a .asm file into .mem machine code")
     a.add_argument("input", metavar="IN.asm")
     a.add_argument("-o", "--output", metavar="OUT.mem", help="output .mem (default: stdout)")
+    add_max_program_arg(a)
     a.set_defaults(func=cmd_asm)
 
     d = sub.add_parser("disasm", help="disassemble a .mem file into canonical assembly")
     d.add_argument("input", metavar="IN.mem")
     d.add_argument("--addresses", action="store_true", help="prefix each line with index and word")
+    add_max_program_arg(d)
     d.set_defaults(func=cmd_disasm)
 
     i = sub.add_parser("isa", help="print the opcode table")
@@ -37,13 +40,13 @@ def cmd_asm(args: argparse.Namespace, out: Console, err: Console) -> int:
     from isa import assemble_file, format_mem
 
     src = Path(args.input)
-    if not src.is_file():
+    if not src.exists():  # anything else that exists (a FIFO, a device) is refused by the reader
         raise UsageError(f"no such file: {args.input}")
     to_stdout = args.output in (None, "-")
     dst = None if to_stdout else out_path(args.output, "-o")
     if dst is not None:
         distinct_outputs([("-o", dst)], [src])
-    prog = assemble_file(src)
+    prog = assemble_file(src, max_words=args.max_program)
     if dst is None:
         out.file.write(format_mem(prog.words))
         return EXIT_OK
@@ -56,7 +59,7 @@ def cmd_asm(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_disasm(args: argparse.Namespace, out: Console, err: Console) -> int:
     from isa import disassemble_word, read_mem
 
-    prog = read_mem(args.input)
+    prog = read_mem(args.input, max_words=args.max_program)
     for k, w in enumerate(prog.words):
         text = disassemble_word(w)
         out.print(f"{k:6d}  0x{w:08X}  {text}" if args.addresses else text, markup=False)

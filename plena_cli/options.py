@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,11 +11,15 @@ from .errors import UsageError
 from .paths import out_path
 
 if TYPE_CHECKING:
+    from isa.program import Program
     from plena_sim.config import HardwareConfig
 
 __all__ = [
     "add_hw_arg",
     "add_config_args",
+    "add_allow_unknown_arg",
+    "add_max_program_arg",
+    "read_program_arg",
     "add_backend_arg",
     "add_timing_arg",
     "config_from_args",
@@ -53,6 +58,50 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         help="TOML section to read (default TRANSACTIONAL; e.g. ANALYTIC)",
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one CONFIG key (repeatable)")
+    add_allow_unknown_arg(p)
+
+
+def add_allow_unknown_arg(p: argparse.ArgumentParser) -> None:
+    """``--allow-unknown-keys``: the escape hatch of the strict config reader (README: Configuration)."""
+    p.add_argument(
+        "--allow-unknown-keys",
+        action="store_true",
+        help="ignore (not refuse) keys of the config file that the simulator does not read (upstream files "
+        "with extra sections)",
+    )
+
+
+def _program_limit(text: str) -> int:
+    try:
+        v = int(text.replace("_", ""), 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return v
+
+
+def add_max_program_arg(p: argparse.ArgumentParser) -> None:
+    """``--max-program N``: the most instructions a program file may hold (default 2^26)."""
+    from isa.readers import MAX_PROGRAM_WORDS
+
+    p.add_argument(
+        "--max-program",
+        type=_program_limit,
+        default=MAX_PROGRAM_WORDS,
+        metavar="N",
+        help=f"most instructions a program file may hold (default 2^26 = {MAX_PROGRAM_WORDS})",
+    )
+
+
+def read_program_arg(path: str, max_words: int) -> Program:
+    """The program of a command's PROGRAM argument (a missing file is a UsageError; the reader refuses a file
+    that is not a regular file, larger than 1 GiB or of more than ``max_words`` instructions)."""
+    from isa import read_program
+
+    if not os.path.lexists(path):
+        raise UsageError(f"no such file: {path}")
+    return read_program(path, max_words=max_words)
 
 
 def add_backend_arg(p: argparse.ArgumentParser) -> None:
@@ -69,7 +118,13 @@ def config_from_args(args: argparse.Namespace) -> HardwareConfig:
     from plena_sim.presets import resolve_config
 
     overrides = dict(parse_override(s) for s in (args.set or []))
-    return resolve_config(args.config, hw=args.hw, section=args.section, overrides=overrides)
+    return resolve_config(
+        args.config,
+        hw=args.hw,
+        section=args.section,
+        overrides=overrides,
+        allow_unknown=bool(getattr(args, "allow_unknown_keys", False)),
+    )
 
 
 def int_arg(text: str, what: str) -> int:

@@ -7,13 +7,14 @@ output (``--json``) is one JSON document written straight to ``out.file``.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from isa.safetext import json_text
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -39,8 +40,9 @@ def consoles(out_file: TextIO | None = None, err_file: TextIO | None = None) -> 
     """``(out, err)``: stdout and stderr consoles (no highlighting, no hard wrapping), or consoles writing to the
     given files."""
     return (
-        Console(file=out_file, highlight=False, soft_wrap=True),
-        Console(file=err_file, stderr=err_file is None, highlight=False, soft_wrap=True),
+        # emoji=False: "file.asm:100:22" must not print as "file.asm💯22" (rich's :name: emoji codes)
+        Console(file=out_file, highlight=False, soft_wrap=True, emoji=False),
+        Console(file=err_file, stderr=err_file is None, highlight=False, soft_wrap=True, emoji=False),
     )
 
 
@@ -58,8 +60,9 @@ def json_default(o: object) -> object:
 
 
 def print_json(out: Console, doc: object, *, sort_keys: bool = False, indent: int | None = None) -> None:
-    """Write ``doc`` as one JSON document (one line unless ``indent``) to ``out``'s file."""
-    out.file.write(json.dumps(doc, default=json_default, sort_keys=sort_keys, indent=indent) + "\n")
+    """Write ``doc`` as one strict JSON document (one line unless ``indent``) to ``out``'s file: a non-finite
+    number is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (README: JSON output)."""
+    out.file.write(json_text(doc, default=json_default, sort_keys=sort_keys, indent=indent) + "\n")
 
 
 def print_fault(err: Console, text: str) -> None:

@@ -9,11 +9,12 @@ against the default), then ``--seed``; shapes in machine units are resolved on t
 from __future__ import annotations
 
 import argparse
+import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
-from .options import add_hw_arg
+from .options import add_allow_unknown_arg, add_hw_arg
 
 if TYPE_CHECKING:
     from plena_sim.config import HardwareConfig
@@ -29,6 +30,7 @@ def add_machine_args(p: argparse.ArgumentParser, variant_help: str) -> None:
     p.add_argument("--config", "--settings", dest="config", metavar="FILE", help="hardware config file")
     p.add_argument("--section", default="TRANSACTIONAL", help="TOML section of --config")
     p.add_argument("--set-hw", action="append", metavar="KEY=VALUE", help="override one hardware key")
+    add_allow_unknown_arg(p)
     p.add_argument("--seed", type=int, default=None)
 
 
@@ -142,6 +144,8 @@ def _checked_value(key: str, text: str, default: object) -> bool | int | float |
         raise UsageError(f"--set {key}: expected an integer, got {text!r}")
     if isinstance(v, int) and not isinstance(v, bool) and v < 0:
         raise UsageError(f"--set {key}: must be >= 0, got {v}")
+    if isinstance(v, float) and not math.isfinite(v):  # nan compares unequal to itself: a vacuous PASS
+        raise UsageError(f"--set {key}: expected a finite number, got {text!r}")
     return v
 
 
@@ -164,7 +168,7 @@ def _config_file(args: argparse.Namespace, hw: dict[str, Any]) -> HardwareConfig
         raise UsageError("--config and --variant are mutually exclusive")
     if args.hw is not None:
         raise UsageError("--config and --hw are mutually exclusive (a preset is a whole machine)")
-    return load_config(args.config, section=args.section, overrides=hw)
+    return load_config(args.config, section=args.section, overrides=hw, allow_unknown=args.allow_unknown_keys)
 
 
 def _variant_config(args: argparse.Namespace, hw: dict[str, Any]) -> HardwareConfig:

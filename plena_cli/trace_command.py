@@ -7,8 +7,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
-from .options import add_backend_arg, add_timing_arg, config_from_args, int_arg
-from .paths import distinct_outputs, out_path, read_program, write_perfetto
+from .options import (
+    add_backend_arg,
+    add_max_program_arg,
+    add_timing_arg,
+    config_from_args,
+    int_arg,
+    read_program_arg,
+)
+from .paths import distinct_outputs, out_path, write_perfetto
 from .render import compile_core, print_fault, print_json, print_plain, render_trace, upstream_lines
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
@@ -45,6 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="trace ring capacity (the newest N instructions are kept)",
     )
     tr.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
+    add_max_program_arg(tr)
     tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
     tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
@@ -178,7 +186,7 @@ def _trace_program(args: argparse.Namespace) -> _Traced:
 
     args.set = list(args.set or []) + list(args.set_hw or [])
     cfg = config_from_args(args)
-    prog = read_program(args.program)
+    prog = read_program_arg(args.program, args.max_program)
     m = Machine(cfg, backend=args.backend, timing=args.timing)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=int(args.capacity))
     fault = res.fault

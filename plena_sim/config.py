@@ -5,6 +5,13 @@ Lookup order (memory.md §8): explicit path, env ``PLENA_SETTINGS_TOML``, the pa
 (a verbatim copy of the upstream reference file). Only one section is read (``TRANSACTIONAL`` by
 default); ``[MODE] active`` is ignored. A missing key, a wrong type or a violated constraint is a
 :class:`ConfigError` naming the key -- never a silent default.
+
+Strict: a key of the selected section that the simulator does not read (``BMM_SCAEL``, a full-width
+``ＭLEN``, an extra ``[TRANSACTIONAL.POWER]`` table, a top-level scalar) is a ConfigError naming it and its
+close match; ``allow_unknown=True`` (``--allow-unknown-keys``) ignores such keys instead and records them
+in ``HardwareConfig.ignored`` -- the escape hatch for upstream files that carry extra sections. Other
+sections of the file (another mode) are not read, so not checked. The file is read only if it is a regular
+file of at most 16 MiB nested at most 64 levels deep (:mod:`isa.readers`).
 """
 
 from __future__ import annotations
@@ -12,15 +19,26 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
+from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
+from isa.safetext import did_you_mean
+
 from .errors import ConfigError
-from .hbm_presets import check_timing_config
+from .hbm_layout import (
+    DMA_PREFETCH_M,
+    DMA_PREFETCH_V,
+    DMA_STORE_V,
+    dma_blocks_by_op,
+    dma_scratch_bytes,
+    timing_state_bytes,
+)
+from .hbm_presets import PRESET_KEYS, check_timing_config, timing_params
 
 __all__ = [
     "ConfigError",
@@ -43,6 +61,7 @@ __all__ = [
     "host_memory_limits",
     "host_memory_needs",
     "check_host_limits",
+    "out_of_memory_message",
 ]
 
 
@@ -228,6 +247,8 @@ class HardwareConfig:
     section: str = "TRANSACTIONAL"
     source: str = "<builtin>"
     preset: str = ""  # hardware preset name (plena_sim.presets), "" if loaded from a file
+    #: the unknown keys ``allow_unknown`` ignored (dotted paths), in file order; not part of the machine
+    ignored: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     # ---- derived quantities
     @property
@@ -333,8 +354,68 @@ def _get(tbl: dict, name: str, key: str, typ: type | tuple[type, ...]) -> Any:
     return v
 
 
-def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
+class _KeyCheck:
+    """The unknown keys of one document: a ConfigError naming the first (and its close match), or with
+    ``allow`` a record of every one (dotted paths). Tables are checked when :meth:`finish` is called (after
+    the document was parsed: a wrong value or a missing key is the more precise error), the top level and
+    the section's tables at once (:meth:`now`)."""
+
+    def __init__(self, source: str, allow: bool):
+        self.source, self.allow = source, allow
+        self.ignored: list[str] = []
+        self._pending: list[tuple[Mapping, tuple[str, ...], str]] = []
+
+    def check(self, tbl: Mapping, known: Iterable[str], where: str) -> None:
+        """Every key of ``tbl`` (the table at dotted path ``where``) must be one of ``known`` (checked later)."""
+        self._pending.append((tbl, tuple(known), where))
+
+    def finish(self) -> None:
+        for tbl, names, where in self._pending:
+            self.now(tbl, names, where)
+        self._pending.clear()
+
+    def now(self, tbl: Mapping, known: Iterable[str], where: str, kind: str = "config key") -> None:
+        """Every key of ``tbl`` (the table at dotted path ``where``) must be one of ``known``."""
+        names = tuple(known)
+        for k in tbl:
+            if k in names:
+                continue
+            path = f"{where}.{k}" if where else str(k)
+            if self.allow:
+                self.ignored.append(path)
+                continue
+            close = did_you_mean(str(k), names)
+            known_here = close or f" (known here: {', '.join(names) or 'none'})"
+            raise ConfigError(
+                path,
+                f"unknown {kind} {k!r} in {self.source}{known_here}; keys this simulator does not read can "
+                "be ignored with --allow-unknown-keys",
+            )
+
+    @staticmethod
+    def hint(tbl: Mapping, missing: str, known: Iterable[str]) -> str:
+        """For a missing ``missing``: the unknown key of ``tbl`` that is probably it, misspelt (else "")."""
+        names = tuple(known)
+        for k in tbl:
+            if k not in names and did_you_mean(str(k), (missing,)):
+                return f" (the file has {k!r}: a misspelling of {missing!r}?)"
+        return ""
+
+    def known(self, tbl: dict, names: Iterable[str]) -> dict:
+        """``tbl`` without the keys that :meth:`check` let through unknown."""
+        names = tuple(names)
+        return {k: v for k, v in tbl.items() if k in names}
+
+
+_FP_FIELDS = ("type", "sign", "exponent", "mantissa")
+_INT_FIELDS = ("type", "width")
+_SECTION_TABLES = ("CONFIG", "PRECISION", "LATENCY", "HBM_TIMING")
+
+
+def _parse_scalar_type(tbl: dict, key: str, keys: _KeyCheck) -> FpType | IntType:
     kind = _get(tbl, "type", key, str)
+    if kind in ("Fp", "Int"):
+        keys.check(tbl, _FP_FIELDS if kind == "Fp" else _INT_FIELDS, key)
     if kind == "Fp":
         sign = _get(tbl, "sign", key, bool)
         e = _get(tbl, "exponent", key, int)
@@ -352,21 +433,28 @@ def _parse_scalar_type(tbl: dict, key: str) -> FpType | IntType:
     raise ConfigError(key, f"type must be 'Fp' or 'Int', got {_shown(kind)}")
 
 
-def _parse_precision(name: str, tbl: Any) -> PlainType | MxType | FpType | IntType:
+def _sub_type(tbl: dict, field_name: str, key: str, keys: _KeyCheck) -> FpType | IntType:
+    where = f"{key}.{field_name}"
+    return _parse_scalar_type(_table(tbl.get(field_name), where), where, keys)
+
+
+def _parse_precision(name: str, tbl: Any, keys: _KeyCheck) -> PlainType | MxType | FpType | IntType:
     """The parsed type of ``PRECISION.<name>`` (an Int SCALAR_FP parses; :func:`_validate` rejects it)."""
     key = f"PRECISION.{name}"
     tbl = _table(tbl, key)
     if name == "SCALAR_FP":
-        return _parse_scalar_type(tbl, key)
+        return _parse_scalar_type(tbl, key, keys)
     fmt = _get(tbl, "format", key, str)
     if fmt == "Plain":
-        return PlainType(_parse_scalar_type(_table(tbl.get("DATA_TYPE"), f"{key}.DATA_TYPE"), f"{key}.DATA_TYPE"))
+        keys.check(tbl, ("format", "DATA_TYPE"), key)
+        return PlainType(_sub_type(tbl, "DATA_TYPE", key, keys))
     if fmt == "Mx":
+        keys.check(tbl, ("format", "block", "ELEM", "SCALE"), key)
         block = _get(tbl, "block", key, int)
         if block < 1:
             raise ConfigError(key, f"block must be >= 1, got {block}")
-        elem = _parse_scalar_type(_table(tbl.get("ELEM"), f"{key}.ELEM"), f"{key}.ELEM")
-        scale = _parse_scalar_type(_table(tbl.get("SCALE"), f"{key}.SCALE"), f"{key}.SCALE")
+        elem = _sub_type(tbl, "ELEM", key, keys)
+        scale = _sub_type(tbl, "SCALE", key, keys)
         if not isinstance(elem, FpType):
             raise ConfigError(f"{key}.ELEM", "MX with Int elements (MXINT) is not supported")
         if not isinstance(scale, FpType):
@@ -437,17 +525,21 @@ def _validate(cfg: HardwareConfig) -> None:
 class HostLimits:
     """What this host can give one simulator process (bytes).
 
-    ``dense``: memory that can really be written now (MemAvailable); arrays the simulator writes
-    wholesale must fit in it. ``allocation``: the largest single lazily-mapped (``np.zeros``) array the
-    kernel will grant (overcommit policy, RLIMIT_AS / RLIMIT_DATA). ``address_space``: the most the
-    process can map in total."""
+    ``dense``: memory that can really be written now -- the least of MemAvailable, what the process's cgroup
+    may still take and RLIMIT_AS / RLIMIT_DATA; arrays the simulator writes wholesale must fit in it
+    (``dense_source`` names which of them it is). ``allocation``: the largest single lazily-mapped
+    (``np.zeros``) array the kernel will grant (overcommit policy, RLIMIT_AS / RLIMIT_DATA).
+    ``address_space``: the most the process can map in total."""
 
     dense: int
     allocation: int
     address_space: int
+    dense_source: str = "MemAvailable"
 
 
 _USER_ADDRESS_SPACE = 1 << 47  # x86-64 / aarch64 (4-level page tables) user space
+#: a cgroup v1 limit at least this large is "no limit" (the kernel's default is LONG_MAX, page aligned)
+_CGROUP_UNLIMITED = 1 << 60
 
 
 def _meminfo() -> dict[str, int]:
@@ -464,28 +556,82 @@ def _meminfo() -> dict[str, int]:
     return out
 
 
-def host_memory_limits() -> HostLimits:
-    """Probe the host (Linux /proc, rlimits; a conservative sysconf fallback elsewhere)."""
-    info = _meminfo()
-    total = info.get("MemTotal")
-    if total is None:
-        try:
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            total = 1 << 40
-    dense = info.get("MemAvailable", total)
-    swap = info.get("SwapTotal", 0)
+def _read_int(path: Path) -> int | None:
+    """The integer in a small kernel file (None if absent, unreadable or ``max``)."""
     try:
-        with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as fh:
-            mode = int(fh.read().strip() or 0)
-    except (OSError, ValueError):
-        mode = 0
-    if mode == 1:  # always overcommit: only the address space limits an allocation
-        allocation = _USER_ADDRESS_SPACE
-    elif mode == 2:  # strict accounting
-        allocation = max(0, info.get("CommitLimit", total + swap) - info.get("Committed_AS", 0))
-    else:  # heuristic: one allocation may not exceed RAM + swap
-        allocation = total + swap
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _stat_value(path: Path, name: str) -> int:
+    try:
+        for line in path.read_text(encoding="ascii").splitlines():
+            key, _, value = line.partition(" ")
+            if key == name and value.strip().isdigit():
+                return int(value)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return 0
+
+
+def _cgroup_levels(root: Path, path: str) -> list[Path]:
+    """The cgroup directories from the process's own up to ``root`` (``root`` alone if its path is not
+    under ``root``: a cgroup namespace mounts the process's own cgroup there)."""
+    own = root / path.lstrip("/")
+    if not own.is_dir():
+        return [root]
+    levels = [own]
+    while levels[-1] != root and root in levels[-1].parents:
+        levels.append(levels[-1].parent)
+    return levels
+
+
+def _cgroup_remaining(levels: list[Path], limit_file: str, usage_file: str, inactive: str) -> tuple[int, str] | None:
+    """The least ``limit - (usage - inactive file cache)`` over the levels that have a limit, described."""
+    best: tuple[int, str] | None = None
+    for d in levels:
+        limit = _read_int(d / limit_file)
+        if limit is None or limit >= _CGROUP_UNLIMITED:
+            continue
+        used = max(0, (_read_int(d / usage_file) or 0) - _stat_value(d / "memory.stat", inactive))
+        left = max(0, limit - used)
+        if best is None or left < best[0]:
+            best = (left, f"the cgroup memory limit ({_size(limit)}, {_size(used)} in use)")
+    return best
+
+
+def _cgroup_v2_available(root: Path, path: str) -> tuple[int, str] | None:
+    return _cgroup_remaining(_cgroup_levels(root, path), "memory.max", "memory.current", "inactive_file")
+
+
+def _cgroup_v1_available(root: Path, path: str) -> tuple[int, str] | None:
+    levels = _cgroup_levels(root, path)
+    return _cgroup_remaining(levels, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+
+
+def _cgroup_available() -> tuple[int, str] | None:
+    """What the process's memory cgroup (v1 or v2) may still take, described; None without a limit."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and not controllers:
+            for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                found.append(_cgroup_v2_available(root, path))
+        elif "memory" in controllers.split(","):
+            found.append(_cgroup_v1_available(Path("/sys/fs/cgroup/memory"), path))
+    limits = [f for f in found if f is not None]
+    return min(limits) if limits else None
+
+
+def _rlimit_space() -> int:
+    """The process's address space: the least of the user space, RLIMIT_AS and RLIMIT_DATA."""
     space = _USER_ADDRESS_SPACE
     try:
         import resource
@@ -496,7 +642,41 @@ def host_memory_limits() -> HostLimits:
                 space = min(space, soft)
     except (ImportError, OSError, ValueError):
         pass
-    return HostLimits(dense=min(dense, space), allocation=min(allocation, space), address_space=space)
+    return space
+
+
+def _allocation_limit(info: dict[str, int], total: int) -> int:
+    """The largest single allocation the overcommit policy grants."""
+    swap = info.get("SwapTotal", 0)
+    try:
+        with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as fh:
+            mode = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        mode = 0
+    if mode == 1:  # always overcommit: only the address space limits an allocation
+        return _USER_ADDRESS_SPACE
+    if mode == 2:  # strict accounting
+        return max(0, info.get("CommitLimit", total + swap) - info.get("Committed_AS", 0))
+    return total + swap  # heuristic: one allocation may not exceed RAM + swap
+
+
+def host_memory_limits() -> HostLimits:
+    """Probe the host (Linux /proc, the memory cgroup, rlimits; a conservative sysconf fallback elsewhere)."""
+    info = _meminfo()
+    total = info.get("MemTotal")
+    if total is None:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            total = 1 << 40
+    dense, source = info.get("MemAvailable", total), "MemAvailable"
+    cgroup = _cgroup_available()
+    if cgroup is not None and cgroup[0] < dense:
+        dense, source = cgroup
+    space = _rlimit_space()
+    if space < dense:
+        dense, source = space, f"RLIMIT_AS / RLIMIT_DATA ({_size(space)})"
+    return HostLimits(dense, min(_allocation_limit(info, total), space), space, source)
 
 
 def _size(n: int) -> str:
@@ -506,28 +686,91 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
-    """Host bytes a machine of ``cfg`` allocates: ``(dense, lazy)``, each ``key -> (bytes, what)``.
+def _add(needs: dict[str, tuple[int, str]], key: str, n: int, what: str) -> None:
+    """Count ``n`` bytes (``what``) against ``key`` (merged with what the key already has)."""
+    if key in needs:
+        m, before = needs[key]
+        needs[key] = (m + n, f"{before} and {what}")
+    else:
+        needs[key] = (n, what)
 
-    Dense arrays are written wholesale (cleared, filled) and so must exist in RAM; lazy ones are
-    ``np.zeros`` arrays of which only touched pages cost memory (VRAM, MRAM)."""
-    M, B, BA = cfg.MLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
-    from_hbm_pages = -(-cfg.HBM_SIZE // (1 << 16)) * 8
-    dense = {
-        "MLEN": (
-            4 * (BA * M * M + BA * M + B * B + B),
-            f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum",
-        ),
-        "FP_SRAM_SIZE": (2 * cfg.FP_SRAM_SIZE, f"FP SRAM of {cfg.FP_SRAM_SIZE} bf16 words"),
-        "INT_SRAM_SIZE": (4 * cfg.INT_SRAM_SIZE, f"INT SRAM of {cfg.INT_SRAM_SIZE} u32 words"),
-        "HBM_SIZE": (from_hbm_pages, f"the HBM page table (8 bytes per 64 KiB page of HBM_SIZE={cfg.HBM_SIZE})"),
+
+#: the DMA op of each H_* instruction -> its CONFIG key and mnemonic
+_DMA_OPS = {
+    DMA_PREFETCH_M: ("HBM_M_Prefetch_Amount", "H_PREFETCH_M"),
+    DMA_PREFETCH_V: ("HBM_V_Prefetch_Amount", "H_PREFETCH_V"),
+    DMA_STORE_V: ("HBM_V_Writeback_Amount", "H_STORE_V"),
+}
+
+
+def _timing_needs(cfg: HardwareConfig, dense: dict[str, tuple[int, str]]) -> None:
+    """The HBM timing state (channels x banks) and the DMA block scratch of the largest H_* instruction."""
+    params = timing_params(cfg)
+    ov = cfg.hbm_timing
+    key = next((f"HBM_TIMING.{k}" for k in ("channels", "bank_groups", "banks_per_group") if k in ov), None)
+    what = f"the HBM timing state of {params.channels} channels x {params.banks} banks ({cfg.HBM_TIMING_PRESET}"
+    _add(dense, key or "HBM_TIMING_PRESET", timing_state_bytes(params), what + (" with [HBM_TIMING])" if ov else ")"))
+    blocks = _dma_blocks_that_run(cfg, params)
+    op = max(blocks, key=lambda o: blocks[o][1])
+    name, mnemonic = _DMA_OPS[op]
+    rows, n = blocks[op]
+    what = f"the DMA block scratch of one {mnemonic} of {rows} rows ({n} blocks)"
+    _add(dense, name, dma_scratch_bytes(n, params.channels), what)
+
+
+def _dma_blocks_that_run(cfg: HardwareConfig, params: Any) -> dict[int, tuple[int, int]]:
+    """op -> (rows, most distinct blocks) of an H_* instruction that can complete: its rows fit the SRAM it
+    moves to or from (more rows fault before any work: BD-VROW / BD-MRAM) and its blocks the HBM."""
+    fits = {
+        DMA_PREFETCH_M: min(cfg.P_M, cfg.mram_tiles * cfg.MLEN),
+        DMA_PREFETCH_V: min(cfg.P_V, cfg.VECTOR_SRAM_SIZE),
+        DMA_STORE_V: min(cfg.P_W, cfg.VECTOR_SRAM_SIZE),
     }
+    all_rows = {DMA_PREFETCH_M: cfg.P_M, DMA_PREFETCH_V: cfg.P_V, DMA_STORE_V: cfg.P_W}
+    hbm_blocks = cfg.HBM_SIZE // params.burst_bytes + 2
+    out = {}
+    for op, n in dma_blocks_by_op(cfg, params).items():
+        per_row = n // max(1, all_rows[op])
+        out[op] = (fits[op], min(fits[op] * per_row, hbm_blocks))
+    return out
+
+
+def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+    """Host bytes a machine of ``cfg`` allocates: ``(dense, lazy)``, each ``key -> (bytes, what)``, the key
+    being the config key that sizes it (the one a refusal names).
+
+    Dense arrays are written wholesale (cleared, filled), or as a whole by one instruction, and so must exist
+    in RAM: the accumulators, FP / INT SRAM, the float64 scratch of the matrix and vector units, the HBM
+    timing state, the DMA block scratch. Lazy ones are ``np.zeros`` arrays of which only touched pages cost
+    memory (VRAM, MRAM, the HBM page table)."""
+    M, V, B, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
+    W = max(M, V)
+    dense: dict[str, tuple[int, str]] = {}
+    _add(
+        dense,
+        "MLEN",
+        4 * (BA * M * M + BA * M + B * B + B),
+        f"accumulators hm_accum [BROADCAST_AMOUNT={BA}, MLEN={M}, MLEN] f32 and hv_accum",
+    )
+    _add(
+        dense,
+        "VLEN" if V > M else "MLEN",
+        4 * W + 8 * (W + 72) * (W + 8) + 8 * W * W + 9 * W + 16,
+        f"the float64 scratch of the matrix and vector units ([W+72, W+8] and [W, W], W = max(MLEN, VLEN) = {W})",
+    )
+    _add(dense, "FP_SRAM_SIZE", 2 * cfg.FP_SRAM_SIZE, f"FP SRAM of {cfg.FP_SRAM_SIZE} bf16 words")
+    _add(dense, "INT_SRAM_SIZE", 4 * cfg.INT_SRAM_SIZE, f"INT SRAM of {cfg.INT_SRAM_SIZE} u32 words")
+    _timing_needs(cfg, dense)
     lazy = {
         "VECTOR_SRAM_SIZE": (
             2 * cfg.VECTOR_SRAM_SIZE * cfg.VLEN,
             f"VRAM of {cfg.VECTOR_SRAM_SIZE} rows x VLEN={cfg.VLEN} bf16",
         ),
         "MATRIX_SRAM_SIZE": (4 * cfg.mram_tiles * M * M, f"MRAM of {cfg.mram_tiles} tiles x MLEN={M} x MLEN f32"),
+        "HBM_SIZE": (
+            -(-cfg.HBM_SIZE // (1 << 16)) * 8,
+            f"the HBM page table (8 bytes per 64 KiB page of HBM_SIZE={cfg.HBM_SIZE})",
+        ),
     }
     return dense, lazy
 
@@ -535,21 +778,23 @@ def host_memory_needs(cfg: HardwareConfig) -> tuple[dict[str, tuple[int, str]], 
 def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> None:
     """ConfigError (naming the key) if a machine of ``cfg`` could not be allocated on this host.
 
-    Sparse / lazily-mapped storage (HBM pages, VRAM, MRAM) may be far larger than RAM: only what a
-    program touches costs memory. But the arrays the simulator writes wholesale (the accumulators, FP /
-    INT SRAM, the HBM page table) must fit into the memory available now, and every array must be
-    mappable at all (the largest allocation the kernel grants, the process address space)."""
+    Sparse / lazily-mapped storage (HBM pages and their page table, VRAM, MRAM) may be far larger than RAM:
+    only what a program touches costs memory. But the arrays the simulator writes wholesale (see
+    :func:`host_memory_needs`) must fit into the memory available now, and every array must be mappable at
+    all (the largest allocation the kernel grants, the process address space)."""
     lim = limits if limits is not None else host_memory_limits()
     dense, lazy = host_memory_needs(cfg)
     dense_total = sum(n for n, _ in dense.values())
-    if dense_total > min(lim.dense, lim.allocation):
+    avail = min(lim.dense, lim.allocation)
+    if dense_total > avail:
         key = max(dense, key=lambda k: dense[k][0])
         n, what = dense[key]
         others = f" (all dense arrays: {_size(dense_total)})" if dense_total != n else ""
+        source = lim.dense_source if lim.dense <= lim.allocation else "the largest allocation the host grants"
         raise ConfigError(
             key,
             f"{what} needs {_size(n)} of host memory that is written wholesale{others}, "
-            f"more than the {_size(min(lim.dense, lim.allocation))} available on this host",
+            f"more than the {_size(avail)} available on this host ({source})",
         )
     for key, (n, what) in lazy.items():
         if n > lim.allocation:
@@ -570,50 +815,78 @@ def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> 
         )
 
 
-def _section_of(doc: dict, section: str, source: str) -> dict:
+def out_of_memory_message(exc: MemoryError) -> str:
+    """The one line of a MemoryError that escaped (the CLI prints it): what failed and what this host has."""
+    what = str(exc) or "a memory allocation failed"
+    lim = host_memory_limits()
+    return (
+        f"out of host memory: {what}; this host has {_size(lim.dense)} available ({lim.dense_source}); "
+        "use a smaller configuration or workload (plena-sim config shows the machine)"
+    )
+
+
+def _section_of(doc: dict, section: str, source: str, keys: _KeyCheck) -> dict:
+    """The section's table; the top level's unknown keys checked (another mode's section and ``[MODE]`` are
+    not: they are not read)."""
     if section in doc:
-        return _table(doc[section], section)
+        for k, v in doc.items():
+            if k != "MODE" and not isinstance(v, dict):
+                keys.now({k: v}, ("MODE", section), "")
+        sec = _table(doc[section], section)
+        keys.now(sec, _SECTION_TABLES, section)
+        return sec
     # "a plain file with just the keys": CONFIG/PRECISION/LATENCY at top level
     if "CONFIG" in doc:
+        keys.now(doc, (*_SECTION_TABLES, "MODE"), "")
         return doc
     present = ", ".join(k for k in doc if isinstance(doc[k], dict)) or "none"
     raise ConfigError(section, f"section [{section}] not found in {source} (sections present: {present})")
 
 
-def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
-    sec = _section_of(doc, section, source)
-    conf = _table(sec.get("CONFIG", {}), "CONFIG")
+def _config_values(conf: dict, section: str, source: str, keys: _KeyCheck) -> dict[str, Any]:
+    """The CONFIG keys' values (defaults for the optional ones), coerced."""
     raw: dict[str, Any] = {}
     for key, required, _kind in _CONFIG_KEYS:
         if key not in conf:
             if required:
-                raise ConfigError(key, f"missing required key [{section}.CONFIG.{key}] in {source}")
+                hint = keys.hint(conf, key, _CONFIG_KIND)
+                raise ConfigError(key, f"missing required key [{section}.CONFIG.{key}] in {source}{hint}")
             raw[key] = _CONFIG_DEFAULTS[key]
             continue
         entry = conf[key]
         if isinstance(entry, dict):
             if "value" not in entry:
-                raise ConfigError(key, f"[{section}.CONFIG.{key}] has no 'value'")
+                raise ConfigError(key, f"[{section}.CONFIG.{key}] has no 'value'{keys.hint(entry, 'value', ())}")
+            keys.check(entry, ("value",), f"CONFIG.{key}")
             entry = entry["value"]
         raw[key] = _coerce(key, entry)
+    keys.check(conf, _CONFIG_KIND, "CONFIG")
+    return raw
 
-    prec_tbl = _table(sec.get("PRECISION", {}), "PRECISION")
+
+def _precisions(prec_tbl: dict, section: str, source: str, keys: _KeyCheck) -> dict:
     precision: dict[str, PlainType | MxType | FpType | IntType] = {}
     for name in PRECISION_KEYS:
         if name not in prec_tbl:
+            hint = keys.hint(prec_tbl, name, PRECISION_KEYS)
             raise ConfigError(
-                f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}"
+                f"PRECISION.{name}", f"missing required precision [{section}.PRECISION.{name}] in {source}{hint}"
             )
-        precision[name] = _parse_precision(name, prec_tbl[name])
+        precision[name] = _parse_precision(name, prec_tbl[name], keys)
+    keys.check(prec_tbl, PRECISION_KEYS, "PRECISION")
+    return precision
 
-    lat_tbl = _table(sec.get("LATENCY", {}), "LATENCY")
+
+def _latencies(lat_tbl: dict, section: str, source: str, keys: _KeyCheck) -> dict[str, tuple[int, int]]:
+    names = LATENCY_KEYS + _OPTIONAL_LATENCY_KEYS
     latency = {}
-    for name in LATENCY_KEYS + _OPTIONAL_LATENCY_KEYS:
+    for name in names:
         key = f"LATENCY.{name}"
         if name not in lat_tbl:
             if name in _OPTIONAL_LATENCY_KEYS:
                 continue
-            raise ConfigError(key, f"missing required latency [{section}.LATENCY.{name}] in {source}")
+            hint = keys.hint(lat_tbl, name, names)
+            raise ConfigError(key, f"missing required latency [{section}.LATENCY.{name}] in {source}{hint}")
         t = _table(lat_tbl[name], key)
         pair = []
         for f in ("dc_lib_en", "dc_lib_dis"):
@@ -621,11 +894,16 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
             if not 0 <= v <= _MAX_LATENCY:
                 raise ConfigError(key, f"{f} must be an integer in [0, 2^32 - 1] cycles, got {_shown(v)}")
             pair.append(v)
+        keys.check(t, ("dc_lib_en", "dc_lib_dis"), key)
         latency[name] = (pair[0], pair[1])
+    keys.check(lat_tbl, names, "LATENCY")
+    return latency
 
-    timing_tbl = _table(sec.get("HBM_TIMING", {}), "HBM_TIMING")
+
+def _hbm_timing(timing_tbl: dict, keys: _KeyCheck) -> dict[str, float]:
+    keys.now(timing_tbl, PRESET_KEYS, "HBM_TIMING", "HBM timing key")
     hbm_timing = {}
-    for k, v in timing_tbl.items():
+    for k, v in keys.known(timing_tbl, PRESET_KEYS).items():
         if (
             isinstance(v, bool)
             or not isinstance(v, (int, float))
@@ -635,7 +913,17 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
         ):
             raise ConfigError(f"HBM_TIMING.{k}", f"must be a finite number >= 0, got {_shown(v)}")
         hbm_timing[k] = v
+    return hbm_timing
 
+
+def _from_document(doc: dict, section: str, source: str, allow_unknown: bool = False) -> HardwareConfig:
+    keys = _KeyCheck(source, allow_unknown)
+    sec = _section_of(doc, section, source, keys)
+    raw = _config_values(_table(sec.get("CONFIG", {}), "CONFIG"), section, source, keys)
+    precision = _precisions(_table(sec.get("PRECISION", {}), "PRECISION"), section, source, keys)
+    latency = _latencies(_table(sec.get("LATENCY", {}), "LATENCY"), section, source, keys)
+    hbm_timing = _hbm_timing(_table(sec.get("HBM_TIMING", {}), "HBM_TIMING"), keys)
+    keys.finish()
     # not yet validated: an Int SCALAR_FP is rejected by _validate below (_check_precision)
     checked = cast("dict[str, PlainType | MxType | FpType]", precision)
     cfg = HardwareConfig(
@@ -645,6 +933,7 @@ def _from_document(doc: dict, section: str, source: str) -> HardwareConfig:
         hbm_timing=MappingProxyType(hbm_timing),
         section=section,
         source=source,
+        ignored=tuple(keys.ignored),
     )
     _validate(cfg)
     return cfg
@@ -728,10 +1017,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if key not in _CONFIG_KIND:
         raise ConfigError(key or "<empty>", f"unknown config key (known: {', '.join(_CONFIG_KIND)})")
     try:
-        parsed = tomllib.loads(f"v = {value}")["v"]
+        parsed = parse_toml(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value  # a bare word is a string (e.g. HBM_TIMING_PRESET=HBM3)
-    except (ValueError, RecursionError):
+    except ValueError:  # nested too deeply, or an integer literal of more than 4300 digits
         raise ConfigError(key, f"value {_shown(value)} is not a usable TOML value") from None
     return key, parsed
 
@@ -741,14 +1030,21 @@ def default_config_text() -> str:
 
 
 def load_config(
-    path: str | os.PathLike | None = None, *, section: str = "TRANSACTIONAL", overrides: Mapping[str, Any] | None = None
+    path: str | os.PathLike | None = None,
+    *,
+    section: str = "TRANSACTIONAL",
+    overrides: Mapping[str, Any] | None = None,
+    allow_unknown: bool = False,
 ) -> HardwareConfig:
     """Load and validate a configuration.
 
-    ``path`` None -> env ``PLENA_SETTINGS_TOML`` -> the packaged default (upstream reference file).
+    ``path`` None -> env ``PLENA_SETTINGS_TOML`` -> the packaged default (upstream reference file); a file
+    must be a regular file of at most 16 MiB, nested at most 64 levels deep.
     ``section`` selects the TOML section (``TRANSACTIONAL`` or e.g. ``ANALYTIC``); a plain file with
     ``CONFIG``/``PRECISION``/``LATENCY`` tables at the top level is accepted too.
     ``overrides`` replaces individual CONFIG keys (e.g. ``{"MLEN": 128}``) before validation.
+    ``allow_unknown`` ignores (and records in ``ignored``) the keys the simulator does not read instead of
+    refusing them.
     """
     if path is None:
         path = os.environ.get("PLENA_SETTINGS_TOML") or None
@@ -757,19 +1053,15 @@ def load_config(
     else:
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError, or a NUL byte in the path
-            raise ConfigError("path", f"cannot read config file {str(p)!r}: {exc}") from None
+            text = read_text_input(p, "config file", MAX_CONFIG_BYTES)
+        except InputFileError as exc:
+            raise ConfigError("path", f"{str(p)!r}: {exc.reason}") from None
         source = str(p)
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = parse_toml(text)
+    except ValueError as exc:  # bad syntax, nested too deeply, an integer literal of more than 4300 digits
         raise ConfigError("toml", f"{source}: {exc}") from None
-    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
-        raise ConfigError("toml", f"{source}: {exc}") from None
-    except RecursionError:
-        raise ConfigError("toml", f"{source}: arrays / inline tables nested too deeply") from None
-    return config_from_document(doc, section, source, overrides)
+    return config_from_document(doc, section, source, overrides, allow_unknown=allow_unknown)
 
 
 def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any]) -> dict:
@@ -790,12 +1082,12 @@ def _apply_overrides_to_doc(doc: dict, section: str, overrides: Mapping[str, Any
 
 
 def config_from_document(
-    doc: dict, section: str, source: str, overrides: Mapping[str, Any] | None = None
+    doc: dict, section: str, source: str, overrides: Mapping[str, Any] | None = None, *, allow_unknown: bool = False
 ) -> HardwareConfig:
     """Validate an already parsed settings document (``section`` of it) with ``overrides`` on top."""
     if overrides:
         doc = _apply_overrides_to_doc(doc, section, overrides)
-    return _from_document(doc, section, source)
+    return _from_document(doc, section, source, allow_unknown)
 
 
 def default_config() -> HardwareConfig:

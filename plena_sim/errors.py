@@ -2,7 +2,7 @@
 
 One job: name the two kinds of user input the library rejects, so that every module (and the
 ``plena-sim`` command line, which turns them into exit code 2) can raise and catch them without
-importing the module that usually raises them.
+importing the module that usually raises them. A key shown in a message is escaped (``isa.safetext``).
 
 * :class:`ConfigError` -- a hardware configuration problem (a TOML key, an override, an HBM timing
   preset), naming the key;
@@ -13,6 +13,8 @@ Both are ``ValueError`` s.
 
 from __future__ import annotations
 
+from isa.safetext import printable
+
 __all__ = ["ConfigError", "ImageError"]
 
 
@@ -21,7 +23,7 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, message: str):
         self.key = key
-        super().__init__(f"{key}: {message}")
+        super().__init__(f"{printable(key)}: {message}")
 
 
 class ImageError(ValueError):

@@ -7,8 +7,10 @@ Design (chosen so that a Numba run loop can access HBM without Python callbacks)
 -------------------------------------------------------------------------------
 The whole state is three numpy arrays, owned by :class:`Hbm` and passed as-is to the kernels:
 
-* ``page_index``: ``int64[ceil(HBM_SIZE / PAGE_SIZE)]`` -- for each 64 KiB page the row of the pool
-  holding it, or ``-1`` if the page was never written (16 GiB -> 262144 entries = 2 MiB).
+* ``page_index``: ``int64[ceil(HBM_SIZE / PAGE_SIZE)]`` -- for each 64 KiB page one more than the row of
+  the pool holding it, or ``NO_PAGE`` (0) if the page was never written (16 GiB -> 262144 entries = 2 MiB).
+  Never-written is 0 so that the table is created with ``np.zeros`` and mapped lazily: a huge sparse HBM
+  (``2^45`` bytes: a 4 GiB table) costs host memory only for the table pages that were written.
 * ``pages``: ``uint8[capacity, PAGE_SIZE]`` -- the page pool.  Rows ``0 .. meta[0]-1`` are in use; the
   remaining rows are spare capacity.  It is created with ``np.zeros``, so spare rows cost no host
   memory until written (the OS maps zero pages lazily) and every fresh row reads as zeros.
@@ -39,6 +41,7 @@ from numba import njit
 from .errors import ConfigError
 
 __all__ = [
+    "NO_PAGE",
     "PAGE_SHIFT",
     "PAGE_SIZE",
     "hbm_missing_pages_after",
@@ -60,6 +63,8 @@ PAGE_SIZE = 1 << PAGE_SHIFT
 _PAGE_MASK = PAGE_SIZE - 1
 HBM_OK = 0
 HBM_OUT_OF_RANGE = -1
+#: ``page_index`` entry of a page that was never written (else 1 + its pool row)
+NO_PAGE = 0
 
 _META_USED = 0
 _META_HIGH = 1
@@ -116,7 +121,7 @@ def hbm_missing_pages_after(page_index, addr, n, last):
     p1 = (addr + n - 1) >> PAGE_SHIFT
     missing = np.int64(0)
     for p in range(p0, p1 + 1):
-        if page_index[p] < 0:
+        if page_index[p] == NO_PAGE:
             missing += 1
     return missing, max(last, p1)
 
@@ -128,7 +133,7 @@ def hbm_missing_pages(page_index, addr, n):
         return np.int64(0)
     missing = np.int64(0)
     for p in range(addr >> PAGE_SHIFT, ((addr + n - 1) >> PAGE_SHIFT) + 1):
-        if page_index[p] < 0:
+        if page_index[p] == NO_PAGE:
             missing += 1
     return missing
 
@@ -149,7 +154,7 @@ def hbm_read(page_index, pages, meta, addr, out):
     pos = 0
     while pos < n:
         p, off, chunk = _page_chunk(addr + pos, n - pos)
-        row = page_index[p]
+        row = page_index[p] - 1
         if row < 0:
             out[pos : pos + chunk] = 0
         else:
@@ -175,11 +180,11 @@ def hbm_write(page_index, pages, meta, addr, data):
     pos = 0
     while pos < n:
         p, off, chunk = _page_chunk(addr + pos, n - pos)
-        row = page_index[p]
+        row = page_index[p] - 1
         if row < 0:
             row = meta[_META_USED]
             meta[_META_USED] += 1
-            page_index[p] = row
+            page_index[p] = row + 1
         pages[row, off : off + chunk] = data[pos : pos + chunk]
         pos += chunk
     if addr + n > meta[_META_HIGH]:
@@ -217,17 +222,17 @@ class Hbm:
         self.size = size
         n_pages = -(-size // PAGE_SIZE)
         table = n_pages * 8
-        if table > _TABLE_PROBE_BYTES:  # the page table is dense: it must fit in available memory
+        if table > _TABLE_PROBE_BYTES:  # mapped lazily, but it must be mappable at all
             from .config import host_memory_limits
 
-            avail = host_memory_limits().dense
-            if table > avail:
+            most = host_memory_limits().allocation
+            if table > most:
                 raise HbmTooLarge(
-                    f"{size} bytes needs a page table of {table >> 20} MiB (8 bytes per 64 KiB "
-                    f"page), more than the {avail >> 20} MiB of memory available on this host"
+                    f"{size} bytes needs a page table of {table >> 20} MiB (8 bytes per 64 KiB page, mapped "
+                    f"lazily), more than the largest allocation this host grants ({most >> 20} MiB)"
                 )
         try:
-            self.page_index = np.full(n_pages, -1, dtype=np.int64)
+            self.page_index = np.zeros(n_pages, dtype=np.int64)  # NO_PAGE everywhere, pages mapped on write
         except MemoryError:
             raise HbmTooLarge(f"{size} bytes: cannot allocate its page table of {table >> 20} MiB") from None
         self.pages = np.zeros((max(0, int(initial_pages)), PAGE_SIZE), dtype=np.uint8)
@@ -261,8 +266,18 @@ class Hbm:
             return
         new_cap = min(max(need, 2 * cap, 16), len(self.page_index))
         new_cap = max(new_cap, need)
-        pool = np.zeros((new_cap, PAGE_SIZE), dtype=np.uint8)
-        pool[:used] = self.pages[:used]
+        try:
+            pool = np.zeros((new_cap, PAGE_SIZE), dtype=np.uint8)
+            pool[:used] = self.pages[:used]
+        except MemoryError:
+            from .config import host_memory_limits
+
+            lim = host_memory_limits()
+            raise HbmTooLarge(
+                f"the HBM pages written so far ({used} pages of 64 KiB = {used >> 4} MiB) and {int(spare_pages)} "
+                f"more cannot be held: growing the page pool to {new_cap >> 4} MiB failed, this host has "
+                f"{lim.dense >> 20} MiB available ({lim.dense_source}); touch less HBM"
+            ) from None
         self.pages = pool
 
     def _check(self, addr: int, n: int, what: str) -> None:
@@ -306,7 +321,7 @@ class Hbm:
             a = base + pos
             chunk = min(PAGE_SIZE - (a & _PAGE_MASK), n - pos)
             piece = arr[pos : pos + chunk]
-            if self.page_index[a >> PAGE_SHIFT] >= 0 or piece.any():
+            if self.page_index[a >> PAGE_SHIFT] != NO_PAGE or piece.any():
                 self.write(a, piece)
             pos += chunk
         if base + n > self.meta[_META_HIGH]:

@@ -18,7 +18,9 @@ keep a record of where each tensor lives.
   and scale byte ranges and the exact dequantized float32 values the device will see.
 * :func:`save_image` writes the upstream-compatible raw image (bytes from address 0 up to the highest
   written byte) plus a JSON manifest of placements (no values); :func:`load_image` reads both back
-  (verifying size and SHA-256) and re-derives each tensor's values from the loaded bytes.
+  (verifying size and SHA-256, refusing overlapping placements as the builder does) and re-derives each
+  tensor's values from the loaded bytes. Both files are read only when they are regular files, the raw image
+  of at most HBM_SIZE bytes, the manifest of at most 64 MiB (:mod:`isa.readers`).
 * :func:`read_tensor` dequantizes a placed tensor from any :class:`Hbm`.
 
 Every problem with a file or manifest raises :class:`ImageError` naming the file and the problem.
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from isa.fileio import OutputError, atomic_stream, atomic_write, output_target
+from isa.readers import MAX_MANIFEST_BYTES, InputFileError, open_input, read_text_input
 
 from .config import FpType, HardwareConfig, IntType, MxType, PlainType, default_config
 from .errors import ConfigError, ImageError
@@ -456,26 +459,22 @@ def load_raw_image(raw_path: str | os.PathLike, hbm: Hbm | int, base: int = 0) -
         except ValueError as exc:  # ConfigError (too large for this host) or a size < 1
             raise ImageError(f"{raw_path}: cannot model an HBM of {hbm} bytes: {exc}") from None
     digest = hashlib.sha256()
+    pos = 0
     try:
-        n = raw_path.stat().st_size
-        if base < 0 or base + n > hbm.size:
-            raise ImageDoesNotFit(
-                f"{raw_path}: image of {n} bytes at base {base:#x} does not fit in HBM_SIZE {hbm.size:#x} bytes"
-            )
-        pos = 0
-        with open(raw_path, "rb") as fh:
-            while True:
-                chunk = fh.read(_READ_CHUNK)
-                if not chunk:
-                    break
+        with open_input(raw_path, "HBM image", 1 << 62) as (fh, n):
+            if base < 0 or base + n > hbm.size:
+                raise ImageDoesNotFit(
+                    f"{raw_path}: image of {n} bytes at base {base:#x} does not fit in HBM_SIZE {hbm.size:#x} bytes"
+                )
+            while chunk := fh.read(_READ_CHUNK):
                 digest.update(chunk)
                 if base + pos + len(chunk) > hbm.size:
                     raise ImageDoesNotFit(f"{raw_path}: image grew past HBM_SIZE {hbm.size:#x} while reading")
                 hbm.load_image(chunk, base + pos)
                 pos += len(chunk)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        if isinstance(exc, ImageError):
-            raise
+    except InputFileError as exc:
+        raise ImageError(str(exc)) from None
+    except OSError as exc:
         raise ImageError(f"cannot read HBM image {str(raw_path)!r}: {exc}") from None
     return hbm, pos, digest.hexdigest()
 
@@ -547,13 +546,15 @@ def _read_manifest(raw_path: Path, manifest_path: str | os.PathLike | None) -> t
     if mpath is None:
         return None, None
     try:
-        text = mpath.read_text(encoding="utf-8")
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError, or a NUL byte in the path
-        raise ImageError(f"cannot read manifest {str(mpath)!r}: {exc}") from None
+        text = read_text_input(mpath, "manifest", MAX_MANIFEST_BYTES)
+    except InputFileError as exc:
+        raise ImageError(str(exc)) from None
     try:
         return mpath, json.loads(text)
     except json.JSONDecodeError as exc:
         raise ImageError(f"manifest {str(mpath)!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ImageError(f"manifest {str(mpath)!r}: JSON arrays / objects nested too deeply") from None
 
 
 @dataclass(frozen=True)
@@ -591,7 +592,21 @@ def _parse_manifest(doc: Any, hbm_size: int | None, config: HardwareConfig | Non
                 f"{p.end:#x}) extend past the raw image size {raw_size:#x}"
             )
         placements[p.name] = p
+    _refuse_overlaps(placements.values())
     return _Manifest(raw_size, sha, hbm_size, placements)
+
+
+def _refuse_overlaps(placements: Iterable[Placement]) -> None:
+    """ImageError naming two placements whose byte ranges overlap (as :meth:`ImageBuilder.add` refuses)."""
+    widest: Placement | None = None  # of the placements starting earlier, the one reaching furthest
+    for p in sorted(placements, key=lambda q: (q.base, q.end)):
+        if widest is not None and p.base < widest.end:
+            raise ImageError(
+                f"manifest: tensor {p.name!r} at [{p.base:#x}, {p.end:#x}) overlaps tensor "
+                f"{widest.name!r} at [{widest.base:#x}, {widest.end:#x})"
+            )
+        if widest is None or p.end > widest.end:
+            widest = p
 
 
 def load_image(

@@ -114,11 +114,13 @@ def resolve_config(
     hw: str | None = None,
     section: str = "TRANSACTIONAL",
     overrides: Mapping[str, Any] | None = None,
+    allow_unknown: bool = False,
 ) -> HardwareConfig:
     """A config from exactly one source: preset ``hw``, or a file (``path`` / ``$PLENA_SETTINGS_TOML`` /
-    the packaged reference file, as :func:`~plena_sim.config.load_config`); ``overrides`` on top."""
+    the packaged reference file, as :func:`~plena_sim.config.load_config`, ``allow_unknown`` passed on);
+    ``overrides`` on top."""
     if hw is not None:
         if path is not None:
             raise ConfigError("hw", "--hw and --config are mutually exclusive (a preset is a whole machine)")
         return load_preset(hw, overrides)
-    return load_config(path, section=section, overrides=overrides)
+    return load_config(path, section=section, overrides=overrides, allow_unknown=allow_unknown)

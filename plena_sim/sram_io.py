@@ -13,7 +13,8 @@ write the matching dumps.
 * Dumps: FP SRAM as bf16 LE, INT SRAM as u32 LE, all words.
 
 Words not given are 0.  More values than the SRAM holds, a file whose length is not a whole number of
-words, or an unreadable file raise :class:`~plena_sim.image.ImageError` naming the file.
+words, or an unreadable file raise :class:`~plena_sim.image.ImageError` naming the file; a preload file is
+read only when it is a regular file no larger than its SRAM (:mod:`isa.readers`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from isa.readers import InputFileError, open_input, read_at_most
 
 from .image import ImageError
 from .numerics import f32_array_to_bf16_bits
@@ -99,23 +102,30 @@ def int_sram_from_values(values: Any, size: int) -> np.ndarray:
     return out
 
 
-def _read_words(path: str | os.PathLike, word: int, what: str) -> bytes:
+def _read_words(path: str | os.PathLike, word: int, what: str, size: int) -> bytes:
+    """The bytes of a preload file of whole words, at most ``size`` of them (refused before reading if more)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise ImageError(f"cannot read {what} preload file {str(p)!r}: {exc}") from None
-    if len(data) % word:
-        raise ImageError(
-            f"{p}: {what} preload file has {len(data)} bytes, not a whole number of {word}-byte words (truncated?)"
-        )
+        with open_input(p, f"{what} preload file", 1 << 62) as (fh, n):
+            if n % word:
+                raise ImageError(
+                    f"{p}: {what} preload file has {n} bytes, not a whole number of {word}-byte words (truncated?)"
+                )
+            _words(n // word, size, what, str(p))
+            data = read_at_most(fh, n + 1)
+    except InputFileError as exc:
+        raise ImageError(str(exc)) from None
+    except OSError as exc:
+        raise ImageError(f"cannot read {what} preload file {str(p)!r}: {exc.strerror or exc}") from None
+    if len(data) != n:
+        raise ImageError(f"{p}: {what} preload file changed size while it was read")
     return data
 
 
 def load_fp_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:
     """Upstream FP SRAM preload: f16 LE values -> f32 -> bf16 (RNE); ``uint16[size]``."""
     size = _check_size(size, "FP SRAM")
-    data = _read_words(path, 2, "FP SRAM")
+    data = _read_words(path, 2, "FP SRAM", size)
     x = np.frombuffer(data, dtype=_F16_LE).astype(np.float32)
     return _f32_to_sram(x, size, str(path))
 
@@ -123,7 +133,7 @@ def load_fp_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:
 def load_int_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:
     """INT SRAM preload: u32 LE words; ``uint32[size]``."""
     size = _check_size(size, "INT SRAM")
-    data = _read_words(path, 4, "INT SRAM")
+    data = _read_words(path, 4, "INT SRAM", size)
     words = np.frombuffer(data, dtype=_U32_LE)
     _words(words.size, size, "INT SRAM", str(path))
     out = np.zeros(size, dtype=np.uint32)

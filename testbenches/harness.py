@@ -85,7 +85,6 @@ the run ends with one of the named faults (rule ids, or ``"assembler"``/``"plan"
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -96,6 +95,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from isa.safetext import json_text
 from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
 from plena_sim.hbm import PAGE_SIZE
@@ -1064,7 +1064,7 @@ def _artifacts(
             files[f"sim{suffix}.npy"] = npy_bytes(sims[chk.name])
     if post_mortem is not None:
         files["state.npz"] = npz_bytes(post_mortem)
-    files["report.json"] = (json.dumps(rep.to_dict(), indent=1) + "\n").encode()
+    files["report.json"] = (json_text(rep.to_dict(), indent=1) + "\n").encode()
     return files
 
 

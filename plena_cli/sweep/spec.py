@@ -17,11 +17,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
+from isa.safetext import did_you_mean, printable
 
 from . import expr
 
@@ -180,21 +184,21 @@ class SweepSpec:
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    p = Path(path)
+    """The spec in the file at ``path`` (a regular file of at most 16 MiB, nested at most 64 deep)."""
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not UTF-8 text") from None
+        text = read_text_input(path, "sweep spec", MAX_CONFIG_BYTES)
+    except InputFileError as exc:
+        raise SpecError(str(exc)) from None
     return parse_spec(text, str(path))
 
 
 def parse_spec(text: str, origin: str = "<spec>") -> SweepSpec:
     try:
-        doc = tomllib.loads(text)
+        doc = parse_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{origin}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # nested too deeply, or an integer literal of more than 4300 digits
+        raise SpecError(f"{origin}: {exc}") from None
     return _Parser(origin).spec(doc)
 
 
@@ -203,17 +207,18 @@ class _Parser:
         self.origin = origin
 
     def fail(self, key: str, value: object, rule: str) -> SpecError:
-        return SpecError(f"{self.origin}: {key} = {value!r}: {rule}")
+        return SpecError(f"{printable(self.origin)}: {printable(key)} = {value!r}: {rule}")
 
     def table(self, doc: Any, key: str, allowed: set[str]) -> dict[str, Any]:
         if not isinstance(doc, dict):
             raise self.fail(key, doc, "must be a table")
         unknown = sorted(set(doc) - allowed)
         if unknown:
+            close = did_you_mean(unknown[0], sorted(allowed))
             raise self.fail(
                 f"{key}.{unknown[0]}" if key else unknown[0],
                 doc[unknown[0]],
-                f"unknown key (known: {', '.join(sorted(allowed))})",
+                f"unknown key{close or ''} (known: {', '.join(sorted(allowed))})",
             )
         return doc
 
@@ -252,6 +257,8 @@ class _Parser:
         return (self.scalar(key, v),)
 
     def scalar(self, key: str, v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise self.fail(key, v, "must be a finite number (nan / inf make no parameter)")
         if isinstance(v, (bool, int, float, str)):
             return v
         raise self.fail(key, v, "must be a number, a bool or a string")

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from isa.safetext import json_text
+
 __all__ = ["FINISHED", "RERUN", "COLUMNS", "Store", "open_readonly", "rows"]
 
 #: verdicts of a finished point (a resumed sweep skips these; ``crashed`` is re-run)
@@ -144,7 +146,7 @@ class Store:
 
 
 def _sql(v: Any, key: str) -> Any:
-    return json.dumps(v, sort_keys=True) if key in JSON_COLUMNS and v is not None else v
+    return json_text(v, sort_keys=True) if key in JSON_COLUMNS and v is not None else v
 
 
 def open_readonly(path: str | Path) -> sqlite3.Connection:

@@ -28,6 +28,7 @@ JIT_SOURCES: tuple[str, ...] = (
     "core/static.py",
     "core/vector.py",
     "hbm.py",
+    "hbm_layout.py",  # no @njit, but its slot constants are compiled into the kernels
     "hbm_timing.py",
     "latency.py",
     "numerics.py",

@@ -26,6 +26,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
+from isa.safetext import did_you_mean
+
 __all__ = [
     "SHAPE_KEYS",
     "MOE_KEYS",
@@ -111,10 +114,9 @@ def load(name_or_path: str) -> ModelPreset:
     if is_path(name_or_path):
         path = Path(name_or_path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:  # ValueError: undecodable text, a NUL byte in the path
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ModelPresetError(f"model preset {name_or_path}: cannot read the file: {reason}") from None
+            text = read_text_input(name_or_path, "the file", MAX_CONFIG_BYTES)
+        except InputFileError as exc:
+            raise ModelPresetError(f"model preset {exc}") from None
         return from_text(text, origin=str(path), default_name=path.stem)
     known = _packaged_names()
     if name_or_path not in known:
@@ -141,13 +143,16 @@ def _packaged(name: str) -> ModelPreset:
 def from_text(text: str, origin: str = "<text>", default_name: str = "custom") -> ModelPreset:
     """The validated preset of a TOML document (``origin`` names it in every error)."""
     try:
-        doc = tomllib.loads(text)
+        doc = parse_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise ModelPresetError(f"model preset {origin}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # nested too deeply, or an integer literal of more than 4300 digits
+        raise ModelPresetError(f"model preset {origin}: {exc}") from None
     where = f"model preset {origin}"
     unknown = [k for k in doc if k not in _ALL_KEYS]
     if unknown:
-        raise ModelPresetError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(_ALL_KEYS)})")
+        close = did_you_mean(unknown[0], _ALL_KEYS)
+        raise ModelPresetError(f"{where}: unknown key {unknown[0]!r}{close} (valid: {', '.join(_ALL_KEYS)})")
     missing = [k for k in SHAPE_KEYS if k not in doc]
     if missing:
         raise ModelPresetError(f"{where}: missing key {missing[0]!r} (every preset has {', '.join(SHAPE_KEYS)})")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 import plena_sim
 
@@ -52,3 +55,51 @@ def test_set_before_numba_import_in_a_fresh_process(tmp_path):
     assert out.returncode == 0, out.stderr
     want = str(tmp_path / "xdg" / "plena-sim" / "numba")
     assert out.stdout.split() == [want, want]
+
+
+# ------------------------------------------------------------------------------------------- D9 (issue 20)
+
+
+def _read_only_pkg(tmp_path, monkeypatch):
+    pkg = tmp_path / "site-packages" / "plena_sim"
+    pkg.mkdir(parents=True)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if str(p).startswith(str(pkg)) else real(p, m))
+    return pkg
+
+
+def test_fallback_cache_dir_is_created_private(tmp_path, monkeypatch):
+    pkg = _read_only_pkg(tmp_path, monkeypatch)
+    d = plena_sim._numba_cache_dir(str(pkg), {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    st = os.lstat(d)
+    assert d == str(tmp_path / "xdg" / "plena-sim" / "numba")
+    assert st.st_uid == os.getuid() and (st.st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("problem", ["other user", "group writable", "symlink"])
+def test_unsafe_cache_dirs_are_refused(tmp_path, monkeypatch, problem):
+    """D9: a fallback cache directory owned by another user (Numba's index files are pickles: a cache-poisoning
+    path), writable by others, or a symlink is never used; with no private directory left the JIT cache is a
+    fresh private directory of this process (nothing persists, nothing foreign is loaded), with a warning."""
+    pkg = _read_only_pkg(tmp_path, monkeypatch)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    xdg = tmp_path / "xdg" / "plena-sim" / "numba"
+    shared = tmp_path / "tmp" / f"plena-sim-numba-{os.getuid()}"
+    for d in (xdg, shared):
+        if problem == "symlink":
+            d.parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "elsewhere").mkdir(exist_ok=True)
+            d.symlink_to(tmp_path / "elsewhere")
+        else:
+            d.mkdir(parents=True, mode=0o700)
+            os.chmod(d, 0o770 if problem == "group writable" else 0o700)
+    if problem == "other user":
+        real_uid = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: real_uid + 4242)
+    with pytest.warns(RuntimeWarning, match="not private") as rec:
+        d = plena_sim._numba_cache_dir(str(pkg), {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert d is not None and d not in (str(xdg), str(shared))
+    assert str(xdg) in str(rec[0].message)
+    st = os.lstat(d)
+    assert (st.st_mode & 0o777) == 0o700 and Path(d).is_dir() and not any(Path(d).iterdir())

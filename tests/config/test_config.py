@@ -255,10 +255,16 @@ def test_unreadable_or_malformed_files(tmp_path):
         load_config(bad)
 
 
-def test_unknown_keys_are_ignored(tmp_path, reference_toml):
+def test_unknown_keys_are_refused_unless_allowed(tmp_path, reference_toml):
+    """Issue 20 (D19) changed this: an unknown key was silently ignored; it is now an error naming it, and
+    ``allow_unknown`` is the escape hatch that ignores (and records) it."""
     p = tmp_path / "extra.toml"
     p.write_text(reference_toml.read_text() + "\n[TRANSACTIONAL.CONFIG.SOMETHING_NEW]\nvalue = 3\n")
-    assert load_config(p).values() == default_config().values()
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert ei.value.key == "CONFIG.SOMETHING_NEW" and "unknown config key 'SOMETHING_NEW'" in str(ei.value)
+    cfg = load_config(p, allow_unknown=True)
+    assert cfg.values() == default_config().values() and cfg.ignored == ("CONFIG.SOMETHING_NEW",)
 
 
 def test_hbm_timing_table(tmp_path, reference_toml):

@@ -15,6 +15,7 @@ import os
 import numpy as np
 from hypothesis import HealthCheck, settings
 
+from plena_sim.hbm import NO_PAGE
 from plena_sim.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
 
 SCALE = float(os.environ.get("PLENA_FUZZ_SCALE", "1") or 1)
@@ -70,7 +71,7 @@ def small_config(**overrides):
 
 def reset_hbm(hbm) -> None:
     """Forget every HBM page (the pool keeps its capacity; all bytes read as 0 again)."""
-    hbm.page_index[:] = -1
+    hbm.page_index[:] = NO_PAGE
     hbm.pages[:] = 0
     hbm.meta[0] = 0
     hbm.meta[1] = 0

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from plena_sim.config import ConfigError, default_config
-from plena_sim.hbm import HBM_OK, HBM_OUT_OF_RANGE, PAGE_SIZE, Hbm, HbmBoundsError, hbm_read, hbm_write
+from plena_sim.hbm import HBM_OK, HBM_OUT_OF_RANGE, NO_PAGE, PAGE_SIZE, Hbm, HbmBoundsError, hbm_read, hbm_write
 
 
 def _status_kb(field):
@@ -118,4 +118,4 @@ def test_machine_sized_hbm_costs_only_touched_pages():
     assert h.touched_bytes <= 128 * PAGE_SIZE
     for a, c in zip(addrs, chunks, strict=True):
         np.testing.assert_array_equal(h.read(a, c.size), c)
-    assert int((h.page_index >= 0).sum()) == h.pages_used
+    assert int((h.page_index != NO_PAGE).sum()) == h.pages_used

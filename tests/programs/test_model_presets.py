@@ -161,11 +161,11 @@ def test_unknown_name_and_unreadable_path(tmp_path):
     with pytest.raises(mp.ModelPresetError, match="cannot read the file: No such file or directory"):
         mp.load(str(tmp_path / "missing.toml"))
     (tmp_path / "dir.toml").mkdir()
-    with pytest.raises(mp.ModelPresetError, match="cannot read the file: Is a directory"):
+    with pytest.raises(mp.ModelPresetError, match="cannot read the file: a directory, not a regular file"):
         mp.load(str(tmp_path / "dir.toml"))
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(mp.ModelPresetError, match="cannot read the file"):
         mp.load(str(tmp_path / "bin.toml"))
-    with pytest.raises(mp.ModelPresetError, match="cannot read the file: embedded null byte"):
+    with pytest.raises(mp.ModelPresetError, match="cannot read the file: the path contains a NUL byte"):
         mp.load(str(tmp_path / "nul\x00.toml"))
     assert mp.is_path("./x") and mp.is_path("x.toml") and not mp.is_path("tiny")
