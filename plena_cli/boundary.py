@@ -85,10 +85,10 @@ def _expected_failure(exc: Exception, err: Console) -> int | None:
     from isa import AssemblerError
     from plena_sim.faults import SimFault
 
-    if isinstance(exc, AssemblerError):
-        err.print(f"[red]error:[/] {len(exc.diagnostics)} assembler error(s)", markup=True)
-        for dgn in exc.diagnostics:
-            err.print(f"  {dgn}", markup=False)
+    if isinstance(exc, AssemblerError):  # every error counted, the first ones shown (then "... and N more")
+        err.print(f"[red]error:[/] {exc.count} assembler error" + ("s" if exc.count != 1 else ""), markup=True)
+        for line in exc.lines():
+            err.print(f"  {line}", markup=False)
         return EXIT_USAGE
     if isinstance(exc, user_error_types()):
         err.print("[red]error:[/] ", end="")

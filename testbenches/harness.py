@@ -98,7 +98,7 @@ import numpy.typing as npt
 from isa.safetext import json_text
 from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
-from plena_sim.hbm import PAGE_SIZE
+from plena_sim.hbm import NO_PAGE, PAGE_SIZE
 from plena_sim.image import ImageBuilder, Placement, tensor_layout
 from plena_sim.numerics import decode_tensor, encode_tensor
 from programs.asm import Asm
@@ -781,14 +781,15 @@ class _HbmSnapshot:
     def changed(self, m: Machine, batch: int = 256) -> np.ndarray:
         """The addresses (ascending) of every byte the machine's HBM now holds differently."""
         hbm = m.hbm
-        pages = np.flatnonzero(hbm.page_index >= 0)  # every page written before or since (the others read 0)
+        pages = np.flatnonzero(hbm.page_index != NO_PAGE)  # every page written before or since (the others read 0)
         out = []
         for i in range(0, pages.size, batch):
             chunk = pages[i : i + batch]
-            after = hbm.pages[hbm.page_index[chunk]]
+            after = hbm.pages[hbm.page_index[chunk] - 1]  # (an index entry is 1 + the page's pool row)
             ref = np.zeros_like(after)
             rows = self.index[chunk]
-            ref[rows >= 0] = self.pages[rows[rows >= 0]]
+            had = rows != NO_PAGE
+            ref[had] = self.pages[rows[had] - 1]
             p, off = np.nonzero(after != ref)
             out.append(chunk[p] * PAGE_SIZE + off)
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)

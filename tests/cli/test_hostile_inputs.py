@@ -78,11 +78,6 @@ def test_many_errors_print_at_most_100(many_errors):
     assert f"{src}:100:22:" in r.stderr  # a location, not rich's ":100:" emoji
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the boundary hook: plena_cli/boundary.py must print AssemblerError.count and .lines() "
-    "(owned by the interrupts work of issue 20)",
-)
 def test_many_errors_print_the_count(many_errors):
     _src, r = many_errors
     assert "200000 assembler errors" in r.stderr and "... and 199900 more errors" in r.stderr
