@@ -103,13 +103,11 @@ def _expected_failure(exc: Exception, err: Console) -> int | None:
 
 def _unexpected_failure(exc: Exception, err: Console) -> int:
     """Out of host memory (exit 2: not a bug, no traceback), else an internal error (exit 4)."""
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, MemoryError):  # what failed and what this host has (D22), not a guess at a config key
+        from plena_sim.config import out_of_memory_message
+
         err.print("[red]error:[/] ", end="")
-        err.print(
-            f"out of host memory ({exc}); use a smaller configuration (VECTOR_SRAM_SIZE, "
-            "MATRIX_SRAM_SIZE, FP/INT_SRAM_SIZE, HBM_SIZE) or touch less HBM",
-            markup=False,
-        )
+        err.print(out_of_memory_message(exc), markup=False)
         return EXIT_USAGE
     err.print(f"[red]internal error:[/] {type(exc).__name__}: ", end="")
     err.print(f"{exc} (run with --debug for the traceback; please report it)", markup=False)

@@ -5,7 +5,6 @@ outputs of one command never the same file, never one of its inputs."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from isa.fileio import (
     npy_bytes,
     npz_bytes,
 )
+from isa.safetext import json_text
 
 from .errors import UsageError
 
@@ -148,4 +148,4 @@ def save_npz(path: Path, arrays: Mapping[str, npt.ArrayLike], what: str = "outpu
 
 def write_perfetto(path: Path, trace: Trace, what: str = "--perfetto") -> None:
     """The trace as Chrome/Perfetto trace JSON at a checked output path."""
-    write_out(path, json.dumps(trace.to_perfetto()).encode(), what)
+    write_out(path, json_text(trace.to_perfetto()).encode(), what)

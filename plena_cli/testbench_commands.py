@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rich.table import Table
 
 from isa.fileio import DirTransaction, npz_bytes
+from isa.safetext import json_text
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .options import add_backend_arg, add_hw_arg, add_timing_arg
@@ -228,7 +228,7 @@ def _save(save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, An
         save.write("arrays.npz", npz_bytes(arrays))
         if outputs.state_npz is not None:
             save.write("state.npz", outputs.state_npz)
-        save.write("result.json", json.dumps(doc, default=json_default, indent=1) + "\n")
+        save.write("result.json", json_text(doc, default=json_default, indent=1) + "\n")
         save.commit()
 
 

@@ -146,3 +146,18 @@ def test_print_json_never_writes_nan_tokens(capsys, monkeypatch):
 
     render.print_json(out, {"x": np.float32("nan"), "y": np.array([np.inf, 1.0])})  # type: ignore[arg-type]
     assert json.loads(out.file.getvalue()) == {"x": "NaN", "y": ["Infinity", 1.0]}
+
+
+def test_an_escaped_memory_error_names_what_failed_and_what_the_host_has():
+    """D22 at the CLI boundary: one line from out_of_memory_message, exit 2, no guessed config key."""
+    import io
+
+    from rich.console import Console
+
+    from plena_cli.boundary import _unexpected_failure
+
+    buf = io.StringIO()
+    code = _unexpected_failure(MemoryError(), Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert code == 2 and "out of host memory: a memory allocation failed" in text and "available" in text
+    assert "VECTOR_SRAM_SIZE" not in text and "()" not in text
