@@ -20,6 +20,7 @@ imports anything heavy, so a Ctrl-C during the imports is handled too.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import math
 import os
@@ -29,11 +30,11 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from plena_sim.errors import RunStopped
 
-from .errors import EXIT_TIMEOUT, UsageError
+from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT, UsageError
 
 __all__ = [
     "Interrupted",
@@ -42,12 +43,16 @@ __all__ = [
     "add_timeout_arg",
     "stop_report",
     "silence_stdout",
+    "exit_now",
+    "STOP_CODES",
     "MAX_TIMEOUT",
 ]
 
 #: the largest ``--timeout`` (seconds; about 115 days)
 MAX_TIMEOUT = 10.0**7
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: the exit codes of a stop request
+STOP_CODES = (EXIT_TIMEOUT, EXIT_INTERRUPTED, EXIT_TERMINATED)
 
 
 class Interrupted(RunStopped, KeyboardInterrupt):
@@ -90,6 +95,20 @@ def stop_report(exc: BaseException) -> tuple[int, str]:
     stop = Interrupted(signal.SIGINT)
     stop.retired = exc.retired if isinstance(exc, RunStopped) else None
     return stop.exit_code, stop.line()
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a stopped ``plena-sim`` process at once: flush stdout / stderr, run the ``atexit`` handlers (temporary
+    directories' finalizers among them), then ``os._exit`` -- skipping the interpreter's teardown, which takes most
+    of a second with Numba's LLVM loaded (its clean-up was done by the unwinding)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's; absent elsewhere: nothing to run
+    if run_exit_handlers is not None:
+        with contextlib.suppress(Exception):
+            run_exit_handlers()
+    os._exit(code)
 
 
 def silence_stdout() -> None:

@@ -65,7 +65,15 @@ def user_error_types() -> tuple[type[Exception], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run ``argv`` (default: the process's arguments); the exit code. As the process's entry point (no ``argv``), a
+    stopped command ends the process at once (:func:`.interrupts.exit_now`)."""
+    code = _main(list(sys.argv[1:] if argv is None else argv))
+    if argv is None and code in interrupts.STOP_CODES:
+        interrupts.exit_now(code)
+    return code
+
+
+def _main(args: list[str]) -> int:
     try:
         with interrupts.Guard() as guard:
             from . import boundary  # the heavy imports, with the handlers in place

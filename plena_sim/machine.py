@@ -50,7 +50,7 @@ BUDGET fault) and returns a :class:`RunResult`:
 * ``max_instructions``: the work budget (:mod:`plena_sim.budget`; default 10^9): every instruction counts 1,
   each DMA row and each 4096 matrix MACs of an instruction 1 more; the instruction that would exceed it is a
   BUDGET fault (``InstructionBudgetExceeded``). Stop requests (signals, :mod:`plena_sim.stop`) stop a run at an
-  instruction boundary within microseconds: the handler's :class:`~plena_sim.errors.RunStopped` propagates
+  instruction boundary within milliseconds: the handler's :class:`~plena_sim.errors.RunStopped` propagates
   with the instructions retired, and ``resume=True`` continues exactly from there.
 
 * ``timing``: ``"serial"`` (timing.md §3, Σ latencies) or ``"overlap"`` (§4 scoreboard); None = the

@@ -160,10 +160,10 @@ def execute(
     ``state.reset_timing()``. ``state`` is mutated in place (loop-stack arrays and the HBM page pool
     may be replaced by larger ones). ``max_instructions`` is the work budget of :mod:`plena_sim.budget`.
 
-    Stop requests: the loop polls the flag of :func:`plena_sim.stop.current` before every instruction; when it
-    is set the loop returns at an instruction boundary and the pending signal handler runs (a
-    :class:`~plena_sim.errors.RunStopped` it raises gets this call's retired count and propagates; the state is
-    then that of the boundary: ``Machine.run(..., resume=True)`` continues exactly)."""
+    Stop requests: the loop polls the flag of :func:`plena_sim.stop.current` (every 8192 budget units and between
+    the rows of an H_* instruction); when it is set the loop returns at an instruction boundary and the pending
+    signal handler runs (a :class:`~plena_sim.errors.RunStopped` it raises gets this call's retired count and
+    propagates; the state is then that of the boundary: ``Machine.run(..., resume=True)`` continues exactly)."""
     par = _params(state.cfg)
     prog = _program(program_words, par, work_table(state.cfg))
     tm = state.ensure_timing(timing, trace_capacity, "numba")

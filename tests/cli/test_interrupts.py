@@ -31,8 +31,8 @@ LOOPS = (
 ENDLESS = ["--set", "MAX_LOOP_INSTRUCTIONS=4000000000000000000", "--max-instructions", str(2**62)]
 #: a prefill case of a few seconds (q = kv = 2048, 8 heads)
 BIG_FLASH = ("--set", "q_len=2048", "--set", "kv_len=2048", "--set", "hq=8", "--set", "hkv=2")
-#: seconds within which a stop must end the process (the spec: within a second; slack for a loaded CI host)
-PROMPT = 2.0
+#: seconds within which a stop must end the process (the spec: within a second)
+PROMPT = 1.0
 
 
 class Child:
@@ -190,6 +190,7 @@ def test_stop_during_a_dump_leaves_no_partial_file(tmp_path):
     prog = tmp_path / "p.asm"
     prog.write_text("S_ADDI_INT gp1, gp0, 64\nV_ADD_VV gp1, gp1, gp1\n")
     rng = random.Random(10)
+    interrupted = 0
     for k, sig in enumerate((signal.SIGTERM, signal.SIGINT, signal.SIGTERM)):
         dump = tmp_path / f"hbm{k}.bin"
         child = Child(tmp_path, "exec", str(prog), "--dump-hbm", f"0:{512 << 20}={dump}")
@@ -203,6 +204,8 @@ def test_stop_during_a_dump_leaves_no_partial_file(tmp_path):
             continue
         stopped(child, sig, 128 + sig, "terminated (SIGTERM)" if sig == signal.SIGTERM else "interrupted (SIGINT)")
         assert list(tmp_path.glob(f".{dump.name}*")) == [] and not dump.exists()
+        interrupted += 1
+    assert interrupted >= 2  # most signals land inside the dump
 
 
 # ----------------------------------------------------------------------------------- D15: a closed stdout
