@@ -297,7 +297,7 @@ RULES: tuple[Rule, ...] = tuple(
             ("LP-NOMATCH", LoopFault, "C_LOOP_END needs an active loop on its counter register"),
             ("LP-BREAK", LoopFault, "C_BREAK needs an active loop with a matching C_LOOP_END"),
             ("LP-RUNAWAY", LoopFault, "a loop iteration must execute at most MAX_LOOP_INSTRUCTIONS instructions"),
-            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its instruction budget"),
+            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its work budget (plena_sim.budget)"),
             ("AL-VROW", AlignmentFault, "a VRAM row address must be a multiple of VLEN"),
             ("AL-MTILE", AlignmentFault, "an MRAM tile address must be a multiple of MLEN*MLEN"),
             (
