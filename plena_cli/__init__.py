@@ -4,9 +4,11 @@ Floors: ``isa`` <- ``plena_sim`` <- ``programs`` <- ``testbenches`` <- ``plena_c
 
 Modules, one job each:
 
-* :mod:`.main` -- the parser (every command module registers its subcommands), the dispatch and the
-  error boundary that maps every failure to an exit code (:mod:`.errors`);
+* :mod:`.main` -- the entry point: the stop handlers, then the command modules behind :mod:`.boundary` (the
+  parser, the dispatch and the error boundary that maps every failure to an exit code, :mod:`.errors`);
 * :mod:`.errors` -- the exit codes and :class:`~plena_cli.errors.UsageError`;
+* :mod:`.interrupts` -- Ctrl-C, SIGTERM, ``--timeout`` and a closed stdout: the handlers ``main`` installs first,
+  the stop exceptions, their one line and exit code;
 * :mod:`.options` -- flags and flag values shared by several commands (``--hw``, ``--config``, ``--set``,
   integers, ``ADDR:COUNT=PATH`` specs);
 * :mod:`.paths` -- the files a command reads and writes (program input, checked output paths, atomic

@@ -5,7 +5,8 @@ caller of a command (a sweep's workers run ``run`` through it: the same parser, 
 each with a ``func(args, out, err) -> exit code``) and turns every failure into an exit code
 (:mod:`plena_cli.errors`): the library's typed input errors and :class:`~plena_cli.errors.UsageError` print one
 red line (plus the located assembler diagnostics) and exit 2, a simulator fault exits 3, anything else is a
-bug (exit 4, ``--debug`` re-raises it with its traceback).
+bug (exit 4, ``--debug`` re-raises it with its traceback). A stop request (:mod:`.interrupts`: Ctrl-C, SIGTERM,
+``--timeout``) prints one line and exits 130 / 143 / 124; a closed stdout pipe exits 0 silently.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from .errors import EXIT_BUG, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from plena_sim.errors import RunStopped
+
+from .errors import EXIT_BUG, EXIT_FAULT, EXIT_OK, EXIT_USAGE, UsageError
+from .interrupts import silence_stdout, stop_report
 from .render import consoles
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from .interrupts import Guard
 
 __all__ = ["run_cli", "build_parser", "user_error_types"]
 
@@ -48,17 +54,28 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return UsageError, AssemblerError, MemFormatError, ConfigError, ImageError
 
 
-def run_cli(argv: Sequence[str], modules: Sequence[ModuleType], files: tuple[TextIO, TextIO] | None = None) -> int:
+def run_cli(
+    argv: Sequence[str],
+    modules: Sequence[ModuleType],
+    files: tuple[TextIO, TextIO] | None = None,
+    guard: Guard | None = None,
+) -> int:
     """Run the command of ``argv`` (one of ``modules``' subcommands) behind the error boundary; its output goes to
     stdout and stderr, or to ``files`` (out, err: an in-process caller's own, so that concurrent callers in
-    threads never share a stream)."""
+    threads never share a stream). ``guard``: the stop handlers of a ``plena-sim`` process (:func:`.main.main`),
+    None for an in-process caller (no ``--timeout`` then)."""
     out, err = consoles(*(files or (None, None)))
     argv = list(argv)
     try:
-        return _dispatch(argv, modules, out, err)
-    except KeyboardInterrupt:
-        err.print("[red]interrupted[/]")
-        return EXIT_INTERRUPTED
+        return _dispatch(argv, modules, out, err, guard)
+    except (KeyboardInterrupt, RunStopped) as stop:
+        stop_code, line = stop_report(stop)
+        err.print(f"[red]{line}[/]")
+        return stop_code
+    except BrokenPipeError:  # whoever read our output has gone (``| head -1``): not an error
+        if files is None:
+            silence_stdout()
+        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: classify every failure
         code = _expected_failure(exc, err)
         if code is not None:
@@ -68,7 +85,7 @@ def run_cli(argv: Sequence[str], modules: Sequence[ModuleType], files: tuple[Tex
         return _unexpected_failure(exc, err)
 
 
-def _dispatch(argv: list[str], modules: Sequence[ModuleType], out: Console, err: Console) -> int:
+def _dispatch(argv: list[str], modules: Sequence[ModuleType], out: Console, err: Console, guard: Guard | None) -> int:
     parser = build_parser(modules)
     try:
         args = parser.parse_args(argv)
@@ -77,7 +94,13 @@ def _dispatch(argv: list[str], modules: Sequence[ModuleType], out: Console, err:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    return int(args.func(args, out, err))
+    timeout = getattr(args, "timeout", None)
+    if guard is None:
+        if timeout is not None:
+            raise UsageError("--timeout: only a plena-sim process (its main thread) can bound a command's time")
+        return int(args.func(args, out, err))
+    with guard.command(timeout):
+        return int(args.func(args, out, err))
 
 
 def _expected_failure(exc: Exception, err: Console) -> int | None:

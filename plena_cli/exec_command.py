@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
+from .interrupts import add_timeout_arg
 from .options import (
     add_backend_arg,
+    add_budget_arg,
     add_config_args,
     add_max_program_arg,
     add_timing_arg,
@@ -44,8 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e.add_argument("--dump-vram", action="append", metavar="ADDR:ROWS=OUT.npy", help="save VRAM rows")
     e.add_argument("--dump-fp-sram", metavar="OUT.npy", help="save FP SRAM (float32)")
     e.add_argument("--dump-hbm", action="append", metavar="ADDR:LEN=OUT.bin", help="save HBM bytes")
-    e.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
+    add_budget_arg(e)
     add_max_program_arg(e)
+    add_timeout_arg(e)
     add_timing_arg(e)
     e.add_argument("--json", action="store_true", help="print one JSON object (run statistics)")
     e.set_defaults(func=cmd_exec)
@@ -61,8 +64,6 @@ class _Dumps:
 
 
 def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
-    if args.max_instructions is not None and args.max_instructions < 0:
-        raise UsageError(f"--max-instructions: {args.max_instructions} must be >= 0")
     cfg = config_from_args(args)
     prog = read_program_arg(args.program, args.max_program)
     dumps = _dumps(args, cfg)

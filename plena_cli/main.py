@@ -1,54 +1,92 @@
 """The ``plena-sim`` entry point: every command module, behind the error boundary of :mod:`.boundary`.
 
 Every command module registers its subcommands (``register(sub)``) with a ``func(args, out, err) ->
-exit code``; :func:`main` parses and dispatches them through :func:`.boundary.run_cli`.
+exit code``; :func:`main` parses and dispatches them through :func:`.boundary.run_cli`. Its first act is to
+install the stop handlers of :mod:`.interrupts` (this module imports nothing else at the top), so a Ctrl-C or a
+SIGTERM while the command modules (rich, numpy, numba) are still being imported is handled like any other: one
+line, exit 130 / 143, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from . import (
-    bench_command,
-    boundary,
-    config_commands,
-    demo_command,
-    exec_command,
-    isa_commands,
-    model_command,
-    sweep_command,
-    testbench_commands,
-    trace_command,
-)
+from plena_sim.errors import RunStopped
 
-__all__ = ["main", "build_parser", "user_error_types", "COMMAND_MODULES"]
+from . import interrupts
+from .errors import EXIT_OK
 
-#: the command modules, in the order of ``plena-sim --help``
-COMMAND_MODULES = (
-    isa_commands,
-    config_commands,
-    exec_command,
-    demo_command,
-    testbench_commands,
-    model_command,
-    sweep_command,
-    trace_command,
-    bench_command,
-)
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["main", "build_parser", "user_error_types", "command_modules"]
+
+
+def command_modules() -> tuple[ModuleType, ...]:
+    """The command modules, in the order of ``plena-sim --help``."""
+    from . import (
+        bench_command,
+        config_commands,
+        demo_command,
+        exec_command,
+        isa_commands,
+        model_command,
+        sweep_command,
+        testbench_commands,
+        trace_command,
+    )
+
+    return (
+        isa_commands,
+        config_commands,
+        exec_command,
+        demo_command,
+        testbench_commands,
+        model_command,
+        sweep_command,
+        trace_command,
+        bench_command,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return boundary.build_parser(COMMAND_MODULES)
+    from . import boundary
+
+    return boundary.build_parser(command_modules())
 
 
 def user_error_types() -> tuple[type[Exception], ...]:
+    from . import boundary
+
     return boundary.user_error_types()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return boundary.run_cli(sys.argv[1:] if argv is None else argv, COMMAND_MODULES)
+    """Run ``argv`` (default: the process's arguments); the exit code. As the process's entry point (no ``argv``), a
+    stopped command ends the process at once (:func:`.interrupts.exit_now`)."""
+    code = _main(list(sys.argv[1:] if argv is None else argv))
+    if argv is None and code in interrupts.STOP_CODES:
+        interrupts.exit_now(code)
+    return code
+
+
+def _main(args: list[str]) -> int:
+    try:
+        with interrupts.Guard() as guard:
+            from . import boundary  # the heavy imports, with the handlers in place
+
+            code = boundary.run_cli(args, command_modules(), guard=guard)
+            return guard.stop.exit_code if guard.stop is not None else code
+    except (KeyboardInterrupt, RunStopped) as stop:  # arrived outside the boundary (imports, exit)
+        code, line = interrupts.stop_report(stop)
+        sys.stderr.write(line + "\n")
+        return code
+    except BrokenPipeError:
+        interrupts.silence_stdout()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

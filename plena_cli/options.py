@@ -26,6 +26,7 @@ __all__ = [
     "int_arg",
     "split_spec",
     "dump_specs",
+    "add_budget_arg",
 ]
 
 TIMING_HELP = "cycle accounting (timing.md §3 serial / §4 overlap scoreboard)"
@@ -157,3 +158,23 @@ def dump_specs(specs: list[str] | None, flag: str, form: str) -> list[tuple[int,
             raise UsageError(f"{flag}: {spec!r} must look like {form}")
         parsed.append((int_arg(a, f"{flag} {names[0]}"), int_arg(n, f"{flag} {names[1]}"), out_path(path, flag)))
     return parsed
+
+
+def _budget(text: str) -> int:
+    from plena_sim.budget import MAX_BUDGET
+
+    value = int_arg(text, "--max-instructions")
+    if value > MAX_BUDGET:
+        raise UsageError(f"--max-instructions: {text!r} is more than the largest budget 2^63-1 ({MAX_BUDGET})")
+    return value
+
+
+def add_budget_arg(p: argparse.ArgumentParser) -> None:
+    """``--max-instructions N``: the run's work budget (plena_sim.budget), 0 <= N <= 2^63-1."""
+    p.add_argument(
+        "--max-instructions",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="work budget (default 10^9): each instruction, each DMA row and each 4096 matrix MACs count one",
+    )

@@ -7,6 +7,7 @@ output (``--json``) is one JSON document written straight to ``out.file``.
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -36,13 +37,22 @@ __all__ = [
 ]
 
 
+class _Console(Console):
+    """A rich console whose write to a closed pipe raises BrokenPipeError (rich's own exits 1, the mismatch code);
+    the command line's boundary turns it into exit 0 (:mod:`.interrupts`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the output pipe was closed")
+
+
 def consoles(out_file: TextIO | None = None, err_file: TextIO | None = None) -> tuple[Console, Console]:
     """``(out, err)``: stdout and stderr consoles (no highlighting, no hard wrapping), or consoles writing to the
     given files."""
     return (
         # emoji=False: "file.asm:100:22" must not print as "file.asm💯22" (rich's :name: emoji codes)
-        Console(file=out_file, highlight=False, soft_wrap=True, emoji=False),
-        Console(file=err_file, stderr=err_file is None, highlight=False, soft_wrap=True, emoji=False),
+        _Console(file=out_file, highlight=False, soft_wrap=True, emoji=False),
+        _Console(file=err_file, stderr=err_file is None, highlight=False, soft_wrap=True, emoji=False),
     )
 
 

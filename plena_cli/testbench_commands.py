@@ -17,6 +17,7 @@ from isa.fileio import DirTransaction, npz_bytes
 from isa.safetext import json_text
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
+from .interrupts import add_timeout_arg
 from .options import add_backend_arg, add_hw_arg, add_timing_arg
 from .paths import out_path, save_transaction, usage_errors, write_perfetto
 from .render import compile_core, json_default, print_fault, print_json, render_trace, status
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_timing_arg(r)
     r.add_argument("--trace", action="store_true", help="record an execution trace; show its last 50 rows")
     r.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
+    add_timeout_arg(r)
     r.set_defaults(func=cmd_run)
 
     mu = sub.add_parser("mutants", help="prove the testbenches catch every known codegen bug (kernels.md §6)")

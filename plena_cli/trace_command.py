@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
+from .interrupts import add_timeout_arg
 from .options import (
     add_backend_arg,
+    add_budget_arg,
     add_max_program_arg,
     add_timing_arg,
     config_from_args,
@@ -28,6 +30,8 @@ __all__ = ["register", "cmd_trace"]
 
 #: rows shown without a filter or ``--last``
 DEFAULT_LAST = 200
+#: the largest ``--capacity`` (trace records; each is 160 bytes of host memory)
+MAX_CAPACITY = 1 << 32
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,8 +55,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="trace ring capacity (the newest N instructions are kept)",
     )
-    tr.add_argument("--max-instructions", type=int, default=None, metavar="N", help="instruction budget")
+    add_budget_arg(tr)
     add_max_program_arg(tr)
+    add_timeout_arg(tr)
     tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
     tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
@@ -131,10 +136,8 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _check_args(args: argparse.Namespace) -> None:
     if (args.program is None) == (args.testbench is None):
         raise UsageError("trace: give exactly one of PROGRAM or --testbench NAME")
-    if args.capacity <= 0:
-        raise UsageError(f"--capacity: {args.capacity} must be > 0")
-    if args.max_instructions is not None and args.max_instructions < 0:
-        raise UsageError(f"--max-instructions: {args.max_instructions} must be >= 0")
+    if not 0 < args.capacity <= MAX_CAPACITY:
+        raise UsageError(f"--capacity: {args.capacity} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
 
 
 def _filters(args: argparse.Namespace) -> _Filters:

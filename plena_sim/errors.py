@@ -1,4 +1,4 @@
-"""The typed input errors of the simulator library (a bottom module: it imports nothing of the package).
+"""The typed input errors of the simulator library (a bottom module: it imports only ``isa.safetext``).
 
 One job: name the two kinds of user input the library rejects, so that every module (and the
 ``plena-sim`` command line, which turns them into exit code 2) can raise and catch them without
@@ -8,14 +8,17 @@ importing the module that usually raises them. A key shown in a message is escap
   preset), naming the key;
 * :class:`ImageError` -- a problem with an HBM image, a manifest, a preload file or a tensor to place.
 
-Both are ``ValueError`` s.
+Both are ``ValueError`` s. And one request from outside the program:
+
+* :class:`RunStopped` -- a stop request (an interrupt signal, a time limit) raised by the caller's signal or
+  timer handler (see :mod:`plena_sim.stop`); a ``BaseException``, so ``except Exception`` never swallows it.
 """
 
 from __future__ import annotations
 
 from isa.safetext import printable
 
-__all__ = ["ConfigError", "ImageError"]
+__all__ = ["ConfigError", "ImageError", "RunStopped"]
 
 
 class ConfigError(ValueError):
@@ -28,3 +31,15 @@ class ConfigError(ValueError):
 
 class ImageError(ValueError):
     """A problem with an HBM image, a manifest, a preload file or a tensor to place."""
+
+
+class RunStopped(BaseException):
+    """A request to stop, raised from a signal or timer handler (the ``plena-sim`` command line raises its
+    subclasses for SIGINT, SIGTERM and ``--timeout``). When it escapes a run, the backend adds the instructions
+    that run retired to :attr:`retired` (None: it was raised outside a run). The core stops only at an instruction
+    boundary (an H_* instruction cut short re-executes from its start on ``Machine.run(..., resume=True)``)."""
+
+    retired: int | None = None
+
+    def add_retired(self, n: int) -> None:
+        self.retired = (self.retired or 0) + int(n)

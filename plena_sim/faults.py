@@ -19,7 +19,9 @@ by_opcode, counters unchanged). ``ctrl[CTRL_PC]`` stays at the faulting instruct
 
 Check order (isa.md §8, memory.md §5.2)
 =======================================
-Before each instruction: BUDGET (``retired == max_instructions``), then the runaway increment and
+Before each instruction: BUDGET (the work budget of :mod:`plena_sim.budget`: the units used so far plus the
+instruction's own exceed ``max_instructions``; one unit per instruction, so ``retired == max_instructions`` for a
+program without H_* and matrix instructions), then the runaway increment and
 LP-RUNAWAY, then decode (IL-OPC). Within an instruction: IL -> CF -> LP -> AL -> BD. Within one class,
 operands are taken **in assembly operand order** (isa.md §4 column "Assembly operands"), and the rows /
 tiles of one operand in ascending order. Concretely (the AL and BD operand sequence per instruction):
@@ -103,7 +105,7 @@ LP-GP0      imm22 (the count)                       0
 LP-NOMATCH  loop stack depth                        0
 LP-BREAK    start_pc of top record (-1: empty)      loop stack depth
 LP-RUNAWAY  the record's counter register           the record's start_pc
-BUDGET      0                                       0
+BUDGET      units used beyond 1 per instruction     the next instruction's units beyond 1
 AL-VROW     address mod VLEN                        0
 AL-MTILE    address mod (MLEN*MLEN)                 0
 AL-MM       off = m mod (MLEN*MLEN)                 0: off mod MLEN != 0; 1: (off div MLEN) mod BLEN != 0
@@ -140,6 +142,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import bf16
+from .budget import MACS_PER_UNIT
 
 if TYPE_CHECKING:
     from isa.table import Instr
@@ -294,7 +297,7 @@ RULES: tuple[Rule, ...] = tuple(
             ("LP-NOMATCH", LoopFault, "C_LOOP_END needs an active loop on its counter register"),
             ("LP-BREAK", LoopFault, "C_BREAK needs an active loop with a matching C_LOOP_END"),
             ("LP-RUNAWAY", LoopFault, "a loop iteration must execute at most MAX_LOOP_INSTRUCTIONS instructions"),
-            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its instruction budget"),
+            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its work budget (plena_sim.budget)"),
             ("AL-VROW", AlignmentFault, "a VRAM row address must be a multiple of VLEN"),
             ("AL-MTILE", AlignmentFault, "an MRAM tile address must be a multiple of MLEN*MLEN"),
             (
@@ -634,7 +637,11 @@ _SPECIFIC: MappingProxyType[str, Callable[[_FaultView], str]] = MappingProxyType
             f"loop level {v.idx} (C_LOOP_START at pc {v.x7}, counter gp{v.x6}) has executed "
             f"{v.val} instructions in one iteration, more than MAX_LOOP_INSTRUCTIONS={v.lim}"
         ),
-        "BUDGET": lambda v: f"instruction budget exhausted: {v.val} instructions retired, max_instructions={v.lim}",
+        "BUDGET": lambda v: (
+            f"work budget exhausted: {v.val} instructions retired and {v.val + v.x6} work units used, the next "
+            f"instruction needs {1 + v.x7}, max_instructions={v.lim} (a unit is an instruction, a DMA row or "
+            f"{MACS_PER_UNIT} matrix MACs)"
+        ),
         "AL-VROW": lambda v: f"VRAM row address {v.val}{v.src} is not a multiple of VLEN={v.lim} (remainder {v.x6})",
         "AL-MTILE": lambda v: (
             f"MRAM tile address {v.val}{v.src} is not a multiple of MLEN*MLEN={v.lim} (offset {v.x6} within tile)"

@@ -27,25 +27,29 @@ Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
 :mod:`plena_sim.hbm_presets` index it.
 
 * ``dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len,
-  blocks, hset, work) -> n``: fills ``blocks[:n]`` with the distinct ``burst_bytes`` block indices
+  blocks, hset, work, stop) -> n``: fills ``blocks[:n]`` with the distinct ``burst_bytes`` block indices
   (``addr div burst_bytes``) of the instruction in generation order (timing.md §5.3): row i (0 <= i <
   rows) has ``o_i = off0 + i*pitch``, element range ``[base + o_i, +elem_len)`` and, if ``scale_len >
   0``, scale range ``[scale_base + (o_i div scale_div)*scale_mul, +scale_len)`` (``scale_base = base +
   SCALE``); per row the element blocks ascending, then the scale blocks ascending; a block already
-  produced is skipped. Returns -1 if ``blocks`` is too small (``blocks`` content is then undefined;
-  ``hset`` is left clean). Preconditions: every byte address >= 0 (the BD-HBM check ran first);
-  ``hset`` from :func:`new_dma_scratch` (all ``EMPTY``; it is restored to all ``EMPTY`` on return, only
-  the used slots are touched).
+  produced is skipped. Returns :data:`DMA_FULL` (-1) if ``blocks`` is too small (``blocks`` content is
+  then undefined; ``hset`` is left clean) and :data:`DMA_STOPPED` (-2) when the stop flag ``stop``
+  (uint8, :mod:`plena_sim.stop`) is set between two rows (``hset`` clean, nothing else changed).
+  Preconditions: every byte address >= 0 (the BD-HBM check ran first); ``hset`` from
+  :func:`new_dma_scratch` (all ``EMPTY``; it is restored to all ``EMPTY`` on return, only the used slots
+  are touched).
 * ``dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, stats, work) ->
   latency_cycles``: schedules the requests ``blocks[:n_blocks]`` (reads if ``is_write == 0``) of one
   instruction starting at accelerator cycle ``t0_cycle`` (timing.md §5.4), updates ``ch_state``,
   ``bank_state`` and ``stats`` in place and returns ``max(1, ceil((end - t0) / 1000))``.
   Preconditions: the blocks are distinct (as ``dma_requests`` produces them), ``t0_cycle >= 0``,
   ``n_blocks <= work.shape[1]`` (``blocks``/``work`` from one :func:`new_dma_scratch` call).
+* ``dma_blocks(p, geom, base, off0, pitch, scale_reg, blocks, hset, work, stop) -> n``: ``dma_requests``
+  of one instruction, with ``geom = dma_geometry_table(cfg)[op, prec]`` (int64[G_N]); ``pitch`` is STRIDE
+  if f.rs3 == 1 else ``geom[G_ELEM_LEN]``; ``scale_reg`` = the SCALE register.
 * ``dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats,
-  blocks, hset, work) -> latency_cycles`` (-1 if ``blocks`` is too small): both of the above for one
-  instruction, with ``geom = dma_geometry_table(cfg)[op, prec]`` (int64[G_N]); ``pitch`` is STRIDE if
-  f.rs3 == 1 else ``geom[G_ELEM_LEN]``; ``scale_reg`` = the SCALE register.
+  blocks, hset, work, stop) -> latency_cycles`` (``DMA_FULL`` / ``DMA_STOPPED`` as ``dma_requests``,
+  nothing changed then): ``dma_blocks`` then ``dma_latency``.
 * ``dma_payload_bytes(geom) -> rows * (elem_len + scale_len)``.
 * ``block_fields(p, blk) -> (channel, bank_group, column, bank, row)``; ``block_channel(p, blk)``.
 
@@ -152,11 +156,14 @@ from .hbm_presets import (
     TimingParams,
     timing_params,
 )
+from .polling import stop_requested
 
 __all__ = [
     "G_N",
     "NEG_INF",
     "EMPTY",
+    "DMA_FULL",
+    "DMA_STOPPED",
     "TimingParams",
     "timing_params",
     "AddressFields",
@@ -177,6 +184,7 @@ __all__ = [
     "new_stats_py",
     "block_fields",
     "block_channel",
+    "dma_blocks",
     "dma_requests",
     "dma_latency",
     "dma_instruction",
@@ -185,6 +193,12 @@ __all__ = [
     "DMA_PREFETCH_V",
     "DMA_STORE_V",
 ]
+
+
+#: ``dma_requests`` / ``dma_blocks`` / ``dma_instruction`` results that are not a count: the scratch is too small;
+#: the stop flag was set (:mod:`plena_sim.stop`)
+DMA_FULL = -1
+DMA_STOPPED = -2
 
 
 def _params_of(params) -> TimingParams:
@@ -470,8 +484,11 @@ def _add_range(start, length, burst, blocks, n, hset, slots, mask):
 
 
 @njit(cache=True)
-def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len, blocks, hset, work):
-    """Distinct blocks of one H_* instruction in generation order into ``blocks``; returns n or -1."""
+def dma_requests(
+    p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len, blocks, hset, work, stop
+):
+    """Distinct blocks of one H_* instruction in generation order into ``blocks``; returns n, DMA_FULL or
+    DMA_STOPPED (``stop`` set between two rows)."""
     base = np.int64(base)  # any integer type in -> int64 arithmetic (never float)
     off0 = np.int64(off0)
     pitch = np.int64(pitch)
@@ -484,20 +501,23 @@ def dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, sc
     mask = hset.shape[0] - 1
     slots = work[W_SLOT]
     n = np.int64(0)
-    full = False
+    status = np.int64(0)
     for i in range(rows):
+        if stop_requested(stop):
+            status = np.int64(DMA_STOPPED)
+            break
         o = off0 + i * pitch
         n = _add_range(base + o, elem_len, burst, blocks, n, hset, slots, mask)
         if n >= 0 and scale_len > 0:
             n = _add_range(scale_base + (o // scale_div) * scale_mul, scale_len, burst, blocks, n, hset, slots, mask)
         if n < 0:
             n = -1 - n
-            full = True
+            status = np.int64(DMA_FULL)
             break
     for j in range(n):
         hset[slots[j]] = EMPTY
-    if full:
-        return np.int64(-1)
+    if status != 0:
+        return status
     return n
 
 
@@ -662,10 +682,10 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
 
 
 @njit(cache=True)
-def dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats, blocks, hset, work):
-    """Blocks + schedule of one H_* instruction; latency in cycles, or -1 if ``blocks`` is too small."""
+def dma_blocks(p, geom, base, off0, pitch, scale_reg, blocks, hset, work, stop):
+    """The distinct blocks of one H_* instruction (``dma_requests`` of its geometry): n, DMA_FULL or DMA_STOPPED."""
     base = np.int64(base)
-    n = dma_requests(
+    return dma_requests(
         p,
         base,
         off0,
@@ -679,9 +699,18 @@ def dma_instruction(p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, b
         blocks,
         hset,
         work,
+        stop,
     )
+
+
+@njit(cache=True)
+def dma_instruction(
+    p, geom, base, off0, pitch, scale_reg, t0_cycle, ch_state, bank_state, stats, blocks, hset, work, stop
+):
+    """Blocks + schedule of one H_* instruction; latency in cycles, or DMA_FULL / DMA_STOPPED (nothing changed)."""
+    n = dma_blocks(p, geom, base, off0, pitch, scale_reg, blocks, hset, work, stop)
     if n < 0:
-        return np.int64(-1)
+        return n
     return dma_latency(p, ch_state, bank_state, blocks, n, geom[G_IS_WRITE], t0_cycle, stats, work)
 
 
@@ -753,6 +782,7 @@ class HbmTimer:
                 self.blocks,
                 self.hset,
                 self.work,
+                np.zeros(1, dtype=np.uint8),  # a stop flag (plena_sim.stop) that is never set
             )
         )
 

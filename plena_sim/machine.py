@@ -47,6 +47,12 @@ timing=None)`` starts at pc 0 with an empty loop stack and a fresh timing state 
 ``resume=True`` continues from the current pc, loop stack *and* timing state instead, e.g. after a
 BUDGET fault) and returns a :class:`RunResult`:
 
+* ``max_instructions``: the work budget (:mod:`plena_sim.budget`; default 10^9): every instruction counts 1,
+  each DMA row and each 4096 matrix MACs of an instruction 1 more; the instruction that would exceed it is a
+  BUDGET fault (``InstructionBudgetExceeded``). Stop requests (signals, :mod:`plena_sim.stop`) stop a run at an
+  instruction boundary within milliseconds: the handler's :class:`~plena_sim.errors.RunStopped` propagates
+  with the instructions retired, and ``resume=True`` continues exactly from there.
+
 * ``timing``: ``"serial"`` (timing.md §3, Σ latencies) or ``"overlap"`` (§4 scoreboard); None = the
   Machine's default. Both are computed inside the run loop; H_* latencies come from the HBM bank model
   (:mod:`plena_sim.hbm_timing`) with t0 = the instruction's start / issue cycle.
@@ -94,6 +100,7 @@ from isa.table import BY_OPCODE, REGISTER_COUNT
 
 from . import bf16
 from . import faults as F
+from .budget import MAX_BUDGET
 from .config import HardwareConfig, default_config
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 from .timing import check_mode
@@ -323,6 +330,8 @@ class Machine:
         prog = to_program(program, name)
         words = np.array(prog.words, dtype=np.uint32)
         budget = 10**9 if max_instructions is None else int(max_instructions)
+        if not 0 <= budget <= MAX_BUDGET:
+            raise ValueError(f"max_instructions={budget} is outside [0, 2^63-1] (the work budget, plena_sim.budget)")
         mode = self.timing if timing is None else timing
         check_mode(mode)
         cap = 0 if trace is False or trace is None else (DEFAULT_TRACE_CAPACITY if trace is True else int(trace))

@@ -45,7 +45,9 @@ Decisions where the spec leaves a bit pattern open (documented for the Numba cor
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -56,7 +58,9 @@ from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIE
 
 from . import bf16
 from . import faults as F
+from .budget import work_table
 from .config import MxType
+from .errors import RunStopped
 from .latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
 from .numerics import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
@@ -1045,6 +1049,25 @@ def _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr):
     return issue, lat, unit, is_h
 
 
+def _budget_record(pc: int, retired: int, work: int, w: int, budget: int) -> list[int]:
+    """The BUDGET record before the instruction at ``pc`` (``w`` units) with ``work`` units used."""
+    rec = F.blank_record(F.R_BUDGET, pc)
+    rec[F.FAULT_VALUE], rec[F.FAULT_LIMIT] = retired, budget
+    rec[F.FAULT_X6], rec[F.FAULT_X7] = work - retired, w - 1
+    return rec
+
+
+@contextlib.contextmanager
+def _counting_stops(retired: Callable[[], int]) -> Iterator[None]:
+    """A :class:`~plena_sim.errors.RunStopped` raised (by a signal handler) inside the block gets the
+    instructions ``retired()`` retired added to it."""
+    try:
+        yield
+    except RunStopped as stop:
+        stop.add_retired(retired())
+        raise
+
+
 def execute(
     state: MachineState,
     program_words,
@@ -1076,18 +1099,18 @@ def execute(
     run = _Run(st, words)
     run.counters.setdefault("hbm_payload_read", 0)
     run.counters.setdefault("hbm_payload_written", 0)
-    retired = 0
+    retired = work = 0
+    work_of = work_table(cfg)
     fault = None
     max_loop = cfg.MAX_LOOP_INSTRUCTIONS
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), _counting_stops(lambda: retired):
         while True:
             pc = int(st.ctrl[CTRL_PC])
             if pc >= n:
                 break
-            if retired == max_instructions:
-                rec = F.blank_record(F.R_BUDGET, pc)
-                rec[F.FAULT_VALUE], rec[F.FAULT_LIMIT] = retired, max_instructions
-                fault = rec
+            w = int(work_of[words[pc] & _OPC.max])
+            if work + w > max_instructions:  # the work budget (plena_sim.budget)
+                fault = _budget_record(pc, retired, work, w, max_instructions)
                 break
             depth = int(st.ctrl[CTRL_LOOP_DEPTH])
             st.loop_count[:depth] += 1  # runaway guard (undone if the instruction faults)
@@ -1122,6 +1145,7 @@ def execute(
                 fault = exc.rec
                 break
             retired += 1
+            work += w
             by_opcode[f.opcode] += 1
             if f.opcode == _OP_HSV:
                 run.counters["hbm_payload_written"] += run.hbm_bytes

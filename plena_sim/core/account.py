@@ -14,6 +14,7 @@ from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, FAM_DMA
 
 from .. import hbm_timing as HT
 from .. import timing as TM
+from ..polling import stop_requested
 from ..state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
 
 
@@ -42,16 +43,15 @@ def _geom_row(alu, f1, geom):
 
 
 @njit(cache=True)
-def _hbm_latency(alu, f, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work):
-    """HBM-model latency of a retired H_* instruction started at cycle ``t0`` (timing.md §5)."""
-    gr = _geom_row(alu, f[4], geom)
+def _dma_blocks(alu, f, g_rs1, areg, ctrl, hp, gr, blocks, hset, work, stopf):
+    """The distinct HBM blocks of a retiring H_* instruction (timing.md §5.3): ``(n, blocks, work)``, in the run's
+    scratch or, when that is too small, in a one-off scratch of the geometry bound (only configurations with huge
+    P_* / rows get there); n = DMA_STOPPED if the stop flag was set (nothing changed)."""
     pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[HT.G_ELEM_LEN]
     base = np.int64(areg[f[2]])
-    lat = HT.dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, blocks, hset, work)
-    if lat >= 0:
-        return lat
-    # the preallocated scratch (capped, see TimingState) is too small for this instruction: use a one-off
-    # scratch of the geometry bound (only configurations with huge P_* / rows get here)
+    n = HT.dma_blocks(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], blocks, hset, work, stopf)
+    if n != HT.DMA_FULL or stop_requested(stopf):
+        return (n if n != HT.DMA_FULL else np.int64(HT.DMA_STOPPED)), blocks, work
     burst = hp[HT.PRM_BURST_BYTES]
     per_row = (gr[HT.G_ELEM_LEN] + burst - 1) // burst + 1
     if gr[HT.G_SCALE_LEN] > 0:
@@ -63,7 +63,7 @@ def _hbm_latency(alu, f, g_rs1, t0, areg, ctrl, hp, geom, ch, bank, hstats, bloc
     b2 = np.zeros(nb, dtype=np.int64)
     h2 = np.full(size, HT.EMPTY, dtype=np.int64)
     w2 = np.zeros((HT.W_N, max(nb, hp[HT.PRM_CHANNELS] + 1)), dtype=np.int64)
-    return HT.dma_instruction(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], t0, ch, bank, hstats, b2, h2, w2)
+    return HT.dma_blocks(hp, gr, base, g_rs1, pitch, ctrl[CTRL_SCALE], b2, h2, w2, stopf), b2, w2
 
 
 @njit(cache=True)
@@ -89,16 +89,21 @@ def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
 
 
 @njit(cache=True)
-def account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm):
-    """Timing of one retired H_* instruction, started at its issue cycle: returns (issue cycle, latency)."""
+def account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf):
+    """Timing of one retired H_* instruction, started at its issue cycle (the HBM bank model): returns (issue
+    cycle, latency); latency DMA_STOPPED (nothing booked) if the stop flag was set while its blocks were listed."""
     hp, geom, ch, bank, hstats, blocks, hset, work = hbm_tm
+    gr = _geom_row(alu, f[4], geom)
+    n, blk, wk = _dma_blocks(alu, f, g[1], areg, ctrl, hp, gr, blocks, hset, work, stopf)
+    if n < 0:
+        return np.int64(-1), n
     if ts[TM.T_MODE] == TM.MODE_SERIAL:
         start = ts[TM.T_CYCLES]
-        lat = _hbm_latency(alu, f, g[1], start, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)
+        lat = HT.dma_latency(hp, ch, bank, blk, n, gr[HT.G_IS_WRITE], start, hstats, wk)
         return account_serial(ts, unit, lat), lat
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
-    lat = _hbm_latency(alu, f, g[1], issue, areg, ctrl, hp, geom, ch, bank, hstats, blocks, hset, work)
+    lat = HT.dma_latency(hp, ch, bank, blk, n, gr[HT.G_IS_WRITE], issue, hstats, wk)
     TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
     return issue, lat
 

@@ -2,7 +2,9 @@
 
 One job: the semantics of the ``loop`` and ``creg`` families. LP-GP0 / LP-ZERO / IL-AREG are static
 checks (:mod:`.static`); a C_LOOP_START that needs a larger loop stack returns ``RUN_GROW_LOOP``
-before it changes anything.
+before it changes anything. During a run the loop records hold *bases* instead of runaway counts (see
+:mod:`.loop`): a record that is pushed or whose count is reset gets ``fresh`` (the retired count after this
+instruction), so its count reads 0 once the instruction retires.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _pop(k, depth, lstart, lreg, lcount, ctrl):
 
 
 @njit(cache=True)
-def loop_end(pc, rd, depth, gp, lstart, lreg, lcount, ctrl, frec):
+def loop_end(pc, rd, depth, gp, lstart, lreg, lcount, ctrl, frec, fresh):
     """C_LOOP_END: returns (status, next pc). (The run loop handles the common case, another iteration of the
     innermost loop, itself.)"""
     found = -1
@@ -58,7 +60,7 @@ def loop_end(pc, rd, depth, gp, lstart, lreg, lcount, ctrl, frec):
     cnt = np.int64(gp[rd])
     if cnt > 1:
         gp[rd] = np.uint32(cnt - 1)
-        lcount[found] = 0
+        lcount[found] = fresh
         return RUN_OK, lstart[found] + 1
     gp[rd] = 0
     _pop(found, depth, lstart, lreg, lcount, ctrl)
@@ -78,7 +80,7 @@ def _break_target(sp, rg, op, rd_a, end_of, is_end):
 
 
 @njit(cache=True)
-def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, rd_a, end_of, is_end, frec):
+def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, rd_a, end_of, is_end, frec, fresh):
     """C_LOOP_START / C_BREAK (C_LOOP_END: :func:`loop_end`): returns (status, next pc). ``end_of`` = the
     precomputed C_BREAK targets, ``is_end`` = the C_LOOP_END flag per opcode."""
     if alu != ALU_BREAK:  # C_LOOP_START
@@ -87,7 +89,7 @@ def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, 
         gp[rd] = np.uint32(imm22)
         lstart[depth] = pc
         lreg[depth] = rd
-        lcount[depth] = 0
+        lcount[depth] = fresh
         ctrl[CTRL_LOOP_DEPTH] = depth + 1
         return RUN_OK, pc + 1
     if depth == 0:
@@ -102,15 +104,18 @@ def loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, 
 
 
 @njit(cache=True)
-def execute(fam, alu, pc, f, imm22, depth, gp, areg, ctrl, loops, brk, frec):
-    """The control unit's instructions (families loop, creg): (status, next pc). ``loops`` = (start, reg, count)
-    arrays of the loop stack; ``brk`` = (opcodes, rd fields, C_BREAK targets, C_LOOP_END flag per opcode)."""
+def execute(fam, alu, pc, f, imm22, depth, gp, areg, ctrl, loops, brk, frec, fresh):
+    """The control unit's instructions (families loop, creg): (status, next pc). ``loops`` = (start, reg, base)
+    arrays of the loop stack; ``brk`` = (opcodes, rd fields, C_BREAK targets, C_LOOP_END flag per opcode);
+    ``fresh`` = the base of a record pushed or reset now."""
     rd, rs1, rs2 = f[0], f[1], f[2]
     lstart, lreg, lcount = loops
     if fam == FAM_CREG:
         set_register(alu, rd, rs1, rs2, gp, areg, ctrl)
         return RUN_OK, pc + 1
     if alu == ALU_END:
-        return loop_end(pc, rd, depth, gp, lstart, lreg, lcount, ctrl, frec)
+        return loop_end(pc, rd, depth, gp, lstart, lreg, lcount, ctrl, frec, fresh)
     op, rd_a, end_of, is_end = brk
-    return loop_control(alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, rd_a, end_of, is_end, frec)
+    return loop_control(
+        alu, pc, rd, imm22, depth, gp, lstart, lreg, lcount, ctrl, op, rd_a, end_of, is_end, frec, fresh
+    )

@@ -2,7 +2,8 @@
 
 One job: move rows between the sparse HBM and MRAM / VRAM with MX or plain encode / decode, after every
 alignment and bounds check (precise faults). A store that needs more spare HBM pool pages returns
-``RUN_NEED_PAGES`` before it changes anything. IL-AREG is a static check (:mod:`.static`).
+``RUN_NEED_PAGES`` before it changes anything. IL-AREG is a static check (:mod:`.static`). A transfer polls the
+stop flag (:mod:`plena_sim.stop`) between its rows, and what it counts is committed only when it retires.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..numerics import (
     plain_decode_row,
     plain_encode_row,
 )
+from ..polling import stop_requested
 from ..state import CTRL_SCALE, CTRL_STRIDE
 from .common import fault, sat_add
 from .slots import (
@@ -41,8 +43,13 @@ from .slots import (
     OPND_RD,
     OPND_RS1,
     OPND_RS2,
+    PEND_HBM_RD,
+    PEND_HBM_WR,
+    PEND_MX_NAN,
+    PEND_MX_SAT,
     RUN_NEED_PAGES,
     RUN_OK,
+    RUN_STOP,
     STAT_HBM_RD,
     STAT_HBM_WR,
     STAT_MX_NAN,
@@ -134,14 +141,15 @@ def _missing_pages(page_index, base, off0, P, pitch, row_bytes, is_mx, scale_reg
 
 
 @njit(cache=True)
-def _store(page_index, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, counts, stats):
-    """H_STORE_V effects: encode P VRAM rows into HBM (element bytes, then MX scales)."""
+def _store(page_index, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, counts, stopf):
+    """H_STORE_V effects: encode P VRAM rows into HBM (element bytes, then MX scales); the counts it adds go to
+    ``counts`` (:data:`PENDING_NAMES`). RUN_STOP if the stop flag is set between two rows."""
     L, row_bytes, blk, nsc, eb = g[1], g[3], g[4], g[5], g[7]
     is_mx, E, Mt, kb = g[8] != 0, g[9], g[10], g[11]
     eb_row, sb_row, f_row = ebuf[:row_bytes], sbuf[:nsc], fbuf[:L]
-    counts[0] = 0
-    counts[1] = 0
     for i in range(P):
+        if stop_requested(stopf):
+            return RUN_STOP
         for j in range(V):
             f_row[j] = bf16_bits_to_f32(vram[r0 + i, j])
         oi = off0 + i * pitch
@@ -152,20 +160,41 @@ def _store(page_index, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_
         hbm_write(page_index, pages, meta, base + oi, eb_row)
         if is_mx:
             hbm_write(page_index, pages, meta, base + scale_reg + oi // blk, sb_row)
-    stats[STAT_MX_NAN] += counts[0]
-    stats[STAT_MX_SAT] += counts[1]
-    stats[STAT_HBM_WR] += P * (row_bytes + nsc)
+    counts[PEND_HBM_WR] = P * (row_bytes + nsc)
+    return RUN_OK
 
 
 @njit(cache=True)
 def _load(
-    alu, page_index, pages, meta, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, stats
+    alu,
+    page_index,
+    pages,
+    meta,
+    vram,
+    mram,
+    dst,
+    P,
+    M,
+    V,
+    base,
+    off0,
+    pitch,
+    g,
+    scale_reg,
+    ebuf,
+    sbuf,
+    fbuf,
+    cnt,
+    stopf,
 ):
-    """H_PREFETCH_M / H_PREFETCH_V effects: decode P rows into MRAM (exact f32) or VRAM (bf16)."""
+    """H_PREFETCH_M / H_PREFETCH_V effects: decode P rows into MRAM (exact f32) or VRAM (bf16); the bytes read go
+    to ``counts``. RUN_STOP if the stop flag is set between two rows."""
     L, row_bytes, blk, nsc, eb = g[1], g[3], g[4], g[5], g[7]
     is_mx, E, Mt, kb = g[8] != 0, g[9], g[10], g[11]
     eb_row, sb_row, f_row = ebuf[:row_bytes], sbuf[:nsc], fbuf[:L]
     for i in range(P):
+        if stop_requested(stopf):
+            return RUN_STOP
         oi = off0 + i * pitch
         hbm_read(page_index, pages, meta, base + oi, eb_row)
         if is_mx:
@@ -181,16 +210,20 @@ def _load(
             r = dst // V + i
             for j in range(V):
                 vram[r, j] = f32_to_bf16_bits(f_row[j])
-    stats[STAT_HBM_RD] += P * (row_bytes + nsc)
+    cnt[PEND_HBM_RD] = P * (row_bytes + nsc)
+    return RUN_OK
 
 
 @njit(cache=True)
 def transfer(
-    alu, pc, f, gp, areg, ctrl, vram, mram, pidx, pages, meta, cfg, fmt, stats, frec, need, ebuf, sbuf, fbuf, cnt
+    alu, pc, f, gp, areg, ctrl, vram, mram, pidx, pages, meta, cfg, fmt, frec, need, ebuf, sbuf, fbuf, cnt, stopf
 ):
     """The ``dma`` family: the status. ``f`` = the (rd, rs1, rs2, rs3, funct1, imm) fields; HBM = (``pidx`` page
     index, ``pages``, ``meta``); DMA buffers ``ebuf`` / ``sbuf`` (element / scale bytes), ``fbuf`` (f32 row), ``cnt``
-    (MX counters). Plain arrays: an array taken out of a tuple costs a reference count per call."""
+    (the counts the instruction adds, :data:`PENDING_NAMES`: added to ``stats`` by :func:`commit` once it retires).
+    RUN_STOP: the stop flag was set between two rows; only destination rows changed (the instruction re-executes
+    exactly: its sources are never its destinations). Plain arrays: an array taken out of a tuple costs a reference
+    count per call."""
     rd, rs1, rs2, rs3, f1, _imm = f
     t, L, P, row_bytes, blk, nsc, pitch, eb = _geometry(alu, f1, rs3, ctrl, cfg, fmt)
     is_mx = fmt[t, FMT_MX] != 0
@@ -202,16 +235,24 @@ def transfer(
     if st != RUN_OK:
         return st
     base = np.int64(areg[rs2])
+    cnt[:] = 0
     if alu == ALU_STORE_V:
         missing = _missing_pages(pidx, base, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc)
         if missing > 0 and meta[0] + missing > pages.shape[0]:
             need[0] = missing
             return RUN_NEED_PAGES
         r0, V = dst // cfg[CFG_V], cfg[CFG_V]
-        _store(pidx, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, cnt, stats)
-    else:
-        M, V = cfg[CFG_M], cfg[CFG_V]
-        _load(
-            alu, pidx, pages, meta, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, stats
-        )
-    return RUN_OK
+        return _store(pidx, pages, meta, vram, r0, P, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, cnt, stopf)
+    M, V = cfg[CFG_M], cfg[CFG_V]
+    return _load(
+        alu, pidx, pages, meta, vram, mram, dst, P, M, V, base, off0, pitch, g, scale_reg, ebuf, sbuf, fbuf, cnt, stopf
+    )
+
+
+@njit(cache=True)
+def commit(stats, cnt):
+    """Add the counts of a retired H_* instruction (``cnt``, filled by :func:`transfer`) to the run statistics."""
+    stats[STAT_MX_NAN] += cnt[PEND_MX_NAN]
+    stats[STAT_MX_SAT] += cnt[PEND_MX_SAT]
+    stats[STAT_HBM_RD] += cnt[PEND_HBM_RD]
+    stats[STAT_HBM_WR] += cnt[PEND_HBM_WR]

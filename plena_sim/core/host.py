@@ -16,9 +16,13 @@ from isa.program import Program
 from isa.table import TOPK_POLICIES
 
 from .. import timing as TM
+from ..budget import work_table
+from ..errors import RunStopped
 from ..faults import FAULT_RECORD_LEN, R_IL_OPC
 from ..latency import latency_table
 from ..state import CTRL_PC, MachineState, Outcome
+from ..stop import after_stop, poll_array
+from ..stop import current as current_stop_flag
 from .common import fault
 from .loop import run
 from .slots import (
@@ -47,10 +51,12 @@ from .slots import (
     N_FMT,
     N_STATS,
     OPND_NONE,
+    PENDING_NAMES,
     RUN_FAULT,
     RUN_GROW_LOOP,
     RUN_NEED_PAGES,
     RUN_STATIC,
+    RUN_STOP,
     STAT_MACS,
     STAT_RETIRED,
 )
@@ -100,7 +106,7 @@ def _scratch(cfg) -> tuple:
         np.empty(W * 4, dtype=np.uint8),
         np.empty(W, dtype=np.uint8),
         np.empty(W, dtype=np.float32),
-        np.zeros(2, dtype=np.int64),
+        np.zeros(len(PENDING_NAMES), dtype=np.int64),
     )
     return (
         np.empty(W, dtype=np.float32),
@@ -118,15 +124,16 @@ def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _program(program_words, par: tuple) -> tuple:
-    """(opcodes, words, the WORD_FIELDS arrays, the per-pc facts of :func:`.static.per_pc`) of a program."""
+def _program(program_words, par: tuple, work: np.ndarray) -> tuple:
+    """(opcodes, words, the WORD_FIELDS arrays, facts) of a program: the per-pc facts of :func:`.static.per_pc`
+    and the budget units of each pc (``work`` = :func:`plena_sim.budget.work_table` per opcode)."""
     if isinstance(program_words, Program):
         program_words = program_words.words
     dec = decode_program(program_words)
     op, fields = _i64(dec["opcode"]), tuple(_i64(dec[k]) for k in WORD_FIELDS)
     cfg_vec, _fmt, lat, _macs, tabs, _scale = par
     facts = per_pc(op, fields, tabs, lat, TM.UNIT_OF, cfg_vec, np.zeros(FAULT_RECORD_LEN, dtype=np.int64))
-    return (op, _i64(dec["word"]), fields, facts)
+    return (op, _i64(dec["word"]), fields, (*facts, work[op]))
 
 
 def _timing(tm) -> tuple:
@@ -151,9 +158,14 @@ def execute(
     counters :data:`COUNTER_NAMES`. Timing state (cycles, scoreboard, HBM banks, trace ring of
     ``trace_capacity`` records) lives in ``state.timing`` and persists across calls until
     ``state.reset_timing()``. ``state`` is mutated in place (loop-stack arrays and the HBM page pool
-    may be replaced by larger ones)."""
+    may be replaced by larger ones). ``max_instructions`` is the work budget of :mod:`plena_sim.budget`.
+
+    Stop requests: the loop polls the flag of :func:`plena_sim.stop.current` (every 8192 budget units and between
+    the rows of an H_* instruction); when it is set the loop returns at an instruction boundary and the pending
+    signal handler runs (a :class:`~plena_sim.errors.RunStopped` it raises gets this call's retired count and
+    propagates; the state is then that of the boundary: ``Machine.run(..., resume=True)`` continues exactly)."""
     par = _params(state.cfg)
-    prog = _program(program_words, par)
+    prog = _program(program_words, par, work_table(state.cfg))
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
     n_words = len(prog[0])
@@ -164,18 +176,11 @@ def execute(
         np.zeros(1, dtype=np.int64),
     )
     scr, tim = _scratch(state.cfg), _timing(tm)
-    while True:
-        hbm = state.hbm
-        regs = (state.gp, state.fp, state.areg, state.ctrl, (state.loop_start, state.loop_reg, state.loop_count))
-        mem = (state.vram, state.mram, state.fp_sram, state.int_sram, (hbm.page_index, hbm.pages, hbm.meta))
-        accs = (state.m_accum, state.v_accum, state.hm_accum, state.hv_accum)
-        st = run(prog, regs, mem, accs, par, tim, out, scr, int(max_instructions), np.int64(tm.trace_capacity))
-        if st == RUN_GROW_LOOP:
-            state.grow_loop_stack()
-        elif st == RUN_NEED_PAGES:
-            hbm.reserve(int(out[3][0]))
-        else:
-            break
+    try:
+        st = _run_to_status(state, prog, par, tim, out, scr, max_instructions, tm.trace_capacity)
+    except RunStopped as stop:  # raised by a signal handler when the loop stopped for it
+        stop.add_retired(out[0][STAT_RETIRED])
+        raise
     if st == RUN_STATIC:
         st = _static_fault(out[2], int(state.ctrl[CTRL_PC]), prog, par)
     stats, (pc_count, pc_cycles) = out[0], out[1]
@@ -188,6 +193,27 @@ def execute(
     counters = {name: int(stats[STAT_MACS + k]) for k, name in enumerate(COUNTER_NAMES)}
     cycles = int(tm.ts[TM.T_CYCLES]) - cyc0
     return Outcome(int(stats[STAT_RETIRED]), fault, by_opcode, cycles, counters, pc_count, pc_cycles)
+
+
+def _run_to_status(state: MachineState, prog, par, tim, out, scr, max_work: int, trace_capacity: int) -> int:
+    """Call the loop until it returns a final status (done, fault, static): grow the loop stack and the HBM page
+    pool it asks for, and let the signal handlers run when it stopped for the stop flag."""
+    flag = current_stop_flag()
+    stopf = poll_array(flag)
+    while True:
+        hbm = state.hbm
+        regs = (state.gp, state.fp, state.areg, state.ctrl, (state.loop_start, state.loop_reg, state.loop_count))
+        mem = (state.vram, state.mram, state.fp_sram, state.int_sram, (hbm.page_index, hbm.pages, hbm.meta))
+        accs = (state.m_accum, state.v_accum, state.hm_accum, state.hv_accum)
+        st = run(prog, regs, mem, accs, par, tim, out, scr, np.int64(max_work), np.int64(trace_capacity), stopf)
+        if st == RUN_GROW_LOOP:
+            state.grow_loop_stack()
+        elif st == RUN_NEED_PAGES:
+            hbm.reserve(int(out[3][0]))
+        elif st == RUN_STOP:
+            after_stop(flag)
+        else:
+            return int(st)
 
 
 def _static_fault(frec: np.ndarray, pc: int, prog: tuple, par: tuple) -> int:

@@ -7,15 +7,17 @@ gets only the plain arrays it uses (docs/performance.md). Dispatch is on the tab
 (:mod:`.static`), never on opcode numbers.
 
 Tuples: ``prog`` = (op, word, words, facts) with words the :data:`.static.WORD_FIELDS` arrays and facts the
-per-pc (latency, unit, C_BREAK target, bad-word flag) of :func:`.static.per_pc`; ``regs`` = (gp, fp,
-areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram, fp_sram, int_sram, (page_index, pages, meta));
-``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency table, macs, opcode tables, BMM_SCALE);
-``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer, trace count, read set, write set);
-``out`` = (stats, (pc_count, pc_cycles), fault record, pages needed): the per-pc profile, instructions retired and
-the cycles they added (``ts[T_CYCLES]`` after the accounting minus before); serial fixed-latency instructions add
-exactly their ``lat_pc`` each, so the host derives those cycles from the counts and the loop adds only the H_* and
-overlap ones (the host also derives the counts per opcode and the matrix MACs); ``scr`` = scratch (rowf, xbuf,
-wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel, wts).
+per-pc (latency, unit, C_BREAK target, bad-word flag) of :func:`.static.per_pc` and the per-pc work budget units
+(:mod:`plena_sim.budget`); ``regs`` = (gp, fp, areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram,
+fp_sram, int_sram, (page_index, pages, meta)); ``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency
+table, macs, opcode tables, BMM_SCALE); ``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer,
+trace count, read set, write set); ``out`` = (stats, (pc_count, pc_cycles), fault record, pages needed): the per-pc
+profile, instructions retired, the budget units used and the cycles they added (``ts[T_CYCLES]`` after the
+accounting minus before); serial fixed-latency instructions add exactly their ``lat_pc`` each, so the host derives
+those cycles from the counts and the loop adds only the H_* and overlap ones (the host also derives the counts per
+opcode and the matrix MACs); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel,
+wts); ``stopf`` = the stop flag (:mod:`plena_sim.stop`), polled every :data:`POLL_UNITS` budget units and between
+the rows of an H_* instruction.
 """
 
 from __future__ import annotations
@@ -43,49 +45,93 @@ from isa.encoding import (
     FAM_WO,
 )
 
-from ..faults import R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
+from ..faults import INT64_MAX, R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
+from ..polling import stop_requested
 from ..state import CTRL_LOOP_DEPTH, CTRL_PC
 from ..timing import MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
 from . import control, dma, matrix, scalar, vector
 from .account import account_dma, account_overlap, trace_after, trace_before
 from .common import fault
-from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, STAT_RETIRED
+from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
 
+#: budget units between two polls of the stop flag (a few ms of the heaviest units: 4096 MACs, a DMA row)
+POLL_UNITS = 1 << 13
+
 
 @njit(cache=True)
-def _stop(pc, depth, over, lstart, lreg, lcount, maxloop, frec):
-    """The instruction at ``pc`` does not run: the runaway increments are rolled back and the status is
-    LP-RUNAWAY of the first loop record over its budget, else RUN_STATIC (the word is not an instruction or fails
-    a static check: the host writes that fault record)."""
+def _flip(depth, lcount, retired):
+    """Runaway counts <-> bases (``base = retired - count``; the map is its own inverse): :func:`run` at entry and
+    at every exit."""
     for k in range(depth):
-        if over and lcount[k] > maxloop:
-            c = lcount[k]
-            rollback(depth, lcount)
-            return fault(frec, R_LP_RUNAWAY, pc, OPND_NONE, c, k, maxloop, lreg[k], lstart[k])
-    rollback(depth, lcount)
-    return RUN_STATIC
+        lcount[k] = retired - lcount[k]
 
 
 @njit(cache=True)
-def rollback(depth, lcount):
-    """Undo the runaway increments of an instruction that does not retire."""
+def _deadline(depth, lcount, retired, maxloop):
+    """The retired count at or after which some record may run away: min(oldest base, retired) + maxloop (a lower
+    bound while the run goes on: pushes and resets only raise bases)."""
+    oldest = retired
     for k in range(depth):
-        lcount[k] -= 1
+        oldest = min(oldest, lcount[k])
+    return oldest + maxloop if maxloop <= INT64_MAX - oldest else INT64_MAX
 
 
 @njit(cache=True)
-def _leave(pc, n, max_instr, frec):
-    """The status when the loop stops at the top: done (the PC left the program) or the budget fault."""
+def _runaway(pc, depth, lstart, lreg, lcount, retired, maxloop, frec):
+    """The runaway guard at its deadline: LP-RUNAWAY of the first record (outermost first) whose count after this
+    instruction's increment, ``retired + 1 - base``, exceeds the limit, else (RUN_OK, the next deadline)."""
+    for k in range(depth):
+        c = retired + 1 - lcount[k]
+        if c > maxloop:
+            return fault(frec, R_LP_RUNAWAY, pc, OPND_NONE, c, k, maxloop, lreg[k], lstart[k]), retired
+    return RUN_OK, _deadline(depth, lcount, retired, maxloop)
+
+
+@njit(cache=True)
+def _gate(pc, n, runaway_at, max_work, maxloop, ctrl, loops, stats, facts, stopf, frec):
+    """The checks before the instruction at ``pc`` once one of them may end the run: (status, the work units at
+    which to come back, the retired count at which to come back for the runaway guard). In order: the end of the
+    program, the stop flag (polled here every :data:`POLL_UNITS` units and between the rows of an H_* instruction),
+    then isa.md §8: the budget, the runaway guard, the static checks. The loop calls it only then: a call that
+    passes arrays costs reference counts, too much for every instruction."""
+    work, retired = stats[STAT_WORK], stats[STAT_RETIRED]
     if pc >= n:
-        return RUN_DONE
-    return fault(frec, R_BUDGET, pc, OPND_NONE, max_instr, -1, max_instr, 0, 0)
+        return RUN_DONE, work, runaway_at
+    if stop_requested(stopf):
+        return RUN_STOP, work, runaway_at
+    bad, w = facts[3][pc], facts[4][pc]
+    if work + w > max_work:
+        return fault(frec, R_BUDGET, pc, OPND_NONE, retired, -1, max_work, work - retired, w - 1), work, runaway_at
+    if retired >= runaway_at:  # some record may exceed MAX_LOOP_INSTRUCTIONS now
+        st, runaway_at = _runaway(pc, ctrl[CTRL_LOOP_DEPTH], loops[0], loops[1], loops[2], retired, maxloop, frec)
+        if st != RUN_OK:
+            return st, work, runaway_at
+    if bad != 0:
+        return RUN_STATIC, work, runaway_at
+    return RUN_OK, work + w + min(POLL_UNITS, max_work - work - w), runaway_at  # min(max_work, ...): no overflow
+
+
+@njit(cache=True)
+def run(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
+    """Run from ``ctrl[CTRL_PC]`` until the PC leaves the program or a status (fault, grow, stop) is returned.
+
+    The runaway guard in O(1) per instruction: while the loop runs, each loop record holds the *base*
+    ``retired - count`` instead of its count (every record's count grows by one per instruction exactly when
+    ``retired`` does, so the base is constant until the record is reset), and the counts are checked only when
+    ``retired`` reaches the deadline of :func:`_deadline`; the records hold counts again whenever ``run``
+    returns. Same records, same faults as the spec's increment of every record (isa.md §6.6)."""
+    depth, stats, lcount = regs[3][CTRL_LOOP_DEPTH], out[0], regs[4][2]
+    _flip(depth, lcount, stats[STAT_RETIRED])
+    st = _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf)
+    _flip(regs[3][CTRL_LOOP_DEPTH], lcount, stats[STAT_RETIRED])
+    return st
 
 
 @njit(cache=True, error_model="numpy")
-def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
-    """Run from ``ctrl[CTRL_PC]`` until the PC leaves the program or a status (fault, grow) is returned."""
-    op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a), (lat_pc, unit_pc, end_of, bad) = prog
+def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
+    """:func:`run` with the loop records holding bases."""
+    op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a), (lat_pc, unit_pc, end_of, bad, work_pc) = prog
     gp, fp, areg, ctrl, loops = regs
     lstart, lreg, lcount = loops
     cfg, fmt, _lat_table, _macs, tabs, bmm_scale = par
@@ -97,17 +143,18 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
     rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
     n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
     brk = (op, rd_a, end_of, is_end)
+    gate_at, runaway_at = np.int64(-1), _deadline(ctrl[CTRL_LOOP_DEPTH], lcount, stats[STAT_RETIRED], maxloop)
     while True:
         pc = ctrl[CTRL_PC]
-        if pc >= n or stats[STAT_RETIRED] == max_instr:  # the PC left the program, or the budget is spent
-            return _leave(pc, n, max_instr, frec)
-        depth, over = ctrl[CTRL_LOOP_DEPTH], False
-        for k in range(depth):  # the runaway guard counts this instruction in every record
-            lcount[k] += 1
-            over = over or lcount[k] > maxloop
+        # the checks that may end the run (see _gate; reads of pc-indexed arrays only after pc < n)
+        if pc >= n or stats[STAT_WORK] + work_pc[pc] > gate_at or stats[STAT_RETIRED] >= runaway_at or bad[pc] != 0:
+            st, gate_at, runaway_at = _gate(
+                pc, n, runaway_at, max_work, maxloop, ctrl, loops, stats, prog[3], stopf, frec
+            )
+            if st != RUN_OK:
+                return st
+        w, depth, retired = work_pc[pc], ctrl[CTRL_LOOP_DEPTH], stats[STAT_RETIRED]
         o = op[pc]
-        if over or bad[pc] != 0:
-            return _stop(pc, depth, over, lstart, lreg, lcount, maxloop, frec)
         rd, rs1, rs2, rs3, f1, imm = rd_a[pc], rs1_a[pc], rs2_a[pc], rs3_a[pc], f1_a[pc], i18_a[pc]
         fam, alu, npc, st, f = fam_of[o], alu_of[o], pc + 1, RUN_OK, (rd, rs1, rs2, rs3, f1, imm)
         g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
@@ -120,9 +167,9 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         elif fam == FAM_SFP:
             fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2]) if rd != 0 else 0
         elif fam == FAM_LOOP and alu == ALU_END and aux == rd and g[0] > 1:  # next iteration, innermost loop
-            gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), 0, lstart[depth - 1] + 1
+            gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), retired + 1, lstart[depth - 1] + 1
         elif fam in (FAM_LOOP, FAM_CREG):
-            st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec)
+            st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec, retired + 1)
         elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):
             st = vector.elementwise(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, vram, cfg, frec, rowf)
         elif fam in (FAM_REDUCE, FAM_TOPK):  # straight to the unit function, with only the arrays it reads
@@ -139,17 +186,19 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
             st = scalar.memory(fam, alu, pc, f, gp, fp, vram, fp_sram, int_sram, cfg, frec)
         elif fam == FAM_DMA:
             st = dma.transfer(
-                alu, pc, f, gp, areg, ctrl, vram, mram, pidx, pages, meta, cfg, fmt, stats, frec, need, eb, sb, fb, cnt
+                alu, pc, f, gp, areg, ctrl, vram, mram, pidx, pages, meta, cfg, fmt, frec, need, eb, sb, fb, cnt, stopf
             )
         else:  # a family without a unit branch: loud, never silent
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
-        if st != RUN_OK:
-            rollback(depth, lcount)  # nothing was changed; undo the runaway increments
+        if st != RUN_OK:  # nothing was changed (RUN_STOP: the H_* re-executes from its start)
             return st
         # ---------------------------------------------------------------- account, trace, retire
         unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]
         if fam == FAM_DMA:
-            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm)
+            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf)
+            if lat < 0:  # stopped while listing its HBM blocks: nothing booked or counted yet
+                return RUN_STOP
+            dma.commit(stats, cnt)
             pc_cycles[pc] += ts[T_CYCLES] - before
         elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out); adds lat_pc[pc] (host)
             ts[T_CYCLES], ts[T_LAST_ISSUE] = before + lat, before
@@ -162,5 +211,6 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_instr, tcap):
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)
         stats[STAT_RETIRED] += 1
+        stats[STAT_WORK] += w
         pc_count[pc] += 1
         ctrl[CTRL_PC] = npc

@@ -389,7 +389,7 @@ def test_plumbing_fault_is_fail_with_exit_3(stand_ins, capsys):
     assert code == 3 and doc["verdict"] == "FAIL"
     assert doc["runs"]["prefill"]["fault"]["kind"] == "InstructionBudgetExceeded"
     code, out, err = run(capsys, "model", "tiny", "--seq", "4")
-    assert code == 3 and err.startswith("fault: ") and "instruction budget" in err
+    assert code == 3 and err.startswith("fault: ") and "work budget exhausted" in err
 
 
 def test_plumbing_moe_needs_a_testbench_that_takes_experts(stand_ins, capsys):

@@ -26,9 +26,18 @@ SMALL = {
 @pytest.mark.parametrize("backend", ["numba", "reference"])
 def test_huge_prefetch_amount_faults_at_the_first_row_outside_vram(backend):
     cfg = load_config(overrides={**SMALL, "HBM_V_Prefetch_Amount": 2**31})
-    res = Machine(cfg, backend=backend).run("H_PREFETCH_V gp0, gp0, a0, 0, 0", raise_on_fault=False)
+    # a budget that admits the 2^31 + 1 work units of the instruction (the default 10^9 does not, see below)
+    res = Machine(cfg, backend=backend).run("H_PREFETCH_V gp0, gp0, a0, 0, 0", 1 << 40, raise_on_fault=False)
     assert res.fault is not None and res.fault.rule == "BD-VROW"
     assert "row 256" in str(res.fault)
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_huge_prefetch_amount_is_over_the_default_work_budget(backend):
+    cfg = load_config(overrides={**SMALL, "HBM_V_Prefetch_Amount": 2**31})
+    res = Machine(cfg, backend=backend).run("H_PREFETCH_V gp0, gp0, a0, 0, 0", raise_on_fault=False)
+    assert res.fault is not None and res.fault.rule == "BUDGET" and res.instructions == 0
+    assert res.fault.record == (res.fault.record[0], 0, -1, 0, -1, 10**9, 0, 2**31)
 
 
 @pytest.mark.parametrize("backend", ["numba", "reference"])

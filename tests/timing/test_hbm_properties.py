@@ -138,6 +138,10 @@ def _ranges(g):
     return out
 
 
+#: the stop flag of dma_requests (plena_sim.stop), never set
+NO_STOP = np.zeros(1, dtype=np.uint8)
+
+
 def _call(params, g, cap):
     blocks, hset, work = new_dma_scratch(params, cap)
     n = dma_requests(
@@ -154,6 +158,7 @@ def _call(params, g, cap):
         blocks,
         hset,
         work,
+        NO_STOP,
     )
     return int(n), blocks, hset
 
@@ -181,7 +186,7 @@ def test_dma_requests_reuses_scratch_across_calls():
     blocks, hset, work = new_dma_scratch(HBM2, 256)
     p = HBM2.as_array()
     for base in (0, 64, 0, 1 << 30, 0):
-        n = dma_requests(p, base, 0, 0, 64, 64, 0, 8, 1, 0, blocks, hset, work)  # 64 x the same row
+        n = dma_requests(p, base, 0, 0, 64, 64, 0, 8, 1, 0, blocks, hset, work, NO_STOP)  # 64 x the same row
         assert n == 1 and blocks[0] == base // 64 and (hset == EMPTY).all()
 
 

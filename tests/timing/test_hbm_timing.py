@@ -309,13 +309,14 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
     )
 
     @njit
-    def loop(p, geoms, ops, offs, ch, bk, stats, blocks, hset, work, out):
+    def loop(p, geoms, ops, offs, ch, bk, stats, blocks, hset, work, out, stop):
         t = np.int64(0)
         payload = np.int64(0)
         for k in range(ops.shape[0]):
             g = geoms[ops[k], 0]
+            off = np.uint32(offs[k])
             lat = dma_instruction(
-                p, g, np.uint32(0), np.uint32(offs[k]), g[1], np.uint32(4096), t, ch, bk, stats, blocks, hset, work
+                p, g, np.uint32(0), off, g[1], np.uint32(4096), t, ch, bk, stats, blocks, hset, work, stop
             )
             out[k] = lat
             payload += dma_payload_bytes(g)
@@ -328,7 +329,10 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
     stats = new_stats(hbm2)
     blocks, hset, work = new_dma_scratch(hbm2, max_dma_blocks(cfg, hbm2))
     out = np.zeros(4, dtype=np.int64)
-    total, payload = loop(hbm2.as_array(), dma_geometry_table(cfg), ops, offs, ch, bk, stats, blocks, hset, work, out)
+    stop = np.zeros(1, dtype=np.uint8)  # the stop flag (plena_sim.stop), never set
+    total, payload = loop(
+        hbm2.as_array(), dma_geometry_table(cfg), ops, offs, ch, bk, stats, blocks, hset, work, out, stop
+    )
     # same sequence through the Python twin
     st = PyTimingState(hbm2)
     t, expect = 0, []

@@ -4,6 +4,8 @@ mode invariants and backend / run-to-run determinism (cycles, counters and trace
 import numpy as np
 import pytest
 
+from isa.encoding import OPCODES
+from plena_sim.budget import work_table
 from plena_sim.config import default_config, load_config
 from plena_sim.machine import Machine
 
@@ -249,8 +251,9 @@ def test_timing_state_persists_across_resume():
     m = Machine(CFG)
     m.set_reg("SCALE", 256)
     prog = "H_PREFETCH_V gp0, gp0, a0, 0, 0\nH_PREFETCH_V gp0, gp0, a0, 0, 0"
-    r1 = m.run(prog, max_instructions=1, raise_on_fault=False)
-    assert r1.fault.rule == "BUDGET" and r1.cycles == 30
+    one_prefetch = int(work_table(CFG)[OPCODES["H_PREFETCH_V"]])  # the work budget of exactly one (1 + its rows)
+    r1 = m.run(prog, max_instructions=one_prefetch, raise_on_fault=False)
+    assert r1.fault.rule == "BUDGET" and r1.instructions == 1 and r1.cycles == 30
     r2 = m.run(prog, resume=True)
     assert r2.cycles == 16  # the row opened by the first call is still open
     assert m.run(prog).cycles == 46  # a fresh run starts cold at cycle 0
