@@ -815,6 +815,29 @@ def check_host_limits(cfg: HardwareConfig, limits: HostLimits | None = None) -> 
         )
 
 
+#: host bytes per program instruction while it runs: the core's per-pc int64 tables (opcode, word, 7 fields,
+#: latency, unit, C_BREAK target, static-fault flag, budget units, profile count and cycles: 16 x 8 bytes), the
+#: uint32 word array and the decode temporaries (measured: ~115 bytes at 5 x 10^7 instructions)
+PROGRAM_BYTES_PER_INSTRUCTION = 160
+#: smaller programs run without probing the host (one probe reads /proc and the cgroup files)
+_PROGRAM_PROBE_BYTES = 1 << 26
+
+
+def check_program_memory(n_instructions: int, limits: HostLimits | None = None) -> None:
+    """MemoryError (what is needed and what the host has) if a program of ``n_instructions`` cannot be run here:
+    its per-instruction tables are written wholesale, so they must fit the memory available now (the host is
+    probed only for programs needing more than :data:`_PROGRAM_PROBE_BYTES`)."""
+    need = int(n_instructions) * PROGRAM_BYTES_PER_INSTRUCTION
+    if need <= _PROGRAM_PROBE_BYTES and limits is None:
+        return
+    lim = limits if limits is not None else host_memory_limits()
+    if need > lim.dense:
+        raise MemoryError(
+            f"a program of {int(n_instructions):,} instructions needs {_size(need)} for the core's "
+            f"per-instruction tables, more than the {_size(lim.dense)} available ({lim.dense_source})"
+        )
+
+
 def out_of_memory_message(exc: MemoryError) -> str:
     """The one line of a MemoryError that escaped (the CLI prints it): what failed and what this host has."""
     what = str(exc) or "a memory allocation failed"
@@ -1046,8 +1069,9 @@ def load_config(
     ``allow_unknown`` ignores (and records in ``ignored``) the keys the simulator does not read instead of
     refusing them.
     """
+    origin = "path"  # the key an unreadable file is reported under: where its name came from
     if path is None:
-        path = os.environ.get("PLENA_SETTINGS_TOML") or None
+        path, origin = os.environ.get("PLENA_SETTINGS_TOML") or None, "PLENA_SETTINGS_TOML"
     if path is None:
         text, source = default_config_text(), "<builtin plena_settings.toml>"
     else:
@@ -1055,7 +1079,7 @@ def load_config(
         try:
             text = read_text_input(p, "config file", MAX_CONFIG_BYTES)
         except InputFileError as exc:
-            raise ConfigError("path", f"{str(p)!r}: {exc.reason}") from None
+            raise ConfigError(origin, f"{str(p)!r}: {exc.reason}") from None
         source = str(p)
     try:
         doc = parse_toml(text)

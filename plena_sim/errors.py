@@ -1,4 +1,5 @@
-"""The typed input errors of the simulator library (a bottom module: it imports only ``isa.safetext``).
+"""The typed input errors of the simulator library (a bottom module: stdlib only at import time, so
+that :mod:`plena_cli.main` can install its stop handlers before anything heavy is imported).
 
 One job: name the two kinds of user input the library rejects, so that every module (and the
 ``plena-sim`` command line, which turns them into exit code 2) can raise and catch them without
@@ -16,8 +17,6 @@ Both are ``ValueError`` s. And one request from outside the program:
 
 from __future__ import annotations
 
-from isa.safetext import printable
-
 __all__ = ["ConfigError", "ImageError", "RunStopped"]
 
 
@@ -25,6 +24,8 @@ class ConfigError(ValueError):
     """A configuration problem, naming the key (``key``) and the offending value."""
 
     def __init__(self, key: str, message: str):
+        from isa.safetext import printable  # here, not at the top: the stop handlers import this module first
+
         self.key = key
         super().__init__(f"{printable(key)}: {message}")
 

@@ -101,7 +101,7 @@ from isa.table import BY_OPCODE, REGISTER_COUNT
 from . import bf16
 from . import faults as F
 from .budget import MAX_BUDGET
-from .config import HardwareConfig, default_config
+from .config import HardwareConfig, check_program_memory, default_config
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 from .timing import check_mode
 
@@ -328,6 +328,7 @@ class Machine:
         timing: str | None = None,
     ) -> RunResult:
         prog = to_program(program, name)
+        check_program_memory(len(prog.words))
         words = np.array(prog.words, dtype=np.uint32)
         budget = 10**9 if max_instructions is None else int(max_instructions)
         if not 0 <= budget <= MAX_BUDGET:

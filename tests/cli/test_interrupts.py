@@ -97,6 +97,18 @@ def loops(tmp_path):
 # ----------------------------------------------------------------------------------- D14: during the imports
 
 
+def test_the_entry_point_imports_nothing_heavy_before_the_handlers():
+    """The console script runs ``from plena_cli.main import main`` before ``main()`` installs the handlers: that
+    import must load no numpy / numba / rich / isa (a Ctrl-C while they load would print a traceback)."""
+    code = (
+        "import sys, plena_cli.main\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'rich', 'isa', 'llvmlite')))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_ctrl_c_during_startup_never_prints_a_traceback(tmp_path):
     """Before: a Ctrl-C in the first ~350 ms (module imports outside main's handler) printed a traceback."""
     rng = random.Random(14)

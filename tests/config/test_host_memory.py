@@ -170,3 +170,33 @@ def test_hbm_pool_growth_failure_is_a_config_error(monkeypatch):
     with pytest.raises(ConfigError) as ei:
         h.reserve(1000)
     assert ei.value.key == "HBM_SIZE" and "HBM pages" in str(ei.value) and "available" in str(ei.value)
+
+
+def test_a_program_too_large_for_the_host_is_refused_before_its_tables_are_built():
+    """D6: a 5 x 10^7-word .mem took 44 s and 7 GB (the core's per-instruction tables, ~140 bytes each) before
+    anything was refused; the tables are now counted against the memory available."""
+    small = HostLimits(dense=GiB, allocation=2 * GiB, address_space=4 * GiB, dense_source="the cgroup memory limit")
+    C.check_program_memory(GiB // C.PROGRAM_BYTES_PER_INSTRUCTION, small)  # exactly fits
+    with pytest.raises(MemoryError) as ei:
+        C.check_program_memory(50_000_000, small)
+    assert str(ei.value) == (
+        "a program of 50,000,000 instructions needs 7.5 GiB for the core's per-instruction tables, "
+        "more than the 1.0 GiB available (the cgroup memory limit)"
+    )
+
+
+def test_machine_run_checks_the_program_size(monkeypatch):
+    from plena_sim.machine import Machine
+
+    probed = []
+
+    def tiny_host():
+        probed.append(True)
+        return HostLimits(dense=GiB, allocation=2 * GiB, address_space=4 * GiB, dense_source="MemAvailable")
+
+    m = Machine(load_config(), backend="reference")
+    monkeypatch.setattr(C, "host_memory_limits", tiny_host)
+    words = np.zeros(8_000_000, dtype=np.uint32)  # 1.2 GiB of tables: refused before any decode
+    with pytest.raises(MemoryError, match="a program of 8,000,000 instructions needs 1.2 GiB"):
+        m.run(words)
+    assert probed == [True]
