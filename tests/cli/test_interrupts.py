@@ -185,7 +185,8 @@ def test_ctrl_c_inside_one_huge_dma_instruction(tmp_path):
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_stop_at_random_points_of_run_leaves_nothing_behind(tmp_path, sig, code):
-    """``run`` works in a /tmp/plena-run-* directory: at any point a stop removes it (and --save's temporaries)."""
+    """A stop at any point of ``run --save`` (imports, case building, the run, the save) leaves no temporary: the
+    child's TMPDIR is empty and no ``.DIR.*`` sibling of the save directory remains."""
     rng = random.Random(20 + sig)
     for k in range(3):
         save = tmp_path / f"save{k}"
