@@ -92,6 +92,8 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
     odd = [c for c in key if not c.isascii()]
     note = ""
     if odd:
-        chars = ", ".join(f"{printable(c)!r} U+{ord(c):04X}" for c in dict.fromkeys(odd))
-        note = f"; {printable(key)!r} has non-ASCII characters: {chars}"
+        distinct = list(dict.fromkeys(odd))
+        chars = ", ".join(f"{printable(c)!r} U+{ord(c):04X}" for c in distinct[:8])
+        more = f" and {len(distinct) - 8} more" if len(distinct) > 8 else ""
+        note = f"; {printable(key, 120)!r} has non-ASCII characters: {chars}{more}"
     return f" (did you mean {match!r}?{note})"

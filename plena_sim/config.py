@@ -27,9 +27,9 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
-from isa.safetext import did_you_mean
+from isa.safetext import did_you_mean, printable
 
-from .errors import ConfigError
+from .errors import KEY_SHOWN, ConfigError
 from .hbm_layout import (
     DMA_PREFETCH_M,
     DMA_PREFETCH_V,
@@ -388,7 +388,8 @@ class _KeyCheck:
             known_here = close or f" (known here: {', '.join(names) or 'none'})"
             raise ConfigError(
                 path,
-                f"unknown {kind} {k!r} in {self.source}{known_here}; keys this simulator does not read can "
+                f"unknown {kind} '{printable(k, KEY_SHOWN)}' in {self.source}{known_here}; keys this simulator does "
+                "not read can "
                 "be ignored with --allow-unknown-keys",
             )
 

@@ -17,7 +17,10 @@ Both are ``ValueError`` s. And one request from outside the program:
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ImageError", "RunStopped"]
+__all__ = ["ConfigError", "ImageError", "RunStopped", "KEY_SHOWN"]
+
+#: the most characters of a key a message shows (a key read from a file may be megabytes long)
+KEY_SHOWN = 120
 
 
 class ConfigError(ValueError):
@@ -27,7 +30,7 @@ class ConfigError(ValueError):
         from isa.safetext import printable  # here, not at the top: the stop handlers import this module first
 
         self.key = key
-        super().__init__(f"{printable(key)}: {message}")
+        super().__init__(f"{printable(key, KEY_SHOWN)}: {message}")
 
 
 class ImageError(ValueError):

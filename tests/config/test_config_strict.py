@@ -156,3 +156,15 @@ def test_nesting_limit_is_exact(tmp_path):
 def test_dots_and_brackets_inside_strings_do_not_count(tmp_path):
     text = BASE + '\n[OTHER]\nnote = "' + "a." * 200 + '"\nlist = "' + "[" * 200 + '"\n# ' + "[" * 200 + "\n"
     assert load_config(_with(text, tmp_path)).MLEN == 64
+
+
+def test_a_huge_unknown_key_gives_a_short_message(tmp_path):
+    """Found by the fuzz campaign (seed 2707 at PLENA_FUZZ_SCALE=5): a 10,000-character unknown key was echoed in
+    full, twice (a 10 KB message); a key is now shown cut to 120 characters (117 and "...")."""
+    p = tmp_path / "c.toml"
+    long_key = "LATENC" + "9" * 10_000 + "Y"
+    p.write_text(default_config_text().replace("[TRANSACTIONAL.LATENCY", f"[TRANSACTIONAL.{long_key}", 1))
+    exc = _error(p)
+    assert exc.key == f"TRANSACTIONAL.{long_key}"
+    assert str(exc).startswith(f"TRANSACTIONAL.LATENC{'9' * 97}...: unknown config key 'LATENC{'9' * 111}...' in")
+    assert len(str(exc)) < 600
