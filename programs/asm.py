@@ -3,7 +3,9 @@
 :class:`Asm` validates and encodes each instruction as it is emitted, with the assembler's rules (through
 the opcode table's precompiled operand plans, :mod:`isa.plans`, or the real assembler for anything unusual)
 plus the generator rules of kernels.md §1.2 (no gp0/f0 destinations, S_LUI_INT < 2^20, ...). Any violation
-is a ``ValueError`` naming the instruction. Its text -- canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``,
+is a :class:`GeneratorError` (a ``ValueError``) naming the instruction, the bad value and the generator being
+emitted (the innermost :meth:`Asm.begin` not yet ended): a plan validates its parameters, so an invalid
+instruction, loop count or address reaching the builder is the generator's bug, not the caller's. Its text -- canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``,
 decimal immediates, whole-line ``; `` comments -- is made only when asked for; :meth:`Asm.program` gives
 the assembled program directly. :func:`load_imm` and :func:`add_imm` are the only way a generator
 materialises a constant that may not fit an immediate field.
@@ -31,7 +33,7 @@ from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import mutation_hooks
 
-__all__ = ["Asm", "AsmSink", "gp", "fp", "areg", "load_imm", "add_imm", "region", "IMM18_LIMIT", "LUI_LIMIT"]
+__all__ = ["Asm", "AsmSink", "GeneratorError", "gp", "fp", "areg", "load_imm", "add_imm", "region", "IMM18_LIMIT", "LUI_LIMIT"]
 
 #: S_ADDI_INT / S_LD_* / S_ST_* / S_MAP_V_FP / M_*_WO immediates are < this
 IMM18_LIMIT = FIELDS["imm18"].max + 1
@@ -112,6 +114,24 @@ _ENCODERS = MappingProxyType(_asm_encoders())
 _MEMO_MAX = 1 << 16
 
 
+class GeneratorError(ValueError):
+    """A generator emitted what the machine cannot take (an invalid instruction, immediate, loop count or address).
+
+    ``generator``: the kernel being emitted (``"?"`` outside every :meth:`Asm.begin`); ``value``: the bad value (an
+    operand, or the instruction text); ``detail``: what is wrong.  ``str()`` starts with ``Asm:`` (the builder's
+    errors always did)."""
+
+    def __init__(self, generator: str, detail: str, value: object = None) -> None:
+        self.generator, self.detail, self.value = generator, detail, value
+        super().__init__(f"Asm: {detail} [generator {generator}]")
+
+
+def generator_error(asm: object, detail: str, value: object = None) -> GeneratorError:
+    """The :class:`GeneratorError` of ``detail`` for the kernel ``asm`` is emitting (any sink: its ``generator``
+    attribute if it has one)."""
+    return GeneratorError(str(getattr(asm, "generator", "?")), detail, value)
+
+
 class Asm:
     """Accumulates validated instructions and comments. ``str(asm)`` / :meth:`text` gives the program text,
     :meth:`program` the assembled program (without going through text).
@@ -129,6 +149,12 @@ class Asm:
         self._memo: dict[tuple[str, tuple[object, ...], tuple[type, ...]], tuple[int, int]] = {}
         #: dynamic instructions of the hardware loops emitted through a LoopBudget beyond their first iteration
         self.dynamic_extra = 0
+        self._kernels: list[str] = []  # the kernels begun and not yet ended, innermost last
+
+    @property
+    def generator(self) -> str:
+        """The kernel being emitted: the innermost :meth:`begin` not yet ended (``"?"`` outside every one)."""
+        return self._kernels[-1] if self._kernels else "?"
 
     @property
     def n_instructions(self) -> int:
@@ -164,27 +190,29 @@ class Asm:
         """The full path: the line as text, the generator rules and the real assembler."""
         mnemonic = mnemonic.upper()
         if mnemonic not in BY_MNEMONIC:
-            raise ValueError(f"Asm: unknown mnemonic {mnemonic!r}")
+            raise generator_error(self, f"unknown mnemonic {mnemonic!r}", mnemonic)
         ops = []
         for o in operands:
             if isinstance(o, bool):
-                raise ValueError(f"Asm: {mnemonic}: boolean operand {o!r}")
+                raise generator_error(self, f"{mnemonic}: boolean operand {o!r}", o)
             if isinstance(o, int):
                 if o < 0:
-                    raise ValueError(f"Asm: {mnemonic}: negative immediate {o}")
+                    raise generator_error(self, f"{mnemonic}: negative immediate {o}", o)
                 ops.append(str(o))
             elif isinstance(o, str):
                 ops.append(o.lower())
             else:
-                raise ValueError(f"Asm: {mnemonic}: operand {o!r} is neither a register nor an int")
+                raise generator_error(self, f"{mnemonic}: operand {o!r} is neither a register nor an int", o)
         line = mnemonic + (" " + ", ".join(ops) if ops else "")
-        self._check_rules(mnemonic, ops, line)
+        broken = self._broken_rule(mnemonic, ops, line)
+        if broken is not None:
+            raise generator_error(self, broken, line)
         if line.splitlines() != [line]:
-            raise ValueError(f"Asm: {line!r}: an instruction must be one line")
+            raise generator_error(self, f"{line!r}: an instruction must be one line", line)
         try:
             word = line_word(line)
         except _LineError as exc:
-            raise ValueError(f"Asm: {line}: {exc.reason}") from None
+            raise generator_error(self, f"{line}: {exc.reason}", line) from None
         assert word is not None  # the line starts with a mnemonic
         self._explicit[len(self._words)] = line
         self._words.append(word)
@@ -202,9 +230,12 @@ class Asm:
     def begin(self, kernel: str, **params: object) -> None:
         kv = " ".join(f"{k}={v}" for k, v in params.items())
         self.comment(f"{kernel} begin {kv}".rstrip())
+        self._kernels.append(kernel)
 
     def end(self, kernel: str) -> None:
         self.comment(f"{kernel} end")
+        if kernel in self._kernels:  # the innermost of that name (and any left open inside it)
+            del self._kernels[len(self._kernels) - 1 - self._kernels[::-1].index(kernel) :]
 
     # ---- results
     def _line_count(self) -> int:
@@ -264,13 +295,15 @@ class Asm:
 
     # ---- generator rules beyond the assembler (kernels.md §1.2)
     @staticmethod
-    def _check_rules(mnemonic: str, ops: list[str], line: str) -> None:
+    def _broken_rule(mnemonic: str, ops: list[str], line: str) -> str | None:
+        """The generator rule ``line`` breaks, or None."""
         if mnemonic in _INT_DEST and ops and ops[0] == "gp0":
-            raise ValueError(f"Asm: {line}: an integer instruction must not write gp0")
+            return f"{line}: an integer instruction must not write gp0"
         if mnemonic in _FP_DEST and ops and ops[0] == "f0":
-            raise ValueError(f"Asm: {line}: an fp instruction must not write f0")
+            return f"{line}: an fp instruction must not write f0"
         if mnemonic == "S_LUI_INT" and len(ops) == 2 and ops[1].isdigit() and int(ops[1]) >= LUI_LIMIT:
-            raise ValueError(f"Asm: {line}: S_LUI_INT immediate must be < 2^20 (upper bits are lost)")
+            return f"{line}: S_LUI_INT immediate must be < 2^20 (upper bits are lost)"
+        return None
 
 
 def _mnemonic_method(mnemonic: str) -> Callable[..., None]:
@@ -291,9 +324,9 @@ for _mnemonic in BY_MNEMONIC:
 def load_imm(asm: AsmSink, r: int, v: int) -> None:
     """``gp[r] = v`` for ``0 <= v < 2^32`` (S_ADDI_INT, or S_LUI_INT + S_ADDI_INT)."""
     if not 0 <= v < U32_LIMIT:
-        raise ValueError(f"load_imm: value {v} is outside 0..2^32-1")
+        raise generator_error(asm, f"load_imm: value {v} is outside 0..2^32-1", v)
     if r == 0:
-        raise ValueError("load_imm: destination must not be gp0")
+        raise generator_error(asm, "load_imm: destination must not be gp0", r)
     if v < IMM18_LIMIT:  # (both mutation hooks below emit this same instruction for such a value)
         asm.S_ADDI_INT(gp(r), gp(0), v)
         return
@@ -311,14 +344,14 @@ def load_imm(asm: AsmSink, r: int, v: int) -> None:
 def add_imm(asm: AsmSink, dst: int, src: int, v: int, tmp: int | None = None) -> None:
     """``gp[dst] = gp[src] + v`` for ``v >= 0``; values >= 2^18 need a scratch ``tmp`` != ``src``."""
     if v < 0:
-        raise ValueError(f"add_imm: negative value {v}; emit S_SUB_INT with a materialised value instead")
+        raise generator_error(asm, f"add_imm: negative value {v}; emit S_SUB_INT with a materialised value instead", v)
     if v < IMM18_LIMIT:
         asm.S_ADDI_INT(gp(dst), gp(src), v)
         return
     if tmp is None:
-        raise ValueError(f"add_imm: value {v} >= 2^18 needs a scratch register")
+        raise generator_error(asm, f"add_imm: value {v} >= 2^18 needs a scratch register", v)
     if tmp == src:
-        raise ValueError("add_imm: the scratch register must differ from the source")
+        raise generator_error(asm, "add_imm: the scratch register must differ from the source", tmp)
     load_imm(asm, tmp, v)
     asm.S_ADD_INT(gp(dst), gp(src), gp(tmp))
 

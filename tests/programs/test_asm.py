@@ -23,7 +23,15 @@ _FP_DEST = {i.mnemonic for i in INSTRUCTIONS if any(o.kind == "f" and o.name in 
 
 
 def reference_line(mnemonic: str, operands: tuple[object, ...]) -> tuple[str, int]:
-    """(line, word) of the former Asm.emit, or its ValueError."""
+    """(line, word) of the former Asm.emit, or its ValueError (whose text the builder now follows with the
+    generator being emitted: ``[generator ?]`` outside every ``begin``)."""
+    try:
+        return _reference_line(mnemonic, operands)
+    except ValueError as exc:
+        raise ValueError(f"{exc} [generator ?]") from None
+
+
+def _reference_line(mnemonic: str, operands: tuple[object, ...]) -> tuple[str, int]:
     mnemonic = mnemonic.upper()
     if mnemonic not in BY_MNEMONIC:
         raise ValueError(f"Asm: unknown mnemonic {mnemonic!r}")
