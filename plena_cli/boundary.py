@@ -6,8 +6,8 @@ each with a ``func(args, out, err) -> exit code``) and turns every failure into 
 (:mod:`plena_cli.errors`): the library's typed input errors and :class:`~plena_cli.errors.UsageError` print one
 red line (plus the located assembler diagnostics) and exit 2, a simulator fault exits 3, a generator that emitted
 an invalid instruction (:class:`~programs.asm.GeneratorError`) prints its name and the bad value and exits 4,
-anything else is a bug (exit 4, ``--debug`` re-raises it with its traceback). A stop request (:mod:`.interrupts`: Ctrl-C, SIGTERM,
-``--timeout``) prints one line and exits 130 / 143 / 124; a closed stdout pipe exits 0 silently.
+anything else is a bug (exit 4, ``--debug`` re-raises it with its traceback). A stop request (:mod:`.interrupts`:
+Ctrl-C, SIGTERM, ``--timeout``) prints one line and exits 130 / 143 / 124; a closed stdout pipe exits 0 silently.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@
 the opcode table's precompiled operand plans, :mod:`isa.plans`, or the real assembler for anything unusual)
 plus the generator rules of kernels.md §1.2 (no gp0/f0 destinations, S_LUI_INT < 2^20, ...). Any violation
 is a :class:`GeneratorError` (a ``ValueError``) naming the instruction, the bad value and the generator being
-emitted (the innermost :meth:`Asm.begin` not yet ended): a plan validates its parameters, so an invalid
-instruction, loop count or address reaching the builder is the generator's bug, not the caller's. Its text -- canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``,
-decimal immediates, whole-line ``; `` comments -- is made only when asked for; :meth:`Asm.program` gives
-the assembled program directly. :func:`load_imm` and :func:`add_imm` are the only way a generator
-materialises a constant that may not fit an immediate field.
+emitted (the innermost ``; <kernel> begin`` comment not yet ended): a plan validates its parameters, so an invalid
+instruction, loop count or address reaching the builder is the generator's bug, not the caller's. Its text --
+canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``, decimal immediates, whole-line ``; `` comments -- is made
+only when asked for; :meth:`Asm.program` gives the assembled program directly. :func:`load_imm` and
+:func:`add_imm` are the only way a generator materialises a constant that may not fit an immediate field.
 
 Register operands are written with :func:`gp`, :func:`fp` and :func:`areg` (``gp(3) == "gp3"``); plain
 ints are immediates or flags.
@@ -17,6 +17,7 @@ ints are immediates or flags.
 from __future__ import annotations
 
 import contextlib
+import re
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -33,7 +34,19 @@ from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import mutation_hooks
 
-__all__ = ["Asm", "AsmSink", "GeneratorError", "gp", "fp", "areg", "load_imm", "add_imm", "region", "IMM18_LIMIT", "LUI_LIMIT"]
+__all__ = [
+    "Asm",
+    "AsmSink",
+    "GeneratorError",
+    "gp",
+    "fp",
+    "areg",
+    "load_imm",
+    "add_imm",
+    "region",
+    "IMM18_LIMIT",
+    "LUI_LIMIT",
+]
 
 #: S_ADDI_INT / S_LD_* / S_ST_* / S_MAP_V_FP / M_*_WO immediates are < this
 IMM18_LIMIT = FIELDS["imm18"].max + 1
@@ -110,6 +123,9 @@ def _asm_encoders() -> dict[str, tuple[Encoder | None, ...]]:
 
 
 _ENCODERS = MappingProxyType(_asm_encoders())
+#: the comments that open and close a kernel's text (kernels.md §1.1: ``; <kernel> begin <key=value ...>``)
+_KERNEL_BEGIN = re.compile(r"([A-Za-z_][\w.]*) begin(?: |$)")
+_KERNEL_END = re.compile(r"([A-Za-z_][\w.]*) end$")
 #: distinct instructions an Asm remembers (bounds its memo's memory)
 _MEMO_MAX = 1 << 16
 
@@ -226,16 +242,35 @@ class Asm:
     def comment(self, text: str) -> None:
         for part in str(text).splitlines() or [""]:
             self._comments[len(self._words) + len(self._comments)] = f"; {part}".rstrip()
+            self._track_kernel(part)
 
     def begin(self, kernel: str, **params: object) -> None:
         kv = " ".join(f"{k}={v}" for k, v in params.items())
         self.comment(f"{kernel} begin {kv}".rstrip())
+
+    @contextlib.contextmanager
+    def generating(self, kernel: str) -> Iterator[None]:
+        """Name ``kernel`` as the generator of what is emitted inside the block (as :meth:`begin` / :meth:`end` do,
+        without their comments: for helpers such as the ``set_addr_regs`` preamble)."""
         self._kernels.append(kernel)
+        try:
+            yield
+        finally:
+            self._kernels.pop()
 
     def end(self, kernel: str) -> None:
         self.comment(f"{kernel} end")
-        if kernel in self._kernels:  # the innermost of that name (and any left open inside it)
-            del self._kernels[len(self._kernels) - 1 - self._kernels[::-1].index(kernel) :]
+
+    def _track_kernel(self, comment: str) -> None:
+        """Follow the ``<kernel> begin ...`` / ``<kernel> end`` comments every kernel is framed by (kernels.md §1.1):
+        the innermost open one is :attr:`generator`."""
+        begun = _KERNEL_BEGIN.match(comment)
+        if begun:
+            self._kernels.append(begun.group(1))
+            return
+        ended = _KERNEL_END.match(comment)
+        if ended and ended.group(1) in self._kernels:  # the innermost of that name (and any left open inside it)
+            del self._kernels[len(self._kernels) - 1 - self._kernels[::-1].index(ended.group(1)) :]
 
     # ---- results
     def _line_count(self) -> int:

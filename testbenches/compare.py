@@ -369,10 +369,11 @@ class CheckResult:
         if self.rho is not None and not self.exact and self.rel_rms > self.rho:
             if not parts[-1].endswith(f"rel_rms {self.rel_rms:.3g} > {self.rho:.3g}"):
                 parts.append(f"rel_rms {self.rel_rms:.3g} > {self.rho:.3g}")
-            parts.extend(_rms_worst_text(self.rms_worst))
-            if not self.n_fail and self.worst:
-                w = self.worst
-                parts.append(f"every element within its envelope (largest err/tol {w['ratio']:.3g} at {w['at']})")
+            if not self.n_fail:  # only the aggregate sees it: where the error is
+                parts.extend(_rms_worst_text(self.rms_worst))
+                if self.worst:
+                    w = self.worst
+                    parts.append(f"every element within its envelope (largest err/tol {w['ratio']:.3g} at {w['at']})")
         return "; ".join(parts)
 
 
@@ -405,7 +406,12 @@ def rms_worst_slices(
         slice_rel = np.sqrt(sq.mean(axis=other)) / g_rms
         top = np.argsort(-slice_rel, kind="stable")[:n]
         out[name] = [
-            {"at": f"{name}={int(i)}", "index": int(i), "rel_rms": float(slice_rel[i]), "over": float(slice_rel[i] / rho)}
+            {
+                "at": f"{name}={int(i)}",
+                "index": int(i),
+                "rel_rms": float(slice_rel[i]),
+                "over": float(slice_rel[i] / rho),
+            }
             for i in top
         ]
     return out
@@ -592,6 +598,15 @@ def compare(
             gnorm = float(np.sqrt(np.mean(np.square(g))))
         res.rel_rms = (res.rms / gnorm) if gnorm > 0 else 0.0
     res.group_fail = _groups(coords, group_by, shape, fail)
+    _verdict(res, s, g, coords, rho)
+    return res
+
+
+def _verdict(
+    res: CheckResult, s: npt.NDArray[np.float64], g: npt.NDArray[np.float64], coords: Sequence[str], rho: float | None
+) -> None:
+    """``res.reason`` and ``res.passed`` from its element failures and the relative-RMS bound (whose failure is
+    located: :attr:`CheckResult.rms_worst`)."""
     reasons = []
     if res.n_nonfinite:
         reasons.append(f"{res.n_nonfinite} non-finite")
@@ -604,4 +619,3 @@ def compare(
             res.rms_worst = rms_worst_slices(s - g, coords, float(np.sqrt(np.mean(np.square(g)))), float(rho))
     res.reason = "; ".join(reasons)
     res.passed = not res.n_fail and not rms_bad
-    return res

@@ -1032,7 +1032,9 @@ def _judge(
     return companion_sims
 
 
-def _compare_check(chk: Check, sim: np.ndarray, golden: np.ndarray, A: np.ndarray | None, tol: Tolerance) -> CheckResult:
+def _compare_check(
+    chk: Check, sim: np.ndarray, golden: np.ndarray, A: np.ndarray | None, tol: Tolerance
+) -> CheckResult:
     """:func:`compare` for one check; a golden taken from a companion run may be non-finite (its bits are judged),
     and a golden the comparison refuses is the check's failure, never an exception out of the run."""
     from_companion = chk.golden_from is not None

@@ -33,6 +33,7 @@ def _required(testbench: str, case_id: str) -> Exposure:
     _cid, overrides, variant = cases_of(_get(testbench))[case_id]
     return Exposure(testbench, case_id, dict(overrides), variant)
 
+
 #: the listed cases of every sensitivity mutation: causal edges, kv tails, GQA, per-head, cfg small, decode
 CASES: tuple[Exposure, ...] = (
     *(_required(_PREFILL, cid) for cid in ("P1", "P2", "P3", "P6", "P9")),

@@ -19,7 +19,7 @@ CI = [(h, e) for h in sorted(sens.SENS_HOOKS) for e in sens.CI_CASES]
 
 
 def test_the_table_names_three_single_key_mutations_apart_from_the_teeth_table():
-    assert sens.SENS_HOOKS == {"sens_key_added", "sens_key_dropped", "sens_mask_lane"}
+    assert {"sens_key_added", "sens_key_dropped", "sens_mask_lane"} == sens.SENS_HOOKS
     assert not sens.SENS_HOOKS & set(mut.MUTATIONS) and not sens.SENS_HOOKS & mutation_hooks.HOOKS
     assert set(sens.DESCRIPTIONS) == sens.SENS_HOOKS
     assert all(e in sens.CASES for e in sens.CI_CASES)
