@@ -16,7 +16,7 @@ every head, the probe's included.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -155,6 +155,32 @@ def attention_golden(
     return O, A, smax, scores, allowed
 
 
+def state_goldens(plan: fa.FlashPlan, scores: F64, allowed: npt.NDArray[np.bool_]) -> tuple[F64, F64]:
+    """The golden running max m and softmax mass l ``[head slot j, row r]`` of the plan's last processed
+    (b, g, i, head batch) block (§5.2 flash_m / flash_l), from the golden scores ``[b, h, s, c]``."""
+    blk = plan.last_block
+    sc = scores[blk.b][list(blk.heads)][:, blk.q0 : blk.q0 + blk.br, :]  # [j, r, c]
+    al = allowed[blk.q0 : blk.q0 + blk.br][None]
+    m_g = np.where(al, sc, -np.inf).max(axis=-1)
+    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
+    return m_g, l_g
+
+
+def state_read(plan: fa.FlashPlan, kind: str, head: int | None = None) -> FpWords:
+    """The FP SRAM state ``kind`` (``"m"``, ``"l"``) of the last block: ``[head slot j, row r]``, or with ``head`` (a
+    global q head of the block) that head's ``[row r]``."""
+    blk, F = plan.last_block, plan.fp_state_base
+    slots = range(len(blk.heads)) if head is None else [list(blk.heads).index(head)]
+    idx = np.array([[plan.state_words(j, r)[kind] - F for r in range(blk.br)] for j in slots])
+    if head is not None:
+        idx = idx[0]
+
+    def post_state(x: np.ndarray) -> np.ndarray:
+        return x[idx]
+
+    return FpWords(F, plan.fp_state_size, post=post_state)
+
+
 def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
     """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
     cfg = config
@@ -199,30 +225,13 @@ def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case
         Tk=Tk,
     )
     # FP state of the last processed (b, g, i, head batch) block (§5.2 flash_m / flash_l)
-    blk = plan.last_block
-    nh_b, br = len(blk.heads), blk.br
-    sc = scores[blk.b][list(blk.heads)][:, blk.q0 : blk.q0 + br, :]  # [j, r, c]
-    al = allowed[blk.q0 : blk.q0 + br][None]
-    m_g = np.where(al, sc, -np.inf).max(axis=-1)
-    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
-    F = plan.fp_state_base
-    n_words = plan.fp_state_size
-
-    def take(kind: str) -> Callable[[np.ndarray], np.ndarray]:
-        idx = np.array([[plan.state_words(j, r)[kind] - F for r in range(br)] for j in range(nh_b)])
-
-        def post_state(x: np.ndarray) -> np.ndarray:
-            return x[idx]
-
-        return post_state
-
-    cb.check("m", FpWords(F, n_words, post=take("m")), m_g, ("head", "row"), "flash_m")
-    cb.check("l", FpWords(F, n_words, post=take("l")), l_g, ("head", "row"), "flash_l", Tk=Tk)
+    m_g, l_g = state_goldens(plan, scores, allowed)
+    cb.check("m", state_read(plan, "m"), m_g, ("head", "row"), "flash_m")
+    cb.check("l", state_read(plan, "l"), l_g, ("head", "row"), "flash_l", Tk=Tk)
     if probe:  # the probe head is the last one: in the last block
-        j = list(blk.heads).index(sp["hq"] - 1)
-        read = FpWords(F, n_words, post=lambda x: take("l")(x)[j])
-        counts = count_golden(allowed, blk.q0, br, M, sp["causal"])
-        cb.check("l_count", read, counts, ("row",), "exact")
+        blk = plan.last_block
+        counts = count_golden(allowed, blk.q0, blk.br, M, sp["causal"])
+        cb.check("l_count", state_read(plan, "l", head=sp["hq"] - 1), counts, ("row",), "exact")
     return cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}", plan=plan)
 
 

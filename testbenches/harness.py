@@ -22,8 +22,10 @@ Building a case: :class:`CaseBuilder`
 * ``cb.rng`` -- ``numpy.random.default_rng(params.get("seed", 0))``; ``cb.randn(shape, scale)``;
 * ``cb.tensor(name, values, cls, alloc_rows=None, alloc_elems=None) -> (HbmTensor, float64 values)``:
   places a 2-D host tensor in the HBM image with the project's :class:`~plena_sim.image.ImageBuilder`
-  (64-byte aligned base, zero slack rows up to ``alloc_rows``/``alloc_elems`` so SCALE = element bytes
-  including slack) in the precision class ``cls`` (``"act"`` -> HBM_V_ACT_TYPE, prec 0; ``"weight"`` ->
+  (64-byte aligned base, slack rows up to ``alloc_rows``/``alloc_elems`` so SCALE = element bytes including
+  slack; the slack of an input holds finite random N(0, 1) data from a stream of its own, ``cb.fill_slack``, so
+  that a kernel reading one element too many visibly changes its result, while the inputs stay those of the
+  seed) in the precision class ``cls`` (``"act"`` -> HBM_V_ACT_TYPE, prec 0; ``"weight"`` ->
   HBM_M_WEIGHT_TYPE, prec 0; ``"kv"`` -> HBM_M_KV_TYPE, prec 1; ``"kv_v"`` -> HBM_V_KV_TYPE, prec 1), binds
   the next free a-register and returns the generator's ``HbmTensor`` plus the exact dequantized values
   (MX round trip, float64, unpadded 2-D shape) -- the only values a golden may be computed from;
@@ -60,7 +62,9 @@ Running: :func:`run`
 2. builds a :class:`~plena_sim.machine.Machine` with ``case.config`` (:func:`prepare_machine`); writes the
    HBM image segments, the FP SRAM constants (slots 0-15, every run) and extra words, the INT SRAM and
    VRAM preloads; poisons every ``output`` and ``scratch`` region with bf16 NaN (``inout``/``input``
-   regions and guard rows are not poisoned);
+   regions and guard rows are not poisoned), every other FP SRAM word (16..) with bf16 NaN, every other INT SRAM
+   word with :data:`INT_SENTINEL` and every MRAM tile with NaN: a kernel that reads state it did not write or
+   a tile it did not load fails;
 3. runs the program (``raise_on_fault=False``); a simulator fault fails the case unless ``case.expect``
    names its rule;
 4. reads back every check's data, compares it (:func:`testbenches.compare.compare`) and applies the
@@ -133,6 +137,7 @@ __all__ = [
     "GEN_GP",
     "GEN_FP",
     "BF16_NAN",
+    "INT_SENTINEL",
 ]
 
 #: kernels.md §1.6 constant slots
@@ -738,8 +743,9 @@ def _regions_check(case: Case) -> None:
 
 def prepare_machine(case: Case, backend: str = "numba") -> Machine:
     """A :class:`~plena_sim.machine.Machine` of ``case.config`` holding the case's HBM image, FP SRAM
-    constants and preloads, INT SRAM and VRAM preloads, with every ``output``/``scratch`` region poisoned
-    with bf16 NaN; not run yet (step 2 of :func:`run`)."""
+    constants and preloads, INT SRAM and VRAM preloads, with every ``output``/``scratch`` region, every other FP
+    SRAM word and every MRAM tile poisoned with (bf16) NaN and every other INT SRAM word holding
+    :data:`INT_SENTINEL`; not run yet (step 2 of :func:`run`)."""
     from plena_sim.machine import Machine
 
     m = Machine(case.config, backend=backend)
