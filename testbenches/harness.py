@@ -466,8 +466,12 @@ class CaseBuilder:
     def fill_slack(self, out: npt.NDArray[np.float64]) -> None:
         """``out[...]`` = finite random N(0, 1) values from the builder's own slack stream (seeded like
         :attr:`rng`, drawn apart from it, so a case's inputs do not depend on its slack): the bytes past a
-        tensor's logical end, which a kernel reading one element too many then visibly sees (never zeros)."""
-        self._slack_rng.standard_normal(out=out)
+        tensor's logical end, which a kernel reading one element too many then visibly sees (never zeros); ``out``
+        may be a strided view."""
+        if out.flags.c_contiguous:
+            self._slack_rng.standard_normal(out=out)
+        else:
+            out[...] = self._slack_rng.standard_normal(out.shape)
 
     def tensor(
         self,
