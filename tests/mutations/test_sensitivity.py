@@ -60,3 +60,11 @@ def test_one_wrong_lane_fails_exactly_its_row_of_the_count_probe():
     probe = rep.check("l_count")
     assert not probe.passed and probe.n_fail == 1 and probe.first["index"] == [0], probe.summary()
     assert probe.first["golden"] - probe.first["sim"] == 1.0
+
+
+def test_every_sensitivity_hook_is_placed_in_the_flash_generator():
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[2] / "programs" / "flash_attention.py").read_text()
+    for h in sens.SENS_HOOKS:
+        assert f'"{h}"' in src, h
