@@ -4,9 +4,10 @@ caller of a command (a sweep's workers run ``run`` through it: the same parser, 
 :func:`run_cli` parses ``argv`` with the subcommands the given command modules register (``register(sub)``,
 each with a ``func(args, out, err) -> exit code``) and turns every failure into an exit code
 (:mod:`plena_cli.errors`): the library's typed input errors and :class:`~plena_cli.errors.UsageError` print one
-red line (plus the located assembler diagnostics) and exit 2, a simulator fault exits 3, anything else is a
-bug (exit 4, ``--debug`` re-raises it with its traceback). A stop request (:mod:`.interrupts`: Ctrl-C, SIGTERM,
-``--timeout``) prints one line and exits 130 / 143 / 124; a closed stdout pipe exits 0 silently.
+red line (plus the located assembler diagnostics) and exit 2, a simulator fault exits 3, a generator that emitted
+an invalid instruction (:class:`~programs.asm.GeneratorError`) prints its name and the bad value and exits 4,
+anything else is a bug (exit 4, ``--debug`` re-raises it with its traceback). A stop request (:mod:`.interrupts`:
+Ctrl-C, SIGTERM, ``--timeout``) prints one line and exits 130 / 143 / 124; a closed stdout pipe exits 0 silently.
 """
 
 from __future__ import annotations
@@ -121,7 +122,18 @@ def _expected_failure(exc: Exception, err: Console) -> int | None:
         err.print("[red]fault:[/] ", end="")
         err.print(str(exc), markup=False)
         return EXIT_FAULT
-    return None
+    return _generator_failure(exc, err)
+
+
+def _generator_failure(exc: Exception, err: Console) -> int | None:
+    """A generator's invalid instruction, loop count or address (exit 4: the generator's bug, named), else None."""
+    from programs.asm import GeneratorError
+
+    if not isinstance(exc, GeneratorError):
+        return None
+    err.print("[red]generator error:[/] ", end="")
+    err.print(f"{exc.generator}: {exc.detail} (bad value: {exc.value!r})", markup=False)
+    return EXIT_BUG
 
 
 def _unexpected_failure(exc: Exception, err: Console) -> int:

@@ -2,8 +2,10 @@
 
 Exit codes: 0 ok (also when stdout is a pipe closed early: ``plena-sim run NAME | head -1``); 1 a testbench, demo
 or mutant mismatch; 2 usage or input error (one red line, plus located details where there are any; never a
-traceback); 3 the simulated program faulted; 4 an internal error (a bug: ``--debug`` shows the traceback); 124 the
-``--timeout`` ran out; 130 interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM) -- :mod:`.interrupts`.
+traceback); 3 the simulated program faulted; 4 an internal error (a bug: ``--debug`` shows the traceback) or a
+generator error (a kernel generator emitted an invalid instruction, loop count or address: its name and the bad
+value); 124 the ``--timeout`` ran out; 130 interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM) --
+:mod:`.interrupts`.
 """
 
 from __future__ import annotations

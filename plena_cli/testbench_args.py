@@ -67,9 +67,14 @@ def case_params_and_config(
 def build_case(
     mod: ModuleType, name: str, params: dict[str, Any], cfg: HardwareConfig, args: argparse.Namespace
 ) -> Case:
-    """``mod.build(params, cfg)`` labelled with ``--case`` and the variant (a plan error is a UsageError)."""
+    """``mod.build(params, cfg)`` labelled with ``--case`` and the variant (a plan error is a UsageError; an invalid
+    instruction the generator emitted, :class:`~programs.asm.GeneratorError`, goes on to the error boundary)."""
+    from programs.asm import GeneratorError
+
     try:
         case = mod.build(params, cfg)
+    except GeneratorError:
+        raise
     except (ValueError, AssertionError, KeyError) as exc:
         raise UsageError(f"{name}: unsupported parameters: {exc}") from None
     case.case_id = args.case or "custom"

@@ -3,10 +3,12 @@
 :class:`Asm` validates and encodes each instruction as it is emitted, with the assembler's rules (through
 the opcode table's precompiled operand plans, :mod:`isa.plans`, or the real assembler for anything unusual)
 plus the generator rules of kernels.md §1.2 (no gp0/f0 destinations, S_LUI_INT < 2^20, ...). Any violation
-is a ``ValueError`` naming the instruction. Its text -- canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``,
-decimal immediates, whole-line ``; `` comments -- is made only when asked for; :meth:`Asm.program` gives
-the assembled program directly. :func:`load_imm` and :func:`add_imm` are the only way a generator
-materialises a constant that may not fit an immediate field.
+is a :class:`GeneratorError` (a ``ValueError``) naming the instruction, the bad value and the generator being
+emitted (the innermost ``; <kernel> begin`` comment not yet ended): a plan validates its parameters, so an invalid
+instruction, loop count or address reaching the builder is the generator's bug, not the caller's. Its text --
+canonical: upper-case mnemonic, ``gpN``/``fN``/``aN``, decimal immediates, whole-line ``; `` comments -- is made
+only when asked for; :meth:`Asm.program` gives the assembled program directly. :func:`load_imm` and
+:func:`add_imm` are the only way a generator materialises a constant that may not fit an immediate field.
 
 Register operands are written with :func:`gp`, :func:`fp` and :func:`areg` (``gp(3) == "gp3"``); plain
 ints are immediates or flags.
@@ -15,6 +17,7 @@ ints are immediates or flags.
 from __future__ import annotations
 
 import contextlib
+import re
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -31,7 +34,19 @@ from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS
 
 from . import mutation_hooks
 
-__all__ = ["Asm", "AsmSink", "gp", "fp", "areg", "load_imm", "add_imm", "region", "IMM18_LIMIT", "LUI_LIMIT"]
+__all__ = [
+    "Asm",
+    "AsmSink",
+    "GeneratorError",
+    "gp",
+    "fp",
+    "areg",
+    "load_imm",
+    "add_imm",
+    "region",
+    "IMM18_LIMIT",
+    "LUI_LIMIT",
+]
 
 #: S_ADDI_INT / S_LD_* / S_ST_* / S_MAP_V_FP / M_*_WO immediates are < this
 IMM18_LIMIT = FIELDS["imm18"].max + 1
@@ -108,8 +123,29 @@ def _asm_encoders() -> dict[str, tuple[Encoder | None, ...]]:
 
 
 _ENCODERS = MappingProxyType(_asm_encoders())
+#: the comments that open and close a kernel's text (kernels.md §1.1: ``; <kernel> begin <key=value ...>``)
+_KERNEL_BEGIN = re.compile(r"([A-Za-z_][\w.]*) begin(?: |$)")
+_KERNEL_END = re.compile(r"([A-Za-z_][\w.]*) end$")
 #: distinct instructions an Asm remembers (bounds its memo's memory)
 _MEMO_MAX = 1 << 16
+
+
+class GeneratorError(ValueError):
+    """A generator emitted what the machine cannot take (an invalid instruction, immediate, loop count or address).
+
+    ``generator``: the kernel being emitted (``"?"`` outside every :meth:`Asm.begin`); ``value``: the bad value (an
+    operand, or the instruction text); ``detail``: what is wrong.  ``str()`` starts with ``Asm:`` (the builder's
+    errors always did)."""
+
+    def __init__(self, generator: str, detail: str, value: object = None) -> None:
+        self.generator, self.detail, self.value = generator, detail, value
+        super().__init__(f"Asm: {detail} [generator {generator}]")
+
+
+def generator_error(asm: object, detail: str, value: object = None) -> GeneratorError:
+    """The :class:`GeneratorError` of ``detail`` for the kernel ``asm`` is emitting (any sink: its ``generator``
+    attribute if it has one)."""
+    return GeneratorError(str(getattr(asm, "generator", "?")), detail, value)
 
 
 class Asm:
@@ -129,6 +165,12 @@ class Asm:
         self._memo: dict[tuple[str, tuple[object, ...], tuple[type, ...]], tuple[int, int]] = {}
         #: dynamic instructions of the hardware loops emitted through a LoopBudget beyond their first iteration
         self.dynamic_extra = 0
+        self._kernels: list[str] = []  # the kernels begun and not yet ended, innermost last
+
+    @property
+    def generator(self) -> str:
+        """The kernel being emitted: the innermost :meth:`begin` not yet ended (``"?"`` outside every one)."""
+        return self._kernels[-1] if self._kernels else "?"
 
     @property
     def n_instructions(self) -> int:
@@ -164,27 +206,29 @@ class Asm:
         """The full path: the line as text, the generator rules and the real assembler."""
         mnemonic = mnemonic.upper()
         if mnemonic not in BY_MNEMONIC:
-            raise ValueError(f"Asm: unknown mnemonic {mnemonic!r}")
+            raise generator_error(self, f"unknown mnemonic {mnemonic!r}", mnemonic)
         ops = []
         for o in operands:
             if isinstance(o, bool):
-                raise ValueError(f"Asm: {mnemonic}: boolean operand {o!r}")
+                raise generator_error(self, f"{mnemonic}: boolean operand {o!r}", o)
             if isinstance(o, int):
                 if o < 0:
-                    raise ValueError(f"Asm: {mnemonic}: negative immediate {o}")
+                    raise generator_error(self, f"{mnemonic}: negative immediate {o}", o)
                 ops.append(str(o))
             elif isinstance(o, str):
                 ops.append(o.lower())
             else:
-                raise ValueError(f"Asm: {mnemonic}: operand {o!r} is neither a register nor an int")
+                raise generator_error(self, f"{mnemonic}: operand {o!r} is neither a register nor an int", o)
         line = mnemonic + (" " + ", ".join(ops) if ops else "")
-        self._check_rules(mnemonic, ops, line)
+        broken = self._broken_rule(mnemonic, ops, line)
+        if broken is not None:
+            raise generator_error(self, broken, line)
         if line.splitlines() != [line]:
-            raise ValueError(f"Asm: {line!r}: an instruction must be one line")
+            raise generator_error(self, f"{line!r}: an instruction must be one line", line)
         try:
             word = line_word(line)
         except _LineError as exc:
-            raise ValueError(f"Asm: {line}: {exc.reason}") from None
+            raise generator_error(self, f"{line}: {exc.reason}", line) from None
         assert word is not None  # the line starts with a mnemonic
         self._explicit[len(self._words)] = line
         self._words.append(word)
@@ -198,13 +242,35 @@ class Asm:
     def comment(self, text: str) -> None:
         for part in str(text).splitlines() or [""]:
             self._comments[len(self._words) + len(self._comments)] = f"; {part}".rstrip()
+            self._track_kernel(part)
 
     def begin(self, kernel: str, **params: object) -> None:
         kv = " ".join(f"{k}={v}" for k, v in params.items())
         self.comment(f"{kernel} begin {kv}".rstrip())
 
+    @contextlib.contextmanager
+    def generating(self, kernel: str) -> Iterator[None]:
+        """Name ``kernel`` as the generator of what is emitted inside the block (as :meth:`begin` / :meth:`end` do,
+        without their comments: for helpers such as the ``set_addr_regs`` preamble)."""
+        self._kernels.append(kernel)
+        try:
+            yield
+        finally:
+            self._kernels.pop()
+
     def end(self, kernel: str) -> None:
         self.comment(f"{kernel} end")
+
+    def _track_kernel(self, comment: str) -> None:
+        """Follow the ``<kernel> begin ...`` / ``<kernel> end`` comments every kernel is framed by (kernels.md §1.1):
+        the innermost open one is :attr:`generator`."""
+        begun = _KERNEL_BEGIN.match(comment)
+        if begun:
+            self._kernels.append(begun.group(1))
+            return
+        ended = _KERNEL_END.match(comment)
+        if ended and ended.group(1) in self._kernels:  # the innermost of that name (and any left open inside it)
+            del self._kernels[len(self._kernels) - 1 - self._kernels[::-1].index(ended.group(1)) :]
 
     # ---- results
     def _line_count(self) -> int:
@@ -264,13 +330,15 @@ class Asm:
 
     # ---- generator rules beyond the assembler (kernels.md §1.2)
     @staticmethod
-    def _check_rules(mnemonic: str, ops: list[str], line: str) -> None:
+    def _broken_rule(mnemonic: str, ops: list[str], line: str) -> str | None:
+        """The generator rule ``line`` breaks, or None."""
         if mnemonic in _INT_DEST and ops and ops[0] == "gp0":
-            raise ValueError(f"Asm: {line}: an integer instruction must not write gp0")
+            return f"{line}: an integer instruction must not write gp0"
         if mnemonic in _FP_DEST and ops and ops[0] == "f0":
-            raise ValueError(f"Asm: {line}: an fp instruction must not write f0")
+            return f"{line}: an fp instruction must not write f0"
         if mnemonic == "S_LUI_INT" and len(ops) == 2 and ops[1].isdigit() and int(ops[1]) >= LUI_LIMIT:
-            raise ValueError(f"Asm: {line}: S_LUI_INT immediate must be < 2^20 (upper bits are lost)")
+            return f"{line}: S_LUI_INT immediate must be < 2^20 (upper bits are lost)"
+        return None
 
 
 def _mnemonic_method(mnemonic: str) -> Callable[..., None]:
@@ -291,9 +359,9 @@ for _mnemonic in BY_MNEMONIC:
 def load_imm(asm: AsmSink, r: int, v: int) -> None:
     """``gp[r] = v`` for ``0 <= v < 2^32`` (S_ADDI_INT, or S_LUI_INT + S_ADDI_INT)."""
     if not 0 <= v < U32_LIMIT:
-        raise ValueError(f"load_imm: value {v} is outside 0..2^32-1")
+        raise generator_error(asm, f"load_imm: value {v} is outside 0..2^32-1", v)
     if r == 0:
-        raise ValueError("load_imm: destination must not be gp0")
+        raise generator_error(asm, "load_imm: destination must not be gp0", r)
     if v < IMM18_LIMIT:  # (both mutation hooks below emit this same instruction for such a value)
         asm.S_ADDI_INT(gp(r), gp(0), v)
         return
@@ -311,14 +379,14 @@ def load_imm(asm: AsmSink, r: int, v: int) -> None:
 def add_imm(asm: AsmSink, dst: int, src: int, v: int, tmp: int | None = None) -> None:
     """``gp[dst] = gp[src] + v`` for ``v >= 0``; values >= 2^18 need a scratch ``tmp`` != ``src``."""
     if v < 0:
-        raise ValueError(f"add_imm: negative value {v}; emit S_SUB_INT with a materialised value instead")
+        raise generator_error(asm, f"add_imm: negative value {v}; emit S_SUB_INT with a materialised value instead", v)
     if v < IMM18_LIMIT:
         asm.S_ADDI_INT(gp(dst), gp(src), v)
         return
     if tmp is None:
-        raise ValueError(f"add_imm: value {v} >= 2^18 needs a scratch register")
+        raise generator_error(asm, f"add_imm: value {v} >= 2^18 needs a scratch register", v)
     if tmp == src:
-        raise ValueError("add_imm: the scratch register must differ from the source")
+        raise generator_error(asm, "add_imm: the scratch register must differ from the source", tmp)
     load_imm(asm, tmp, v)
     asm.S_ADD_INT(gp(dst), gp(src), gp(tmp))
 

@@ -15,7 +15,7 @@ from typing import NoReturn, Protocol
 
 from plena_sim.config import HardwareConfig
 
-from .asm import IMM18_LIMIT, AsmSink, load_imm
+from .asm import IMM18_LIMIT, AsmSink, GeneratorError, load_imm
 from .asm import gp as _g
 
 __all__ = [
@@ -291,12 +291,12 @@ class LoopBudget:
         @contextlib.contextmanager
         def _cm() -> Iterator[None]:
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{self.kernel}: loop {name} count={count} must be >= 1")
+                raise GeneratorError(self.kernel, f"loop {name} count={count} must be >= 1", count)
             if count == 1:
                 yield
                 return
             if any(f.reg == reg for f in self._stack):
-                raise ValueError(f"{self.kernel}: loop {name} reuses counter gp{reg} of an enclosing loop")
+                raise GeneratorError(self.kernel, f"loop {name} reuses counter gp{reg} of an enclosing loop", reg)
             self.asm.C_LOOP_START(_g(reg), count)
             frame = _LoopFrame(_dynamic_of(self.asm), reg, name)
             self._stack.append(frame)

@@ -733,7 +733,19 @@ def _flash_tile(t: int, c0: int, bc: int, M: int, q0: int, br: int, off: int, ca
             ns = tuple(max(0, min(q0 + rr + off - c0 + 1, bcm)) for rr in range(br))
         else:
             ns = (bcm,) * br
+        ns = _sensitivity_mutation(ns, M)
     return TileStep(t, c0, bc, masked, ns)
+
+
+def _sensitivity_mutation(ns: tuple[int, ...], M: int) -> tuple[int, ...]:
+    """The mask row counts under a sensitivity hook (mutation_hooks.SENS_HOOKS), else ``ns`` itself."""
+    if mutation_hooks.active("sens_key_added"):
+        return tuple(min(n + 1, M) for n in ns)
+    if mutation_hooks.active("sens_key_dropped"):
+        return tuple(max(n - 1, 0) for n in ns)
+    if mutation_hooks.active("sens_mask_lane"):
+        return (ns[0] - 1 if ns[0] >= 2 else ns[0] + 1,) + ns[1:]
+    return ns
 
 
 def _block_tiles(pb: _Problem, q0: int, br: int) -> tuple[TileStep, ...]:

@@ -4,6 +4,7 @@ vector-parameter loads, and the :class:`HbmTensor` description of a tensor in HB
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -71,11 +72,13 @@ def set_addr_regs(asm: Asm, bases: Mapping[int, int], regs: Sequence[int]) -> No
             raise ValueError(f"set_addr_regs: a{a} does not exist (a0..a7)")
         if not 0 <= base < (1 << 64):
             raise ValueError(f"set_addr_regs: base {base} is not a 64-bit byte address")
-        load_imm(asm, g1, base & 0xFFFFFFFF)
-        hi = base >> 32
-        if hi:
-            load_imm(asm, g2, hi)
-        asm.C_SET_ADDR_REG(areg(a), gp(g2) if hi else gp(0), gp(g1))
+    with asm.generating("set_addr_regs") if isinstance(asm, Asm) else contextlib.nullcontext():
+        for a, base in bases.items():
+            load_imm(asm, g1, base & 0xFFFFFFFF)
+            hi = base >> 32
+            if hi:
+                load_imm(asm, g2, hi)
+            asm.C_SET_ADDR_REG(areg(a), gp(g2) if hi else gp(0), gp(g1))
 
 
 def _check_act(

@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-__all__ = ["HOOKS", "active", "inject", "enabled"]
+__all__ = ["HOOKS", "SENS_HOOKS", "active", "inject", "enabled"]
 
 #: every mutation of kernels.md §6.2 (flash attention) and §6.3 (other kernels)
 HOOKS: frozenset[str] = frozenset(
@@ -78,12 +78,23 @@ HOOKS: frozenset[str] = frozenset(
     }
 )
 
+#: the sensitivity mutations (issue 21): single-key errors of flash attention's mask rows, each of which the count
+#: probe must catch on every case of ``testbenches.sensitivity`` (kept apart from the §6 table of HOOKS)
+SENS_HOOKS: frozenset[str] = frozenset(
+    {
+        "sens_key_added",  # every masked row allows one key more (min(n_r + 1, M))
+        "sens_key_dropped",  # every masked row allows one key less (n_r - 1)
+        "sens_mask_lane",  # one lane of one mask row wrong: row 0's last allowed key masked (or its next one allowed)
+    }
+)
+_KNOWN = HOOKS | SENS_HOOKS
+
 _ENABLED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("plena_fault_hooks", default=frozenset())
 
 
 def active(name: str) -> bool:
     """True iff hook ``name`` is enabled in the current context. Unknown names are a bug (KeyError)."""
-    if name not in HOOKS:
+    if name not in _KNOWN:
         raise KeyError(f"unknown fault hook {name!r}")
     return name in _ENABLED.get()
 
@@ -95,7 +106,7 @@ def enabled() -> frozenset[str]:
 @contextlib.contextmanager
 def inject(*names: str) -> Iterator[None]:
     """Enable the named hooks for the duration of the ``with`` block (test use only)."""
-    unknown = [n for n in names if n not in HOOKS]
+    unknown = [n for n in names if n not in _KNOWN]
     if unknown:
         raise KeyError(f"unknown fault hook(s): {', '.join(unknown)}")
     token = _ENABLED.set(_ENABLED.get() | frozenset(names))

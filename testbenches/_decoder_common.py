@@ -53,8 +53,8 @@ from programs.model.decoder import (
 )
 from programs.rope import rope_rotation_tile
 
-from ._flashattn_common import _logical_kv, attention_golden
-from .compare import abs_matmul, bf16_decode, bf16_encode, moe_bound, tolerance
+from ._flashattn_common import _logical_kv, attention_golden, state_goldens, state_read
+from .compare import Tolerance, abs_matmul, bf16_decode, bf16_encode, moe_bound, tolerance
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, Derived, FpWords, IntWords, Readback, VramCbm
 from .moe_layer import expert_outputs
 from .moe_topk import golden_topk
@@ -358,15 +358,25 @@ class _Judge:
         Tk = -(-s.kv_len // cfg.MLEN)
         (ob, orows, ocols, opitch), post = fp.output_read()
 
+        def golden(m: Machine) -> tuple[F64, F64, F64, F64, np.ndarray]:
+            """The attention golden of the Q and caches the machine holds (computed once per run)."""
+            if memo.get("machine") is not m:
+                Q = q_rd.read(m).astype(np.float64)[:, : hq * d].reshape(B, S, hq, d)
+                kv = []
+                for n in ("k_cache", "v_cache"):
+                    rows = caches[n].read(m)[:, :Nk]
+                    kv.append(_logical_kv(rows, s.kv_layout, B, s.kv_capacity, s.kv_len, width).reshape(B, -1, hkv, d))
+                memo.update(machine=m, golden=attention_golden(Q, kv[0], kv[1], self.qk, True))
+            return memo["golden"]
+
         def fn(m: Machine) -> Derived:
-            Q = q_rd.read(m).astype(np.float64)[:, : hq * d].reshape(B, S, hq, d)
-            kv = []
-            for n in ("k_cache", "v_cache"):
-                rows = caches[n].read(m)[:, :Nk]
-                kv.append(_logical_kv(rows, s.kv_layout, B, s.kv_capacity, s.kv_len, width).reshape(B, -1, hkv, d))
-            O, A, smax, _scores, _allowed = attention_golden(Q, kv[0], kv[1], self.qk, True)
+            O, A, smax, _scores, _allowed = golden(m)
             return O, A, tolerance("flash", smax_r=smax[..., None], Tk=Tk)
 
+        def state(kind: int, tol: Tolerance) -> Callable[[Machine], Derived]:
+            return lambda m: (state_goldens(fp, golden(m)[3], golden(m)[4])[kind], None, tol)
+
+        memo: dict[str, Any] = {}
         self.cb.check(
             "attention",
             VramCbm(ob, orows, ocols, opitch, post=post),
@@ -376,6 +386,14 @@ class _Judge:
             derive=fn,
             group_by=("batch", "head"),
         )
+        # the running max m and softmax mass l of the last block, in FP SRAM after the whole layer (§5.2), unless a
+        # later stage reuses the state's words (a MoE router's top-k weights)
+        a0, an = fp.fp_state_base, fp.fp_state_size
+        if any(lo < a0 + an and a0 < lo + n for st, (lo, n) in self.plan.fp_sram.items() if st != "attention"):
+            return
+        m_tol, l_tol = tolerance("flash_m"), tolerance("flash_l", Tk=Tk)
+        self.cb.check("attention_m", state_read(fp, "m"), None, ("head", "row"), m_tol, derive=state(0, m_tol))
+        self.cb.check("attention_l", state_read(fp, "l"), None, ("head", "row"), l_tol, derive=state(1, l_tol))
 
     def moe(self) -> None:
         """The MoE FFN stage from the machine's xn2: router logits, top-k, the combined expert outputs."""

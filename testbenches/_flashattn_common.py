@@ -3,14 +3,20 @@
 Inputs are named ``q`` ``[batch, q_len, hq, d]``, ``k`` and ``v`` ``[batch, kv_len, hkv, d]`` (the logical
 views; HBM holds Q as ``[batch*q_len, hq*d]`` and K/V as caches of ``Wp``-element rows in the ``bshd`` or
 ``sbhd`` layout).  Every unused cache byte -- capacity positions ``[kv_len, S_cap)``, pad columns
-``Wp > hkv*d`` -- holds finite random data (the kernel must mask it); plan slack is zero.  Goldens are
+``Wp > hkv*d`` -- holds finite random data (the kernel must mask it), and so does the plan's slack.  Goldens are
 float64 on the dequantized (MX round-tripped) values with ``qk_scale`` = the bf16 value of FP slot 5.
+
+The count probe (flash attention with ``hq >= 2``; parameter ``count_probe``, default on): the last q head's Q is
+zero, so each of its rows has every score 0, m = 0 and the softmax mass l = its number of allowed keys.  Its l in
+the last block is checked exactly (``l_count``, :func:`count_golden`), so one added or dropped key, or one wrong
+mask lane, fails every affected row (while l <= 256, bf16's exact integers); the O, m and l checks of §5.2 cover
+every head, the probe's included.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -55,15 +61,19 @@ def _logical_kv(seen: np.ndarray, layout: str, batch: int, S_cap: int, L: int, w
 
 
 def make_inputs(
-    cb: CaseBuilder, sp: Mapping[str, Any], req: Mapping[str, int], scale: float
+    cb: CaseBuilder, sp: Mapping[str, Any], req: Mapping[str, int], scale: float, probe: bool = False
 ) -> tuple[HbmTensor, HbmTensor, HbmTensor, F64, F64, F64]:
     """Place Q, K, V in the image; returns (q_t, k_t, v_t, Q, K, V) with Q/K/V the dequantized logical
     tensors: Q float64, K and V the read-only float32 values the device sees (exact; views where the layout
-    allows, so a long KV cache is not held twice)."""
+    allows, so a long KV cache is not held twice).  ``probe``: the last q head's Q is zero (the count probe,
+    :func:`count_golden`; the other heads' values are the same as without it)."""
     B_, hq, hkv, d = sp["batch"], sp["hq"], sp["hkv"], sp["d"]
     S, L = sp["q_len"], sp["kv_len"]
     S_cap, Wp, layout = sp["kv_capacity"], sp["kv_row_elems"], sp["kv_layout"]
-    q_host = cb.randn((B_, S, hq, d), scale).reshape(B_ * S, hq * d)
+    q_host = cb.randn((B_, S, hq, d), scale)
+    if probe:
+        q_host[:, :, hq - 1] = 0.0  # the count probe (:func:`count_golden`): every score of the last head is 0
+    q_host = q_host.reshape(B_ * S, hq * d)
     q_t, q_deq = cb.tensor("q", q_host, "act", alloc_elems=req["q"], shape=(B_, S, hq, d))
     Q = q_deq.reshape(B_, S, hq, d)
     n_rows = ceil_div(req["k"], Wp)
@@ -72,6 +82,7 @@ def make_inputs(
     for name in ("k", "v"):
         full = np.zeros((n_rows, Wp))
         cb.randn_into(full[:cache_rows], scale)  # data, capacity junk and pad columns
+        cb.fill_slack(full[cache_rows:])  # the plan's slack: finite random too (a key read past the cache shows)
         t, seen = cb.tensor(name, full, "kv", alloc_elems=n_rows * Wp, as_float64=False)
         del full
         X = _logical_kv(seen, layout, B_, S_cap, L, hkv * d).reshape(B_, L, hkv, d)
@@ -79,6 +90,24 @@ def make_inputs(
         out.append((t, X))
     (k_t, K), (v_t, Vv) = out
     return q_t, k_t, v_t, Q, K, Vv
+
+
+def count_golden(allowed: npt.NDArray[np.bool_], q0: int, br: int, M: int, causal: bool) -> F64:
+    """The softmax mass l of the count probe's rows ``q0 .. q0+br-1`` (its Q is zero: every score is 0, every
+    allowed key has p = 1 exactly, m = 0): the number of allowed keys, as the kernel accumulates it -- an f32 sum of
+    the kv tile's ones added to l, rounded to bf16 when l is stored after each visited kv tile (§3.7; masked keys
+    give p ~ 6e-39, below an f32 ulp of l).  Exact up to 256 keys: one added or dropped key changes it."""
+    from plena_sim.bf16 import round_values
+
+    L = allowed.shape[1]
+    rows = allowed[q0 : q0 + br]
+    off = L - allowed.shape[0]
+    l_val = np.zeros(br, dtype=np.float32)
+    for c0 in range(0, L, M):
+        if causal and c0 > q0 + br - 1 + off:  # this and every later tile fully masked: not visited
+            break
+        l_val = round_values(l_val + rows[:, c0 : c0 + M].sum(axis=1).astype(np.float32))
+    return l_val.astype(np.float64)
 
 
 def allowed_mask(q_len: int, kv_len: int, causal: bool) -> np.ndarray:
@@ -126,6 +155,32 @@ def attention_golden(
     return O, A, smax, scores, allowed
 
 
+def state_goldens(plan: fa.FlashPlan, scores: F64, allowed: npt.NDArray[np.bool_]) -> tuple[F64, F64]:
+    """The golden running max m and softmax mass l ``[head slot j, row r]`` of the plan's last processed
+    (b, g, i, head batch) block (§5.2 flash_m / flash_l), from the golden scores ``[b, h, s, c]``."""
+    blk = plan.last_block
+    sc = scores[blk.b][list(blk.heads)][:, blk.q0 : blk.q0 + blk.br, :]  # [j, r, c]
+    al = allowed[blk.q0 : blk.q0 + blk.br][None]
+    m_g = np.where(al, sc, -np.inf).max(axis=-1)
+    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
+    return m_g, l_g
+
+
+def state_read(plan: fa.FlashPlan, kind: str, head: int | None = None) -> FpWords:
+    """The FP SRAM state ``kind`` (``"m"``, ``"l"``) of the last block: ``[head slot j, row r]``, or with ``head`` (a
+    global q head of the block) that head's ``[row r]``."""
+    blk, F = plan.last_block, plan.fp_state_base
+    slots = range(len(blk.heads)) if head is None else [list(blk.heads).index(head)]
+    idx = np.array([[plan.state_words(j, r)[kind] - F for r in range(blk.br)] for j in slots])
+    if head is not None:
+        idx = idx[0]
+
+    def post_state(x: np.ndarray) -> np.ndarray:
+        return x[idx]
+
+    return FpWords(F, plan.fp_state_size, post=post_state)
+
+
 def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
     """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
     cfg = config
@@ -148,7 +203,8 @@ def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case
         mram_tile0=int(p.get("mram_tile0", 0)),
     )
     req = fa.hbm_requirements(cfg, **sp, **layout)
-    q_t, k_t, v_t, Q, K, Vv = make_inputs(cb, sp, req, float(p.get("scale", 1.0)))
+    probe = bool(p.get("count_probe", True)) and sp["hq"] >= 2
+    q_t, k_t, v_t, Q, K, Vv = make_inputs(cb, sp, req, float(p.get("scale", 1.0)), probe)
     plan = fa.plan_flash_attention(cfg, **sp, **layout, q=q_t, k=k_t, v=v_t)
     cb.add_regions(plan.vram_regions)
     asm = cb.asm()
@@ -169,25 +225,13 @@ def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case
         Tk=Tk,
     )
     # FP state of the last processed (b, g, i, head batch) block (§5.2 flash_m / flash_l)
-    blk = plan.last_block
-    nh_b, br = len(blk.heads), blk.br
-    sc = scores[blk.b][list(blk.heads)][:, blk.q0 : blk.q0 + br, :]  # [j, r, c]
-    al = allowed[blk.q0 : blk.q0 + br][None]
-    m_g = np.where(al, sc, -np.inf).max(axis=-1)
-    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
-    F = plan.fp_state_base
-    n_words = plan.fp_state_size
-
-    def take(kind: str) -> Callable[[np.ndarray], np.ndarray]:
-        idx = np.array([[plan.state_words(j, r)[kind] - F for r in range(br)] for j in range(nh_b)])
-
-        def post_state(x: np.ndarray) -> np.ndarray:
-            return x[idx]
-
-        return post_state
-
-    cb.check("m", FpWords(F, n_words, post=take("m")), m_g, ("head", "row"), "flash_m")
-    cb.check("l", FpWords(F, n_words, post=take("l")), l_g, ("head", "row"), "flash_l", Tk=Tk)
+    m_g, l_g = state_goldens(plan, scores, allowed)
+    cb.check("m", state_read(plan, "m"), m_g, ("head", "row"), "flash_m")
+    cb.check("l", state_read(plan, "l"), l_g, ("head", "row"), "flash_l", Tk=Tk)
+    if probe:  # the probe head is the last one: in the last block
+        blk = plan.last_block
+        counts = count_golden(allowed, blk.q0, blk.br, M, sp["causal"])
+        cb.check("l_count", state_read(plan, "l", head=sp["hq"] - 1), counts, ("row",), "exact")
     return cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}", plan=plan)
 
 

@@ -56,6 +56,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     A = cb.randn((nb, Mr, K), p["scale"])
     Ahost = np.zeros((nb, mp, K))
     Ahost[:, :Mr] = A
+    cb.fill_slack(Ahost[:, Mr:])  # each batch's pad rows: finite random (never part of a valid row)
     ta, Aq = cb.tensor("a", Ahost.reshape(nb * mp, K), "act")
     Aq = Aq.reshape(nb, mp, K)[:, :Mr]
     tw, Wq = cb.tensor("w", cb.randn((nb * K, N), 1.0 / np.sqrt(K)), "weight")

@@ -10,8 +10,10 @@ Each ``testbenches/<name>.py`` exposes ``DESCRIPTION`` (one line), ``DEFAULTS`` 
 only when the generator advertises support), optionally ``SLOW_CASES`` (same shape; larger cases run under
 ``-m slow``), ``RANGES`` (dict of parameter -> supported values, for the
 sweep) and ``build(params, config) -> Case``.  ``testbenches.get(name)`` imports one lazily;
-:func:`run_case` builds and runs one case by id, turning a plan/Asm ``ValueError`` raised by ``build``
-into a FAILED :class:`Report` (never a skip).
+:func:`run_case` builds and runs one case by id, turning a plan ``ValueError`` raised by ``build`` into a
+FAILED :class:`Report` (never a skip): ``error`` reads ``plan: ...`` (the parameters are unsupported), or
+``generator: Asm: ... [generator <kernel>]`` when the generator emitted an invalid instruction, loop count or
+address (:class:`~programs.asm.GeneratorError`: the generator's bug).
 
 Building a case: :class:`CaseBuilder`
 -------------------------------------
@@ -20,8 +22,10 @@ Building a case: :class:`CaseBuilder`
 * ``cb.rng`` -- ``numpy.random.default_rng(params.get("seed", 0))``; ``cb.randn(shape, scale)``;
 * ``cb.tensor(name, values, cls, alloc_rows=None, alloc_elems=None) -> (HbmTensor, float64 values)``:
   places a 2-D host tensor in the HBM image with the project's :class:`~plena_sim.image.ImageBuilder`
-  (64-byte aligned base, zero slack rows up to ``alloc_rows``/``alloc_elems`` so SCALE = element bytes
-  including slack) in the precision class ``cls`` (``"act"`` -> HBM_V_ACT_TYPE, prec 0; ``"weight"`` ->
+  (64-byte aligned base, slack rows up to ``alloc_rows``/``alloc_elems`` so SCALE = element bytes including
+  slack; the slack of an input holds finite random N(0, 1) data from a stream of its own, ``cb.fill_slack``, so
+  that a kernel reading one element too many visibly changes its result, while the inputs stay those of the
+  seed) in the precision class ``cls`` (``"act"`` -> HBM_V_ACT_TYPE, prec 0; ``"weight"`` ->
   HBM_M_WEIGHT_TYPE, prec 0; ``"kv"`` -> HBM_M_KV_TYPE, prec 1; ``"kv_v"`` -> HBM_V_KV_TYPE, prec 1), binds
   the next free a-register and returns the generator's ``HbmTensor`` plus the exact dequantized values
   (MX round trip, float64, unpadded 2-D shape) -- the only values a golden may be computed from;
@@ -58,7 +62,9 @@ Running: :func:`run`
 2. builds a :class:`~plena_sim.machine.Machine` with ``case.config`` (:func:`prepare_machine`); writes the
    HBM image segments, the FP SRAM constants (slots 0-15, every run) and extra words, the INT SRAM and
    VRAM preloads; poisons every ``output`` and ``scratch`` region with bf16 NaN (``inout``/``input``
-   regions and guard rows are not poisoned);
+   regions and guard rows are not poisoned), every other FP SRAM word (16..) with bf16 NaN, every other INT SRAM
+   word with :data:`INT_SENTINEL` and every MRAM tile with NaN: a kernel that reads state it did not write or
+   a tile it did not load fails;
 3. runs the program (``raise_on_fault=False``); a simulator fault fails the case unless ``case.expect``
    names its rule;
 4. reads back every check's data, compares it (:func:`testbenches.compare.compare`) and applies the
@@ -101,7 +107,7 @@ from plena_sim.config import HardwareConfig, MxType
 from plena_sim.hbm import NO_PAGE, PAGE_SIZE
 from plena_sim.image import ImageBuilder, Placement, tensor_layout
 from plena_sim.numerics import decode_tensor, encode_tensor
-from programs.asm import Asm
+from programs.asm import Asm, GeneratorError
 from programs.hbm_tensors import HbmTensor, set_addr_regs
 
 from .compare import CheckResult, Tolerance, compare, tolerance
@@ -131,6 +137,7 @@ __all__ = [
     "GEN_GP",
     "GEN_FP",
     "BF16_NAN",
+    "INT_SENTINEL",
 ]
 
 #: kernels.md §1.6 constant slots
@@ -147,6 +154,11 @@ FP_SLOTS = {
 }
 FP_STATE_BASE = 16
 BF16_NAN = bf16.NAN_BITS
+#: the INT SRAM word every word outside the declared preloads holds before a run (a kernel reading one it never
+#: wrote sees a huge index / count, which faults or visibly changes the result)
+INT_SENTINEL = 0xDEADBEEF
+#: the second seed word of a case's slack stream (:meth:`CaseBuilder.fill_slack`)
+SLACK_STREAM = 0x51AC
 #: the registers the testbenches hand to generators (kernels.md §1.4 limits: 12 gp, 6 fp)
 GEN_GP = tuple(range(1, 13))
 GEN_FP = tuple(range(1, 7))
@@ -423,6 +435,7 @@ class CaseBuilder:
         self.case_id = case_id or ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
         self.variant = variant
         self.rng = np.random.default_rng(int(self.params.get("seed", 0)))
+        self._slack_rng = np.random.default_rng((int(self.params.get("seed", 0)), SLACK_STREAM))
         self.image = ImageBuilder(config=config, alignment=64)
         self.aregs: dict[int, int] = {}
         self.tensors: dict[str, Placement] = {}
@@ -449,6 +462,16 @@ class CaseBuilder:
         """``out[...] = randn(out.shape, scale)`` without a temporary (the same values; ``out`` C-contiguous)."""
         self.rng.standard_normal(out=out)
         out *= scale
+
+    def fill_slack(self, out: npt.NDArray[np.float64]) -> None:
+        """``out[...]`` = finite random N(0, 1) values from the builder's own slack stream (seeded like
+        :attr:`rng`, drawn apart from it, so a case's inputs do not depend on its slack): the bytes past a
+        tensor's logical end, which a kernel reading one element too many then visibly sees (never zeros); ``out``
+        may be a strided view."""
+        if out.flags.c_contiguous:
+            self._slack_rng.standard_normal(out=out)
+        else:
+            out[...] = self._slack_rng.standard_normal(out.shape)
 
     def tensor(
         self,
@@ -481,9 +504,11 @@ class CaseBuilder:
         if alloc_elems is not None:
             n_rows = max(n_rows, -(-int(alloc_elems) // cols))
         full = arr
-        if n_rows > rows:  # zero slack rows after the data
+        if n_rows > rows:  # slack rows after the data: finite random (read-only inputs), zero (outputs)
             full = np.zeros((n_rows, cols), dtype=np.float64)
             full[:rows] = arr
+            if not writable:
+                self.fill_slack(full[rows:])
         key, prec = _CLASSES[cls]
         t = self.cfg.hbm_type(key)
         p = self.image.add(name, full, key, address=self._next_address())
@@ -722,20 +747,24 @@ def _regions_check(case: Case) -> None:
 
 def prepare_machine(case: Case, backend: str = "numba") -> Machine:
     """A :class:`~plena_sim.machine.Machine` of ``case.config`` holding the case's HBM image, FP SRAM
-    constants and preloads, INT SRAM and VRAM preloads, with every ``output``/``scratch`` region poisoned
-    with bf16 NaN; not run yet (step 2 of :func:`run`)."""
+    constants and preloads, INT SRAM and VRAM preloads, with every ``output``/``scratch`` region, every other FP
+    SRAM word and every MRAM tile poisoned with (bf16) NaN and every other INT SRAM word holding
+    :data:`INT_SENTINEL`; not run yet (step 2 of :func:`run`)."""
     from plena_sim.machine import Machine
 
     m = Machine(case.config, backend=backend)
     for base, data in case.hbm_segments:
         m.hbm.write(base, data)
     fps = m.fp_sram.bits
+    fps[16:] = BF16_NAN  # every state word the kernel did not write reads NaN
     consts = case.fp_consts if case.fp_consts is not None else fp_constants(case.config)
     fps[0:16] = bf16.encode(consts)
     for addr, vals in case.fp_preload.items():
         fps[addr : addr + vals.size] = bf16.encode(vals)
+    m.int_sram[:] = INT_SENTINEL
     for addr, vals in case.int_preload.items():
         m.int_sram[addr : addr + vals.size] = vals
+    m.state.mram[...] = np.nan  # an MRAM tile the kernel did not load reads NaN
     vb = m.vram.bits
     for row, vals in case.vram_preload:
         vb[row : row + vals.shape[0]] = bf16.encode(vals)
@@ -1008,19 +1037,32 @@ def _judge(
             rep.checks.append(CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}"))
             continue
         sims[chk.name] = sim
-        r = compare(
+        rep.checks.append(_compare_check(chk, sim, np.asarray(golden), A, tol))
+    rep.checks.append(_constants(case, m))
+    return companion_sims
+
+
+def _compare_check(
+    chk: Check, sim: np.ndarray, golden: np.ndarray, A: np.ndarray | None, tol: Tolerance
+) -> CheckResult:
+    """:func:`compare` for one check; a golden taken from a companion run may be non-finite (its bits are judged),
+    and a golden the comparison refuses is the check's failure, never an exception out of the run."""
+    from_companion = chk.golden_from is not None
+    try:
+        return compare(
             sim,
-            np.asarray(golden),
+            golden,
             coords=chk.coords,
             A=A,
             name=chk.name,
             group_by=chk.group_by,
             tolerance_name=tol.name,
+            nonfinite_golden=from_companion and tol.exact,
             **tol.kwargs(),
         )
-        rep.checks.append(r)
-    rep.checks.append(_constants(case, m))
-    return companion_sims
+    except ValueError as exc:
+        source = f"the companion's {chk.golden_from}" if from_companion else "the golden"
+        return CheckResult(name=chk.name, passed=False, n=int(golden.size), reason=f"{source} refused: {exc}")
 
 
 def _companion_outputs(comp: Case | None, backend: str) -> dict[str, np.ndarray]:
@@ -1132,6 +1174,8 @@ def run_case(
         cfg = get_config(variant, hw=hw)
         params = resolve_params(params, cfg)
         case = mod.build(params, cfg)
+    except GeneratorError as exc:  # the generator emitted an invalid instruction: its bug, not the parameters'
+        return _fail_report((name, cid, variant), "generator", str(exc), t0, params.get("expect"))
     except (ValueError, AssertionError, KeyError) as exc:
         expect = params.get("expect")
         return _fail_report((name, cid, variant), "plan", str(exc), t0, expect)

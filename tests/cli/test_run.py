@@ -177,3 +177,25 @@ def test_run_panel_shows_the_region_table_when_the_program_has_regions():
     console = Console(record=True, width=100)
     render_report(console, plain, {"wall_s": 0.0})
     assert "(unlabelled)" not in console.export_text()
+
+
+def test_an_invalid_instruction_of_a_generator_exits_4_naming_it_and_the_value(capsys):
+    # raw_large_immediate: P10's VRAM addresses >= 2^18 emitted as one S_ADDI_INT -- the generator's bug, not the
+    # user's (P10's HBM tensors are small: the testbench's set_addr_regs preamble is not affected)
+    with mutation_hooks.inject("raw_large_immediate"):
+        code, _, err = run(capsys, "run", "flashattn_prefill", "--case", "P10")
+    assert code == 4, err
+    assert "generator error: flash_attention: S_ADDI_INT gp" in err and "out of range" in err
+    import re
+
+    value = re.search(r"bad value: 'S_ADDI_INT gp\d+, gp0, (\d+)'", err)
+    assert value and int(value.group(1)) >= 1 << 18, err
+    assert "internal error" not in err and "Traceback" not in err
+    with mutation_hooks.inject("raw_large_immediate"):  # P8: the HBM bases already, in the preamble
+        code, _, err = run(capsys, "run", "flashattn_prefill", "--case", "P8")
+    assert code == 4 and "generator error: set_addr_regs: S_ADDI_INT gp1, gp0, " in err, err
+
+
+def test_an_unsupported_parameter_still_exits_2(capsys):
+    code, _, err = run(capsys, "run", "flashattn_prefill", "--set", "d=48")
+    assert code == 2 and "unsupported parameters" in err and "generator error" not in err

@@ -16,14 +16,22 @@ import pytest
 from isa import assemble
 from isa.assembler import _assemble_line, _LineError, strip_comment
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS, REGISTER_COUNT, Operand
-from programs.asm import LUI_LIMIT, Asm, areg, fp, gp
+from programs.asm import LUI_LIMIT, Asm, areg, fp, gp, load_imm
 
 _INT_DEST = {i.mnemonic for i in INSTRUCTIONS if any(o.kind == "gp" and o.name in i.writes for o in i.operands)}
 _FP_DEST = {i.mnemonic for i in INSTRUCTIONS if any(o.kind == "f" and o.name in i.writes for o in i.operands)}
 
 
 def reference_line(mnemonic: str, operands: tuple[object, ...]) -> tuple[str, int]:
-    """(line, word) of the former Asm.emit, or its ValueError."""
+    """(line, word) of the former Asm.emit, or its ValueError (whose text the builder now follows with the
+    generator being emitted: ``[generator ?]`` outside every ``begin``)."""
+    try:
+        return _reference_line(mnemonic, operands)
+    except ValueError as exc:
+        raise ValueError(f"{exc} [generator ?]") from None
+
+
+def _reference_line(mnemonic: str, operands: tuple[object, ...]) -> tuple[str, int]:
     mnemonic = mnemonic.upper()
     if mnemonic not in BY_MNEMONIC:
         raise ValueError(f"Asm: unknown mnemonic {mnemonic!r}")
@@ -265,3 +273,27 @@ def test_remembered_instructions_do_not_accept_equal_values_of_other_types():
         asm.emit("V_ADD_VV", gp(1), gp(2), gp(3), False)
     asm.S_ADDI_INT(gp(1), gp(0), 1)
     assert asm.lines() == ["S_ADDI_INT gp1, gp0, 1", "V_ADD_VV gp1, gp2, gp3, 0", "S_ADDI_INT gp1, gp0, 1"]
+
+
+def test_an_invalid_instruction_is_a_generator_error_naming_the_kernel_and_the_value():
+    from programs.asm import GeneratorError
+
+    asm = Asm()
+    asm.begin("toy_kernel", n=3)
+    with pytest.raises(GeneratorError) as info:
+        asm.C_LOOP_START(gp(1), 0)  # a loop count outside 1..2^22-1
+    err = info.value
+    assert isinstance(err, ValueError) and err.generator == "toy_kernel" and err.value == "C_LOOP_START gp1, 0"
+    assert str(err).startswith("Asm: C_LOOP_START gp1, 0: ") and str(err).endswith("[generator toy_kernel]")
+    asm.begin("inner")
+    with pytest.raises(GeneratorError, match=r"\[generator inner\]") as info:
+        asm.S_ADDI_INT(gp(1), gp(0), 1 << 18)  # an immediate past imm18
+    assert info.value.value == "S_ADDI_INT gp1, gp0, 262144"
+    asm.end("inner")
+    with pytest.raises(GeneratorError) as info:
+        load_imm(asm, 2, 1 << 32)  # an address past 2^32
+    assert (info.value.generator, info.value.value) == ("toy_kernel", 1 << 32)
+    asm.end("toy_kernel")
+    with pytest.raises(GeneratorError) as info:
+        asm.S_ADDI_INT(gp(0), gp(1), 1)
+    assert info.value.generator == "?" and "must not write gp0" in info.value.detail

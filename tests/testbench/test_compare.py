@@ -291,3 +291,32 @@ def test_moe_bound_composes_the_stage_rows():
     assert bound.shape == (1, 1) and math.isclose(bound[0, 0], before_add + add, rel_tol=1e-12)
     rms = 2**-6 * (1.5 + 0.25) + e_w[0] * (2 + e_f[0]) + e_w[1] * (1 + e_f[1])  # ffn.rho*|w f| + topk terms
     assert math.isclose(rho, (rms + mul[0] + mul[1] + add) / 1.25, rel_tol=1e-12)
+
+
+def test_a_failure_only_the_rel_rms_bound_sees_names_the_worst_rows_and_columns():
+    # every element within a loose envelope, but rows 2 and 5 systematically off: only the aggregate fails
+    g = np.ones((8, 6))
+    s = g.copy()
+    s[2] += 0.04
+    s[5, :3] += 0.06
+    res = compare(s, g, coords=("row", "col"), eps_g=0.1, rho=0.01)
+    assert not res.passed and res.n_fail == 0
+    rows = res.rms_worst["row"]
+    assert [r["at"] for r in rows[:2]] == ["row=5", "row=2"]
+    assert rows[0]["rel_rms"] == pytest.approx(0.06 / np.sqrt(2)) and rows[0]["over"] == pytest.approx(4.2426, 1e-4)
+    assert rows[1]["rel_rms"] == pytest.approx(0.04) and rows[1]["over"] == pytest.approx(4.0) and rows[2]["over"] == 0
+    cols = res.rms_worst["col"]
+    assert [c["at"] for c in cols] == ["col=0", "col=1", "col=2"]
+    assert cols[0]["rel_rms"] == pytest.approx(np.sqrt((0.04**2 + 0.06**2) / 8))
+    text = res.summary()
+    assert "worst row: row=5 rel_rms 0.0424 (4.24x rho), row=2 rel_rms 0.04 (4x rho)" in text, text
+    assert "worst col: col=0" in text and "every element within its envelope" in text
+    assert text.count("> 0.01") == 1  # the aggregate is named once
+
+
+def test_an_element_failure_lists_no_rms_slices_when_the_aggregate_passes():
+    g = np.ones((8, 6))
+    s = g.copy()
+    s[3, 4] = 1.5
+    res = compare(s, g, coords=("row", "col"), eps_g=0.01, rho=0.5)
+    assert not res.passed and res.n_fail == 1 and res.rms_worst is None

@@ -4,6 +4,7 @@ faults and plan errors are failures, artifacts go only to the given workdir."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -218,3 +219,41 @@ def test_cbm_readback_mapping():
     from testbenches.compare import bf16_decode
 
     assert np.array_equal(got, bf16_decode(bf16_encode(want)))
+
+
+def _linear_loop_case():
+    from testbenches import get
+    from testbenches.shapes import resolve_params
+
+    mod = get("linear_loop")
+    return mod.build(resolve_params(dict(mod.DEFAULTS), CFG), CFG)
+
+
+def test_a_non_finite_companion_output_is_a_reported_mismatch_never_a_crash():
+    case = _linear_loop_case()
+    comp = case.companion
+    comp.program, comp.compiled = "S_ADDI_INT gp1, gp0, 0\n", None  # writes nothing: its output is the NaN poison
+    rep = run(case)
+    assert not rep.passed and rep.error is None
+    assert rep.check("output").passed  # the loop program itself is right
+    bit = rep.check("bit_identical")
+    assert not bit.passed and bit.n_fail == bit.n > 0 and bit.reason == "bitwise mismatch"
+    assert bit.first["at"] == "(row=0, col=0)" and math.isnan(bit.first["golden"])
+    assert "bit_identical" in rep.summary and "differ" in rep.summary
+
+
+def test_a_companion_output_equal_in_its_non_finite_words_is_bit_identical():
+    case = _linear_loop_case()
+    case.program, case.compiled = "S_ADDI_INT gp1, gp0, 0\n", None  # both programs write nothing: NaN == NaN bits
+    case.companion.program, case.companion.compiled = "S_ADDI_INT gp1, gp0, 0\n", None
+    rep = run(case)
+    assert not rep.passed and not rep.check("output").passed and rep.check("output").n_nonfinite > 0
+    assert rep.check("bit_identical").passed
+
+
+def test_a_golden_the_comparison_refuses_is_a_failed_check_not_an_exception():
+    case = _copy_case()
+    case.checks[0].golden = np.full(case.checks[0].golden.shape, np.nan)  # a broken testbench golden
+    rep = run(case)
+    out = rep.check("output")
+    assert not rep.passed and not out.passed and "the golden refused" in out.reason and "finite" in out.reason
