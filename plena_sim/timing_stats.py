@@ -9,7 +9,8 @@ backends return (``Outcome.pc_count`` / ``pc_cycles`` / ``pc_extra``).
 * ``stalls[reason]``: Σ of the issue delays (:data:`~plena_sim.rtl_timing.STALL_REASONS`; all 0 under serial).
 * ``critical_path[r]``: Σ of the cycles r's instructions added to the run's end (each instruction's end minus the
   latest end before it, the per-pc ``pc_cycles``): the parts sum exactly to ``cycles``.
-* ``mac_utilization``: matrix MACs / (cycles x MLEN x MLEN), the MLEN x MLEN array's peak MACs per cycle.
+* ``mac_utilization``: matrix MACs / (cycles x MLEN x BLEN): the array of BLEN x MLEN multipliers does one M_MM
+  (B x M by M x B, B*B*M MACs) in BLEN cycles at best (the RTL needs BLEN + 4).
 * ``unvalidated`` (rtl only): the retired count per opcode whose rtl cost the RTL did not measure, the cycles those
   instructions add to the critical path, and their share of ``cycles``.
 """
@@ -35,8 +36,8 @@ PROFILE_N = P_STALL + len(STALL_REASONS)
 
 
 def peak_macs_per_cycle(cfg) -> int:
-    """MACs per cycle of the configured MLEN x MLEN array at full use."""
-    return int(cfg.MLEN) * int(cfg.MLEN)
+    """MACs per cycle of the configured BLEN x MLEN array at full use."""
+    return int(cfg.MLEN) * int(cfg.BLEN)
 
 
 def _opcodes(words) -> tuple[np.ndarray, np.ndarray]:
