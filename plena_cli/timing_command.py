@@ -9,11 +9,15 @@ of timing.md §2). H_* show ``HBM`` (the bank model of timing.md §5 decides at 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from .errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from plena_sim.config import HardwareConfig
 from .options import add_config_args, add_timing_arg, config_from_args
 from .render import print_json
 
@@ -30,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_timing)
 
 
-def timing_doc(cfg, mode: str) -> dict:
+def timing_doc(cfg: HardwareConfig, mode: str) -> dict:
     """The JSON document of ``plena-sim timing --json``."""
     from plena_sim.rtl_timing import RTL_FILE, opcode_cost_table, rtl_data
 

@@ -66,7 +66,8 @@ BUDGET fault) and returns a :class:`RunResult`:
   ``achieved_bandwidth_GBps``, ``dma_bandwidth_GBps``, ``peak_bandwidth_GBps``), ``mx``
   (``nan_encoded``, ``saturated``), ``overlap`` (overlap mode only: ``stall_unit``, ``stall_data``,
   ``issue_cycles``), ``busy`` / ``stalls`` / ``critical_path`` / ``mac_utilization`` (every model, and
-  ``unvalidated`` under rtl: :mod:`plena_sim.timing_stats`), ``host_seconds``, ``sim_cycles_per_second``, ``jit_compile_seconds``, ``fault``
+  ``unvalidated`` under rtl: :mod:`plena_sim.timing_stats`), ``host_seconds``, ``sim_cycles_per_second``,
+  ``jit_compile_seconds``, ``fault``
   (None or the fault's dict), ``regions`` (one dict per code region path of the program -- ``path``,
   ``instructions``, ``cycles_exclusive``, ``cycles_inclusive``, ``macs``, ``hbm_read_bytes``, ``hbm_write_bytes``,
   ``mac_utilization``, ``busy``, ``stalls`` -- then ``(unlabelled)``: the words in

@@ -1032,7 +1032,7 @@ def _timing_step(tm, st, f, g, aux, table, sets, pc, pcx, rpc):
     if tm.mode_code == T.MODE_SERIAL:
         issue = int(ts[T.T_CYCLES])
     else:
-        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, *g, aux, tm.cv, rr, wr)
+        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g[0], g[1], g[2], aux, tm.cv, rr, wr)
         issue = int(_issue(tm, unit, rr, nr, wr, nw, pc, pcx, rpc))
     cost = (lat, lat, lat)
     if rtl and not is_h:

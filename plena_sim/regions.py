@@ -103,7 +103,10 @@ def _sums(regions: Sequence[Region], cols: list[np.ndarray]) -> tuple[dict, dict
     incl_by: dict[str, list[int]] = {}
     excl_by: dict[str, list[int]] = {}
     for r, inc, exc in zip(regions, incl, excl, strict=True):
-        for acc, v in ((incl_by.setdefault(r.path, [0] * len(cols)), inc), (excl_by.setdefault(r.path, [0] * len(cols)), exc)):
+        for acc, v in (
+            (incl_by.setdefault(r.path, [0] * len(cols)), inc),
+            (excl_by.setdefault(r.path, [0] * len(cols)), exc),
+        ):
             for j in range(len(cols)):
                 acc[j] += v[j]
     incl_by[UNLABELLED] = unlabelled

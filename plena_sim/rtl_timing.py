@@ -106,7 +106,9 @@ def rtl_data() -> dict:
         seen[name] = seen.get(name, 0) + 1
     missing = [i.mnemonic for i in INSTRUCTIONS if seen.get(i.mnemonic) != 1]
     if missing or len(seen) != len(INSTRUCTIONS):
-        raise ValueError(f"{RTL_FILE}: opcodes without exactly one entry: {missing or sorted(set(seen) - set(_BY_MNEMONIC))}")
+        raise ValueError(
+            f"{RTL_FILE}: opcodes without exactly one entry: {missing or sorted(set(seen) - set(_BY_MNEMONIC))}"
+        )
     if [h["name"] for h in data["hazard"]] != list(HAZARDS):
         raise ValueError(f"{RTL_FILE}: the hazards must be {HAZARDS}")
     return data
@@ -242,7 +244,7 @@ def resource_of_opcode() -> np.ndarray:
     return out
 
 
-def opcode_cost_table(cfg, mode: str) -> list[dict]:
+def opcode_cost_table(cfg, mode: str) -> list[dict[str, int | str]]:
     """The effective per-opcode table of a timing model at ``cfg``: mnemonic, unit (pipeline), ready, done, busy/II,
     status (``plena-sim timing``). V_TOPK: per policy E; H_*: ``"HBM"`` (the bank model decides at run time)."""
     from .latency import KIND, KIND_HBM, KIND_TIMES_E, latency_table
@@ -254,7 +256,11 @@ def opcode_cost_table(cfg, mode: str) -> list[dict]:
         hbm_ops = set(rtl_data()["hbm"])
         for i in INSTRUCTIONS:
             o = i.opcode
-            row = {"mnemonic": i.mnemonic, "unit": PIPES[t.pipe[o]], "resource": RESOURCES[res[o]]}
+            row: dict[str, int | str] = {
+                "mnemonic": i.mnemonic,
+                "unit": PIPES[t.pipe[o]],
+                "resource": RESOURCES[res[o]],
+            }
             if i.mnemonic in hbm_ops:
                 row.update(ready="HBM", done="HBM", ii="HBM", status="hbm_model")
             else:
@@ -270,17 +276,16 @@ def opcode_cost_table(cfg, mode: str) -> list[dict]:
             v = "HBM"
         elif KIND[o] == KIND_TIMES_E:
             v = _with_experts(0, int(lat[o]))
-        rows.append(
-            {
-                "mnemonic": i.mnemonic,
-                "unit": i.unit,
-                "resource": RESOURCES[res[o]],
-                "ready": v,
-                "done": v,
-                "ii": v,
-                "status": "legacy",
-            }
-        )
+        legacy: dict[str, int | str] = {
+            "mnemonic": i.mnemonic,
+            "unit": i.unit,
+            "resource": RESOURCES[res[o]],
+            "ready": v,
+            "done": v,
+            "ii": v,
+            "status": "legacy",
+        }
+        rows.append(legacy)
     return rows
 
 

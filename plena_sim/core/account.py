@@ -105,6 +105,14 @@ def account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
 
 
 @njit(cache=True)
+def account_scheduled(pc, o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, rtl, pcx):
+    """A fixed-latency instruction under overlap or rtl: (issue cycle, latency charged)."""
+    if ts[TM.T_MODE] == TM.MODE_OVERLAP:
+        return account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, pcx, pc), lat
+    return account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
+
+
+@njit(cache=True)
 def _dma_issue(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
     """(issue cycle, read ranges, write ranges) of an H_* under overlap / rtl."""
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
@@ -138,7 +146,9 @@ def account_dma(pc, o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, r
         TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
     else:
         pipe = rtl[1][RT.PC_PIPE, pc]
-        TM.rtl_commit_nb(ts, pipe, issue, (lat, lat, lat), rtl[1][RT.PC_PCLASS, pc], rr, nr, wr, nw, ready, rdone, rtl[0])
+        TM.rtl_commit_nb(
+            ts, pipe, issue, (lat, lat, lat), rtl[1][RT.PC_PCLASS, pc], rr, nr, wr, nw, ready, rdone, rtl[0]
+        )
         ts[TM.T_BUSY + unit] += lat
     nbytes = (hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS] - req0) * hp[HT.PRM_BURST_BYTES]
     pcx[pc, TM.X_BUSY] += lat

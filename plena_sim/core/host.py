@@ -180,8 +180,17 @@ def execute(
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
     n_words = len(prog[0])
-    pc_arrays = (np.zeros(n_words, dtype=np.int64), np.zeros(n_words, dtype=np.int64), np.zeros((n_words, TM.X_N), np.int64))
-    out = (np.zeros(N_STATS, dtype=np.int64), pc_arrays, np.zeros(FAULT_RECORD_LEN, dtype=np.int64), np.zeros(1, np.int64))
+    pc_arrays = (
+        np.zeros(n_words, dtype=np.int64),
+        np.zeros(n_words, dtype=np.int64),
+        np.zeros((n_words, TM.X_N), np.int64),
+    )
+    out = (
+        np.zeros(N_STATS, dtype=np.int64),
+        pc_arrays,
+        np.zeros(FAULT_RECORD_LEN, dtype=np.int64),
+        np.zeros(1, np.int64),
+    )
     rpc = _rtl_costs(tm, prog)
     scr, tim = _scratch(state.cfg), _timing(tm, rpc)
     try:

@@ -11,11 +11,12 @@ per-pc (latency, unit, C_BREAK target, bad-word flag) of :func:`.static.per_pc` 
 (:mod:`plena_sim.budget`); ``regs`` = (gp, fp, areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram,
 fp_sram, int_sram, (page_index, pages, meta)); ``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency
 table, macs, opcode tables, BMM_SCALE); ``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer,
-trace count, read set, write set, rtl tuple (wcls, per-pc rtl costs, hazard table)); ``out`` = (stats, (pc_count,
-pc_cycles, pc_extra), fault record, pages needed): the per-pc profile (pc_extra: :data:`plena_sim.timing.X_N`
-columns, DMA busy / HBM bytes / stalls by reason), instructions retired, the budget units used and the cycles they added (``ts[T_CYCLES]`` after the
-accounting minus before); serial fixed-latency instructions add exactly their ``lat_pc`` each, so the host derives
-those cycles from the counts and the loop adds only the H_* and overlap ones (the host also derives the counts per
+trace count, read set, write set, rtl tuple (wcls, per-pc rtl costs, hazard table)); ``out`` = (stats,
+(pc_count, pc_cycles, pc_extra), fault record, pages needed): the per-pc profile (pc_extra:
+:data:`plena_sim.timing.X_N` columns: DMA busy, HBM bytes, stalls by reason), instructions retired, the budget
+units used and the cycles they added (``ts[T_CYCLES]`` after the accounting minus before); serial fixed-latency
+instructions add exactly their ``lat_pc`` each, so the host derives those cycles (and the fixed busy cycles of every
+model) from the counts and the loop adds only the H_* and overlap / rtl ones (the host also derives the counts per
 opcode and the matrix MACs); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel,
 wts); ``stopf`` = the stop flag (:mod:`plena_sim.stop`), polled every :data:`POLL_UNITS` budget units and between
 the rows of an H_* instruction.
@@ -49,9 +50,9 @@ from isa.encoding import (
 from ..faults import INT64_MAX, R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
 from ..polling import stop_requested
 from ..state import CTRL_LOOP_DEPTH, CTRL_PC
-from ..timing import MODE_OVERLAP, MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
+from ..timing import MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
 from . import control, dma, matrix, scalar, vector
-from .account import account_dma, account_overlap, account_rtl, trace_after, trace_before
+from .account import account_dma, account_scheduled, trace_after, trace_before
 from .common import fault
 from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
@@ -208,11 +209,8 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             issue = before
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
-        elif ts[T_MODE] == MODE_OVERLAP:
-            issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, pcx, pc)
-            pc_cycles[pc] += ts[T_CYCLES] - before
-        else:
-            issue, lat = account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
+        else:  # overlap (timing.md §4) or rtl (docs/timing.md)
+            issue, lat = account_scheduled(pc, o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, rtl, pcx)
             pc_cycles[pc] += ts[T_CYCLES] - before
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)

@@ -102,7 +102,10 @@ def test_exec_reports_regions_in_json_and_rich(tmp_path, capsys):
     code, out, err = run(capsys, "exec", prog, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    core = [{k: e[k] for k in ("path", "instructions", "cycles_exclusive", "cycles_inclusive", "macs")} for e in doc["regions"]]
+    core = [
+        {k: e[k] for k in ("path", "instructions", "cycles_exclusive", "cycles_inclusive", "macs")}
+        for e in doc["regions"]
+    ]
     assert doc["cycles"] == 67 and core == [  # serial: S_ADDI 1, M_MM 64, S_ADDI 1 + 1
         {"path": "outer", "instructions": 1, "cycles_exclusive": 64, "cycles_inclusive": 66, "macs": 1024},
         {"path": "outer/inner", "instructions": 2, "cycles_exclusive": 2, "cycles_inclusive": 2, "macs": 0},

@@ -284,7 +284,11 @@ def test_run_that_faults_reports_regions_summing_to_its_cycles(backend, timing):
     assert res.instructions == 5 and res.cycles == 5  # S_ADDI, START, V_ADD, S_ADDI, END; the second V_ADD faults
     assert res.outcome.pc_count.tolist() == [1, 1, 1, 1, 1]
     assert res.outcome.pc_cycles.tolist() == [1, 1, 1, 1, 1]
-    assert core(res.stats["regions"]) == [entry("work", 3, 3, 4), entry("work/vec", 1, 1, 1), entry("(unlabelled)", 1, 1, 1)]
+    assert core(res.stats["regions"]) == [
+        entry("work", 3, 3, 4),
+        entry("work/vec", 1, 1, 1),
+        entry("(unlabelled)", 1, 1, 1),
+    ]
     assert res.fault.stats["regions"] == res.stats["regions"]
     assert_sums(res)
 

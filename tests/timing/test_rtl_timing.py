@@ -205,7 +205,9 @@ def test_no_hazard_for_an_unrelated_pair():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rtl_statistics_of_a_small_program(backend):
-    prog = "S_ADDI_INT gp1, gp0, 64\nM_MM 0, gp0, gp0\nM_MM_WO gp1, gp0, 0\nV_ADD_VV gp2, gp1, gp1, 0\nS_MAX_FP f1, f1, f1"
+    prog = (
+        "S_ADDI_INT gp1, gp0, 64\nM_MM 0, gp0, gp0\nM_MM_WO gp1, gp0, 0\nV_ADD_VV gp2, gp1, gp1, 0\nS_MAX_FP f1, f1, f1"
+    )
     res = run(CFG, prog, backend)
     st = res.stats
     # S_ADDI_INT 0 (ready 1); M_MM 1 (done 9); M_MM_WO 9 (busy 21, ready 30); V_ADD_VV reads its rows: 30 -> 42;
