@@ -1061,7 +1061,9 @@ def _issue(tm, unit, rr, nr, wr, nw, pc, pcx, rpc) -> int:
     from . import timing as T
 
     if tm.mode_code == T.MODE_OVERLAP:
-        return T.sb_issue_py(tm.ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone, pcx, pc)
+        issue = T.sb_issue_py(tm.ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone)
+        pcx[pc, T.X_STALL + tm.ts[T.T_STALL_REASON]] += tm.ts[T.T_LAST_STALL]
+        return issue
     pipe, cmask = int(rpc[RT.PC_PIPE, pc]), int(rpc[RT.PC_CMASK, pc])
     return T.rtl_issue_py(tm.ts, pipe, cmask, rr, nr, wr, nw, tm.ready, tm.rdone, tm.wcls, tm.hz, pcx, pc)
 

@@ -25,17 +25,7 @@ from importlib import resources
 
 import numpy as np
 
-from isa.encoding import (
-    FAM_DMA,
-    FAM_REDUCE,
-    FAM_SFP,
-    FAM_SHIFT,
-    FAM_TOPK,
-    FAM_VBIN,
-    FAM_VUNARY,
-    FAM_WO,
-    N_OPCODES,
-)
+from isa.encoding import N_OPCODES
 from isa.table import INSTRUCTIONS, TOPK_POLICIES
 
 __all__ = [
@@ -79,8 +69,9 @@ PC_N = 6
 HZ_STALL, HZ_RECOVERY, HZ_WAW = range(3)
 #: hazard classes (1-based: 0 = no producer)
 HZC_HBM_VECTOR, HZC_REDUCTION_SCALAR, HZC_SFU_BROADCAST, HZC_VECTOR_PORT_WRITE = 1, 2, 3, 4
-_VECTOR_WRITERS = (FAM_VBIN, FAM_VUNARY, FAM_SHIFT)
-_VECTOR_READERS = (FAM_VBIN, FAM_VUNARY, FAM_SHIFT, FAM_REDUCE, FAM_TOPK)
+#: table families of the vector-unit instructions that write VRAM rows / read them
+_VECTOR_WRITERS = ("vbin", "vunary", "shift")
+_VECTOR_READERS = ("vbin", "vunary", "shift", "reduce", "topk")
 _BY_MNEMONIC = {i.mnemonic: i for i in INSTRUCTIONS}
 _TOPK_E = [e for e, _k in TOPK_POLICIES]
 
@@ -149,25 +140,23 @@ class RtlTable:
 
 def _hazard_classes(i) -> tuple[int, int]:
     """(producer class, consumer mask) of an instruction (docs/timing.md, the hazards)."""
-    fam = {"vbin": FAM_VBIN, "vunary": FAM_VUNARY, "shift": FAM_SHIFT, "reduce": FAM_REDUCE, "topk": FAM_TOPK}
-    f = fam.get(i.family, {"sfp": FAM_SFP, "dma": FAM_DMA, "wo": FAM_WO}.get(i.family, -1))
     pclass = 0
-    if f == FAM_DMA and i.alu == "prefetch_v":
+    if i.family == "dma" and i.alu == "prefetch_v":
         pclass = HZC_HBM_VECTOR
-    elif f == FAM_REDUCE:
+    elif i.family == "reduce":
         pclass = HZC_REDUCTION_SCALAR
-    elif f == FAM_SFP and i.alu in ("exp", "reci", "sqrt"):
+    elif i.family == "sfp" and i.alu in ("exp", "reci", "sqrt"):
         pclass = HZC_SFU_BROADCAST
-    elif f in _VECTOR_WRITERS:
+    elif i.family in _VECTOR_WRITERS:
         pclass = HZC_VECTOR_PORT_WRITE
     cmask = 0
-    if f in _VECTOR_READERS:
+    if i.family in _VECTOR_READERS:
         cmask |= 1 << HZC_HBM_VECTOR
-    if f == FAM_SFP:
+    if i.family == "sfp":
         cmask |= 1 << HZC_REDUCTION_SCALAR
-    if f == FAM_VBIN and i.operands[2].kind == "f":
+    if i.family == "vbin" and i.operands[2].kind == "f":
         cmask |= 1 << HZC_SFU_BROADCAST
-    if f in _VECTOR_WRITERS:
+    if i.family in _VECTOR_WRITERS:
         cmask |= 1 << HZC_VECTOR_PORT_WRITE
     return pclass, cmask
 

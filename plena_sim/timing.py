@@ -6,7 +6,8 @@ the scoreboard and the HBM bank state of :mod:`plena_sim.hbm_timing`).
 
 API
 ---
-* :data:`TIMING_MODES` = ``("serial", "overlap")``.
+* :data:`TIMING_MODES` = ``("serial", "overlap", "rtl")`` (rtl: docs/timing.md; its data in
+  :mod:`plena_sim.rtl_timing`).
 * :class:`TimingState` ``(cfg, mode="serial", trace_capacity=0, backend="numba")`` -- every array the
   run loop needs, owned by :class:`~plena_sim.state.MachineState` (``state.timing``) so it persists
   across the resumed calls of one run: ``ts`` (int64[T_N], slots ``T_*``), the scoreboard ``ready`` /
@@ -14,6 +15,9 @@ API
   ``geom``, ``ch``, ``bank``, ``hstats``, scratch) and the trace ring (``tbuf`` int64[cap, REC_N],
   ``tcount`` int64[1]). ``backend="reference"`` additionally holds the pure-Python HBM twin
   (``py_hbm`` / ``py_hstats``, see :func:`plena_sim.hbm_timing.schedule_py`).
+* ``rtl_issue(...)`` / ``rtl_commit(...)``: the rtl model's issue rule (pipeline occupancy, separate ready / done,
+  the hazards with their recovery; ``wcls`` = the producer class of each resource's last writer) over the same
+  read / write sets; every stall part is booked per pc in ``pcx`` (``X_*`` columns), also by ``sb_issue``.
 * ``resources(...)``, ``sb_issue(...)``, ``sb_commit(...)`` -- the scoreboard as three functions written
   once in plain Python (``*_py``, used by the reference interpreter) and compiled by Numba (``*_nb``,
   used by the core).
@@ -22,7 +26,7 @@ Resources (one flat int64 index space; ``cv`` = :meth:`TimingState.cfg_vector`):
 f1..7 at 16+k, a0..7 at 24+k, SCALE 32, STRIDE 33, VMASK 34, ACC_M 35, ACC_V 36, ACC_HM 37, ACC_HV 38,
 then one entry per VRAM row, MRAM tile, FP SRAM word and INT SRAM word (bases ``cv[TC_*_BASE]``). Indices
 >= :data:`MEM_FIRST` (35) are the memory / accumulator resources that carry the WAR constraint. The
-per-row arrays are created with ``np.zeros`` only in overlap mode (the OS maps their pages on first
+per-row arrays are created with ``np.zeros`` only in overlap and rtl mode (the OS maps their pages on first
 touch, so untouched rows cost nothing). A resource set is a list of ``(start, count, step)`` ranges.
 
 Trace record (int64[REC_N], one per retired instruction, ring buffer of capacity ``cap``; record ``k``
@@ -100,7 +104,9 @@ T_BUSY = 7  # + unit (5 slots)
 T_STALL_UNIT = 12
 T_STALL_DATA = 13
 T_MODE = 14
+T_LAST_STALL = 15  # overlap: the stall of the last issued instruction (0: none) ...
 T_PIPE_FREE = 16  # + rtl pipeline (rtl_timing.PIPES, 9 slots)
+T_STALL_REASON = 25  # ... and its reason (rtl_timing.S_*) when it stalled
 T_N = 32
 
 # ---- per-pc extras (``pcx``, int64[n, X_N], one row per program word; the backends' Outcome.pc_extra)
@@ -414,9 +420,10 @@ def _dma_sets(alu, f1, g_rd, cv, rr, nr, wr, nw):
     return nr, nw
 
 
-def sb_issue_py(ts, unit, rr, nr, wr, nw, ready, rdone, pcx, pc):
-    """Issue cycle of the next instruction (timing.md §4); also books its stall (unit / data; per pc: unit,
-    operand not ready, write after read)."""
+def sb_issue_py(ts, unit, rr, nr, wr, nw, ready, rdone):
+    """Issue cycle of the next instruction (timing.md §4); also books its stall (unit / data) and leaves it with
+    its reason (rtl_timing.S_*: unit, operand not ready, write after read) in ``ts[T_LAST_STALL]`` /
+    ``ts[T_STALL_REASON]`` for the caller's per-pc row (no array more to pass on the hot path)."""
     prev = ts[T_LAST_ISSUE] + 1
     uf = ts[T_UNIT_FREE + unit] if unit >= 0 else 0
     raw = 0
@@ -437,25 +444,21 @@ def sb_issue_py(ts, unit, rr, nr, wr, nw, ready, rdone, pcx, pc):
             idx += wr[i, 2]
     issue = max(prev, uf, raw, war)
     stall = issue - prev
+    ts[T_LAST_STALL] = stall
     if stall > 0:
-        if uf >= raw and uf >= war:
-            ts[T_STALL_UNIT] += stall
-        else:
-            ts[T_STALL_DATA] += stall
-        book_stall(pcx, pc, stall, uf, raw, war)
+        reason = stall_reason(uf, raw, war)
+        ts[T_STALL_REASON] = reason
+        ts[T_STALL_UNIT if reason == S_UNIT else T_STALL_DATA] += stall
     return issue
 
 
 @njit(cache=True)
-def book_stall(pcx, pc, stall, uf, raw, war):
-    """Book a stall of ``stall`` cycles on pc's row: to the unit if its busy term decided the issue, else to the
-    later of operand ready (RAW / WAW) and write after read."""
+def stall_reason(uf, raw, war):
+    """The reason of a stall: the unit if its busy term decided the issue, else the later of operand ready
+    (RAW / WAW) and write after read."""
     if uf >= raw and uf >= war:
-        pcx[pc, X_STALL + S_UNIT] += stall
-    elif raw >= war:
-        pcx[pc, X_STALL + S_RAW] += stall
-    else:
-        pcx[pc, X_STALL + S_WAR] += stall
+        return S_UNIT
+    return S_RAW if raw >= war else S_WAR
 
 
 def rtl_issue_py(ts, pipe, cmask, rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, pc):
@@ -469,7 +472,7 @@ def rtl_issue_py(ts, pipe, cmask, rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, p
     war = _war_term(wr, nw, rdone)
     base = max(prev, uf, raw, war)
     if base > prev:
-        book_stall(pcx, pc, base - prev, uf, raw, war)
+        pcx[pc, X_STALL + stall_reason(uf, raw, war)] += base - prev
     if hzt <= base:
         return base
     pcx[pc, X_STALL + S_HAZARD0 + hzk - 1] += hzt - base

@@ -80,11 +80,12 @@ def account_serial(ts, unit, lat):
 
 
 @njit(cache=True)
-def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, pcx, pc):
-    """timing.md §4: issue when every resource read is ready and every one written is done; returns it.
-    ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue."""
+def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
+    """timing.md §4: issue when every resource read is ready and every one written is done; returns it (its stall
+    in ``ts[T_LAST_STALL]`` / ``ts[T_STALL_REASON]``). ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` =
+    (gp[rd], gp[rs1], gp[rs2]) at issue."""
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
-    issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone, pcx, pc)
+    issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
     TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
     return issue
 
@@ -105,19 +106,13 @@ def account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
 
 
 @njit(cache=True)
-def account_scheduled(pc, o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, rtl, pcx):
-    """A fixed-latency instruction under overlap or rtl: (issue cycle, latency charged)."""
-    if ts[TM.T_MODE] == TM.MODE_OVERLAP:
-        return account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, pcx, pc), lat
-    return account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
-
-
-@njit(cache=True)
 def _dma_issue(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
     """(issue cycle, read ranges, write ranges) of an H_* under overlap / rtl."""
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     if ts[TM.T_MODE] == TM.MODE_OVERLAP:
-        return TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone, pcx, pc), nr, nw
+        issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+        pcx[pc, TM.X_STALL + ts[TM.T_STALL_REASON]] += ts[TM.T_LAST_STALL]
+        return issue, nr, nw
     wcls, rpc, hz = rtl
     pipe = rpc[RT.PC_PIPE, pc]
     return TM.rtl_issue_nb(ts, pipe, rpc[RT.PC_CMASK, pc], rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, pc), nr, nw

@@ -50,9 +50,19 @@ from isa.encoding import (
 from ..faults import INT64_MAX, R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
 from ..polling import stop_requested
 from ..state import CTRL_LOOP_DEPTH, CTRL_PC
-from ..timing import MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
+from ..timing import (
+    MODE_OVERLAP,
+    MODE_SERIAL,
+    T_BUSY,
+    T_CYCLES,
+    T_LAST_ISSUE,
+    T_LAST_STALL,
+    T_MODE,
+    T_STALL_REASON,
+    X_STALL,
+)
 from . import control, dma, matrix, scalar, vector
-from .account import account_dma, account_scheduled, trace_after, trace_before
+from .account import account_dma, account_overlap, account_rtl, trace_after, trace_before
 from .common import fault
 from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
@@ -161,8 +171,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
         fam, alu, npc, st, f = fam_of[o], alu_of[o], pc + 1, RUN_OK, (rd, rs1, rs2, rs3, f1, imm)
         g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
         aux = lreg[depth - 1] if depth > 0 else np.int64(-1)  # innermost loop register (C_BREAK)
-        if tcap > 0:
-            reg = trace_before(o, rd, aux, regs, tim)
+        reg = trace_before(o, rd, aux, regs, tim) if tcap > 0 else reg
         # ---------------------------------------------------------------- dispatch on the table's family
         if fam == FAM_SINT:  # gp0 / f0 stay 0
             gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
@@ -209,8 +218,12 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             issue = before
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
-        else:  # overlap (timing.md §4) or rtl (docs/timing.md)
-            issue, lat = account_scheduled(pc, o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr, rtl, pcx)
+        elif ts[T_MODE] == MODE_OVERLAP:  # timing.md §4; its stall booked on the pc's row
+            issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
+            pc_cycles[pc] += ts[T_CYCLES] - before
+            pcx[pc, X_STALL + ts[T_STALL_REASON]] += ts[T_LAST_STALL]
+        else:  # rtl (docs/timing.md)
+            issue, lat = account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
             pc_cycles[pc] += ts[T_CYCLES] - before
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)
