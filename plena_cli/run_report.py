@@ -114,6 +114,10 @@ def render_report(out: Console, rep: Report, doc: Mapping[str, Any]) -> None:
     lines += _unit_lines(rep.stats)
     if rep.stats and "mac_utilization" in rep.stats:
         lines.append(f"MAC utilization {100 * float(rep.stats['mac_utilization']):.2f}%")
+    unval = (rep.stats or {}).get("unvalidated")
+    if unval:
+        share = 100 * float(unval["share"])
+        lines.append(f"unvalidated rtl costs: {unval['cycles']:,} cycles on the critical path ({share:.1f}%)")
     out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
     for table in resource_tables(rep.stats or {}):
         out.print(table)
