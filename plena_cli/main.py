@@ -36,6 +36,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         model_command,
         sweep_command,
         testbench_commands,
+        timing_command,
         trace_command,
     )
 
@@ -48,6 +49,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         model_command,
         sweep_command,
         trace_command,
+        timing_command,
         bench_command,
     )
 

@@ -29,7 +29,9 @@ __all__ = [
     "add_budget_arg",
 ]
 
-TIMING_HELP = "cycle accounting (timing.md §3 serial / §4 overlap scoreboard)"
+TIMING_HELP = "cycle accounting (timing.md §3 serial / §4 overlap scoreboard / docs/timing.md rtl: RTL-calibrated)"
+#: the timing models (plena_sim.timing.TIMING_MODES; repeated here: importing plena_sim.timing loads numba)
+TIMING_CHOICES = ("serial", "overlap", "rtl")
 
 
 def add_hw_arg(p: argparse.ArgumentParser) -> None:
@@ -110,7 +112,7 @@ def add_backend_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_timing_arg(p: argparse.ArgumentParser, help_text: str | None = TIMING_HELP) -> None:
-    p.add_argument("--timing", choices=("serial", "overlap"), default="serial", help=help_text)
+    p.add_argument("--timing", choices=TIMING_CHOICES, default="serial", help=help_text)
 
 
 def config_from_args(args: argparse.Namespace) -> HardwareConfig:

@@ -32,6 +32,7 @@ __all__ = [
     "status",
     "run_summary",
     "region_table",
+    "resource_tables",
     "upstream_lines",
     "render_trace",
 ]
@@ -117,8 +118,15 @@ def run_summary(res: RunResult, out: Console, title: str) -> None:
     for unit, n in st.get("by_unit", {}).items():
         t.add_row(f"unit {unit}", f"{n:,}")
     t.add_row("matrix MACs", f"{st.get('matrix_macs', 0):,}")
+    if "mac_utilization" in st:
+        t.add_row("MAC utilization", f"{100 * float(st['mac_utilization']):.2f}%")
+    unval = st.get("unvalidated")
+    if unval:
+        t.add_row("unvalidated (rtl)", f"{unval['cycles']:,} cycles, {100 * float(unval['share']):.1f}%")
     t.add_row("host seconds", f"{st.get('host_seconds', 0.0):.4f}")
     out.print(t)
+    for table in resource_tables(st):
+        out.print(table)
     if st.get("by_opcode"):
         ops = Table(title="instructions by opcode")
         ops.add_column("opcode")
@@ -129,6 +137,32 @@ def run_summary(res: RunResult, out: Console, title: str) -> None:
     regions = region_table(st)
     if regions is not None:
         out.print(regions)
+
+
+def resource_tables(stats: Mapping[str, Any]) -> list[Table]:
+    """The resources of a run (busy cycles, critical-path cycles and its share of the run) and its stalls by reason
+    (the reasons with a stall only); empty when the statistics have none."""
+    busy, crit = stats.get("busy") or {}, stats.get("critical_path") or {}
+    if not busy:
+        return []
+    total = int(stats.get("cycles", 0))
+    t = Table(title="resources")
+    t.add_column("resource")
+    for col in ("busy", "critical path", "share"):
+        t.add_column(col, justify="right")
+    for r, b in busy.items():
+        c = int(crit.get(r, 0))
+        t.add_row(r, f"{int(b):,}", f"{c:,}", f"{100 * c / total:.1f}%" if total else "-")
+    tables = [t]
+    stalls = {k: int(v) for k, v in (stats.get("stalls") or {}).items() if v}
+    if stalls:
+        s = Table(title="stalls")
+        s.add_column("reason")
+        s.add_column("cycles", justify="right")
+        for k, v in stalls.items():
+            s.add_row(k, f"{v:,}")
+        tables.append(s)
+    return tables
 
 
 def region_table(stats: Mapping[str, Any]) -> Table | None:

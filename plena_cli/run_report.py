@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.panel import Panel
 from rich.table import Table
 
-from .render import region_table
+from .render import region_table, resource_tables
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -112,7 +112,15 @@ def render_report(out: Console, rep: Report, doc: Mapping[str, Any]) -> None:
         lines += _check_lines(rep, doc)
     lines.append(f"{rep.instructions:,} instructions, {rep.cycles:,} cycles, {doc['wall_s']:.2f} s wall")
     lines += _unit_lines(rep.stats)
+    if rep.stats and "mac_utilization" in rep.stats:
+        lines.append(f"MAC utilization {100 * float(rep.stats['mac_utilization']):.2f}%")
+    unval = (rep.stats or {}).get("unvalidated")
+    if unval:
+        share = 100 * float(unval["share"])
+        lines.append(f"unvalidated rtl costs: {unval['cycles']:,} cycles on the critical path ({share:.1f}%)")
     out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
+    for table in resource_tables(rep.stats or {}):
+        out.print(table)
     regions = region_table(rep.stats or {})
     if regions is not None:
         out.print(regions)

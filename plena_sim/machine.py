@@ -53,8 +53,9 @@ BUDGET fault) and returns a :class:`RunResult`:
   instruction boundary within milliseconds: the handler's :class:`~plena_sim.errors.RunStopped` propagates
   with the instructions retired, and ``resume=True`` continues exactly from there.
 
-* ``timing``: ``"serial"`` (timing.md §3, Σ latencies) or ``"overlap"`` (§4 scoreboard); None = the
-  Machine's default. Both are computed inside the run loop; H_* latencies come from the HBM bank model
+* ``timing``: ``"serial"`` (timing.md §3, Σ latencies), ``"overlap"`` (§4 scoreboard) or ``"rtl"`` (the
+  RTL-calibrated pipelines and hazards of docs/timing.md, data in ``plena_sim/data/rtl_timing_v1.toml``); None =
+  the Machine's default. All are computed inside the run loop; H_* latencies come from the HBM bank model
   (:mod:`plena_sim.hbm_timing`) with t0 = the instruction's start / issue cycle.
 * ``instructions`` (retired), ``cycles`` (this call, in the selected mode), ``stats`` dict (timing.md
   §6): ``schema``, ``backend``, ``timing_mode``, ``config`` (topology, DC_EN, BMM_SCALE, preset),
@@ -64,9 +65,12 @@ BUDGET fault) and returns a :class:`RunResult`:
   ``payload_bytes_written``, ``row_hits``, ``row_misses``, ``row_conflicts``, ``per_channel_requests``,
   ``achieved_bandwidth_GBps``, ``dma_bandwidth_GBps``, ``peak_bandwidth_GBps``), ``mx``
   (``nan_encoded``, ``saturated``), ``overlap`` (overlap mode only: ``stall_unit``, ``stall_data``,
-  ``issue_cycles``), ``host_seconds``, ``sim_cycles_per_second``, ``jit_compile_seconds``, ``fault``
+  ``issue_cycles``), ``busy`` / ``stalls`` / ``critical_path`` / ``mac_utilization`` (every model, and
+  ``unvalidated`` under rtl: :mod:`plena_sim.timing_stats`), ``host_seconds``, ``sim_cycles_per_second``,
+  ``jit_compile_seconds``, ``fault``
   (None or the fault's dict), ``regions`` (one dict per code region path of the program -- ``path``,
-  ``instructions``, ``cycles_exclusive``, ``cycles_inclusive``, ``macs`` -- then ``(unlabelled)``: the words in
+  ``instructions``, ``cycles_exclusive``, ``cycles_inclusive``, ``macs``, ``hbm_read_bytes``, ``hbm_write_bytes``,
+  ``mac_utilization``, ``busy``, ``stalls`` -- then ``(unlabelled)``: the words in
   no region; the exclusive figures sum exactly to the run's instructions, cycles and MACs, also after a fault;
   :mod:`plena_sim.regions`);
 * ``fault``: None, or the :class:`~plena_sim.faults.SimFault` (only with ``raise_on_fault=False``);
@@ -104,6 +108,7 @@ from .budget import MAX_BUDGET
 from .config import HardwareConfig, check_program_memory, default_config
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 from .timing import check_mode
+from .timing_stats import pc_profile, profile_fields, run_profile
 
 __all__ = ["Machine", "RunResult", "VramView", "FpSramView", "BACKENDS", "to_program"]
 
@@ -354,6 +359,7 @@ class Machine:
         outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
         host = time.perf_counter() - t0
         stats = self._stats(outcome, host, jit_seconds)
+        stats.update(run_profile(outcome, prog.words, self.cfg, mode, stats["matrix_macs"]))
         stats["regions"] = self._regions(prog, outcome)
         trace_obj = None
         if cap:
@@ -380,7 +386,12 @@ class Machine:
         cfg = self.cfg
         macs = mac_table(cfg.MLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT)
         per_pc_macs = pc_macs(prog.words, outcome.pc_count, macs)
-        return region_stats(prog.regions, outcome.pc_count, outcome.pc_cycles, per_pc_macs)
+        profile = pc_profile(prog.words, outcome.pc_extra)
+
+        def fields(sums, cycles: int, region_macs: int) -> dict:
+            return profile_fields(sums, cycles, region_macs, cfg)
+
+        return region_stats(prog.regions, outcome.pc_count, outcome.pc_cycles, per_pc_macs, profile, fields)
 
     def _stats(self, outcome: Outcome, host_seconds: float, jit_seconds: float = 0.0) -> dict:
         from .timing import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT

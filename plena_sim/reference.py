@@ -53,6 +53,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from isa.encoding import decode_program
 from isa.program import Program
 from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
 
@@ -1014,39 +1015,74 @@ def _reg_value(st, kind, idx) -> int:
     return 0
 
 
-def _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr):
-    """Account one retired instruction on ``tm`` (a reference-backend TimingState); returns
-    ``(issue, latency, unit, is_dma)``."""
+def _timing_step(tm, st, f, g, aux, table, sets, pc, pcx, rpc):
+    """Account one retired instruction on ``tm`` (a reference-backend TimingState) in its mode, booking pc's row
+    of ``pcx`` (busy, HBM bytes, stalls); ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue, ``sets`` = (rr, wr), ``rpc``
+    the per-pc rtl costs. Returns ``(issue, latency, unit, is_dma)``."""
+    from . import rtl_timing as RT
     from . import timing as T
-    from .hbm_timing import dma_blocks_py, dma_row_ranges, schedule_py
 
     o = f.opcode
     is_h = o in (_OP_HPM, _OP_HPV, _OP_HSV)
-    base_lat = int(instruction_latency(table, o, f.rd, f.rs3))
-    unit = int(T.UNIT_OF[o])
-    if NOOP_IF_RD0[o] and f.rd == 0:
-        unit = -1
-    ts = tm.ts
+    lat = int(instruction_latency(table, o, f.rd, f.rs3))
+    unit = -1 if (NOOP_IF_RD0[o] and f.rd == 0) else int(T.UNIT_OF[o])
+    ts, rr, wr = tm.ts, sets[0], sets[1]
+    rtl = tm.mode_code == T.MODE_RTL
+    nr = nw = 0
     if tm.mode_code == T.MODE_SERIAL:
         issue = int(ts[T.T_CYCLES])
     else:
-        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux, tm.cv, rr, wr)
-        issue = int(T.sb_issue_py(ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone))
-    lat = base_lat
+        nr, nw = T.resources_py(o, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g[0], g[1], g[2], aux, tm.cv, rr, wr)
+        issue = int(_issue(tm, unit, rr, nr, wr, nw, pc, pcx, rpc))
+    cost = (lat, lat, lat)
+    if rtl and not is_h:
+        cost = (int(rpc[RT.PC_READY, pc]), int(rpc[RT.PC_DONE, pc]), int(rpc[RT.PC_II, pc]))
     if is_h:
-        geom = _dma_geom(st.cfg, f)
-        pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
-        ranges = dma_row_ranges(geom, int(st.areg[f.rs2]), g_rs1, pitch, int(st.ctrl[CTRL_SCALE]))
-        blocks = dma_blocks_py(tm.params, ranges)
-        lat = schedule_py(tm.params, tm.py_hbm, blocks, geom.is_write, issue, tm.py_hstats)
+        lat = _dma_latency(tm, st, f, g[1], issue, pc, pcx)
+        cost = (lat, lat, lat)
     if tm.mode_code == T.MODE_SERIAL:
         ts[T.T_CYCLES] = issue + lat
         ts[T.T_LAST_ISSUE] = issue
-        if unit >= 0:
-            ts[T.T_BUSY + unit] += lat
+    elif rtl:
+        pipe, pclass = int(rpc[RT.PC_PIPE, pc]), int(rpc[RT.PC_PCLASS, pc])
+        T.rtl_commit_py(ts, pipe, issue, cost, pclass, rr, nr, wr, nw, tm.ready, tm.rdone, tm.wcls)
     else:
         T.sb_commit_py(ts, unit, issue, lat, rr, nr, wr, nw, tm.ready, tm.rdone)
-    return issue, lat, unit, is_h
+    if unit >= 0 and tm.mode_code != T.MODE_OVERLAP:
+        ts[T.T_BUSY + unit] += cost[2]
+    if not is_h:
+        pcx[pc, T.X_BUSY] += cost[2]
+    return issue, cost[1], unit, is_h
+
+
+def _issue(tm, unit, rr, nr, wr, nw, pc, pcx, rpc) -> int:
+    """The issue cycle under overlap (timing.md §4) or rtl (docs/timing.md)."""
+    from . import rtl_timing as RT
+    from . import timing as T
+
+    if tm.mode_code == T.MODE_OVERLAP:
+        issue = T.sb_issue_py(tm.ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone)
+        pcx[pc, T.X_STALL + tm.ts[T.T_STALL_REASON]] += tm.ts[T.T_LAST_STALL]
+        return issue
+    pipe, cmask = int(rpc[RT.PC_PIPE, pc]), int(rpc[RT.PC_CMASK, pc])
+    return T.rtl_issue_py(tm.ts, pipe, cmask, rr, nr, wr, nw, tm.ready, tm.rdone, tm.wcls, tm.hz, pcx, pc)
+
+
+def _dma_latency(tm, st, f, g_rs1: int, issue: int, pc: int, pcx) -> int:
+    """The HBM twin's latency of an H_* started at ``issue``; books its busy cycles and HBM bytes on pc's row."""
+    from . import timing as T
+    from .hbm_timing import dma_blocks_py, dma_row_ranges, schedule_py
+
+    geom = _dma_geom(st.cfg, f)
+    pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
+    ranges = dma_row_ranges(geom, int(st.areg[f.rs2]), g_rs1, pitch, int(st.ctrl[CTRL_SCALE]))
+    blocks = dma_blocks_py(tm.params, ranges)
+    req0 = tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"]
+    lat = int(schedule_py(tm.params, tm.py_hbm, blocks, geom.is_write, issue, tm.py_hstats))
+    req = tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0
+    pcx[pc, T.X_BUSY] += lat
+    pcx[pc, T.X_HBM_WRITE if geom.is_write else T.X_HBM_READ] += req * tm.params.burst_bytes
+    return lat
 
 
 def _budget_record(pc: int, retired: int, work: int, w: int, budget: int) -> list[int]:
@@ -1096,6 +1132,8 @@ def execute(
     wr = np.zeros((MAX_RANGES, 3), dtype=np.int64)
     by_opcode = np.zeros(64, dtype=np.int64)
     pc_count, pc_cycles = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    pcx = np.zeros((n, T.X_N), dtype=np.int64)
+    rpc = _rtl_costs(tm, words)
     run = _Run(st, words)
     run.counters.setdefault("hbm_payload_read", 0)
     run.counters.setdefault("hbm_payload_written", 0)
@@ -1152,7 +1190,8 @@ def execute(
             elif f.opcode in (_OP_HPM, _OP_HPV):
                 run.counters["hbm_payload_read"] += run.hbm_bytes
             before = int(tm.ts[T_CYCLES])
-            issue, lat, unit, is_h = _timing_step(tm, st, f, g_rd, g_rs1, g_rs2, aux, table, rr, wr)
+            g = (g_rd, g_rs1, g_rs2)
+            issue, lat, unit, is_h = _timing_step(tm, st, f, g, aux, table, (rr, wr), pc, pcx, rpc)
             pc_count[pc] += 1
             pc_cycles[pc] += int(tm.ts[T_CYCLES]) - before
             if tm.trace_capacity:
@@ -1190,7 +1229,18 @@ def execute(
                 )
             st.ctrl[CTRL_PC] = run.next_pc
     cycles = int(tm.ts[T_CYCLES]) - cyc0
-    return Outcome(retired, fault, by_opcode, cycles, dict(run.counters), pc_count, pc_cycles)
+    return Outcome(retired, fault, by_opcode, cycles, dict(run.counters), pc_count, pc_cycles, pcx)
+
+
+def _rtl_costs(tm, words: list[int]) -> np.ndarray | None:
+    """The per-pc rtl costs of the program (None in the other timing models)."""
+    from . import timing as T
+    from .rtl_timing import rtl_pc_costs, rtl_table
+
+    if tm.mode_code != T.MODE_RTL:
+        return None
+    dec = decode_program(words)
+    return rtl_pc_costs(rtl_table(tm.cfg), dec["opcode"], dec["rd"], dec["rs3"])
 
 
 from isa.encoding import OPCODES as _OPCODES  # noqa: E402

@@ -10,7 +10,7 @@ Order: the paths in the order they first open in the program, ``(unlabelled)`` l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -62,26 +62,53 @@ def _entry(path: str, instructions: int, excl: int, incl: int, macs: int) -> dic
     }
 
 
-def region_stats(regions: Sequence[Region], pc_count: np.ndarray, pc_cycles: np.ndarray, macs: np.ndarray) -> list:
-    """The region entries (module docstring) of one run; ``macs`` per pc as :func:`pc_macs` gives it."""
-    per_pc = (np.asarray(pc_count, np.int64), np.asarray(pc_cycles, np.int64), np.asarray(macs, np.int64))
-    totals = [int(a.sum()) for a in per_pc]
+def region_stats(
+    regions: Sequence[Region],
+    pc_count: np.ndarray,
+    pc_cycles: np.ndarray,
+    macs: np.ndarray,
+    profile: np.ndarray | None = None,
+    fields: Callable[[np.ndarray, int, int], dict] | None = None,
+) -> list:
+    """The region entries (module docstring) of one run; ``macs`` per pc as :func:`pc_macs` gives it. With
+    ``profile`` (int64[n, k], more per-pc columns) and ``fields``, each entry also gets ``fields(exclusive sums of
+    the profile columns, exclusive cycles, exclusive MACs)``."""
+    cols = [np.asarray(a, np.int64) for a in (pc_count, pc_cycles, macs)]
+    if profile is not None:
+        cols += [np.asarray(profile[:, j], np.int64) for j in range(profile.shape[1])]
+    incl_by_path, excl_by_path = _sums(regions, cols)
+    out = []
+    for path, exc in excl_by_path.items():
+        e = _entry(path, exc[0], exc[1], incl_by_path[path][1], exc[2])
+        if fields is not None:
+            e.update(fields(np.asarray(exc[3:]), int(exc[1]), int(exc[2])))
+        out.append(e)
+    return out
+
+
+def _sums(regions: Sequence[Region], cols: list[np.ndarray]) -> tuple[dict, dict]:
+    """Per path (first-open order, ``(unlabelled)`` last): the inclusive and the exclusive sums of every column."""
+    totals = [int(a.sum()) for a in cols]
     if not regions:
-        return [_entry(UNLABELLED, totals[0], totals[1], totals[1], totals[2])]
-    prefix = [_prefix(a) for a in per_pc]
-    # inclusive (count, cycles, macs) of each occurrence, then exclusive = inclusive - its direct children's
+        return {UNLABELLED: totals}, {UNLABELLED: totals}
+    prefix = [_prefix(a) for a in cols]
+    # inclusive sums of each occurrence, then exclusive = inclusive - its direct children's
     incl = [[int(p[r.end] - p[r.first]) for p in prefix] for r in regions]
     excl = [list(v) for v in incl]
     unlabelled = list(totals)
     for k, parent in enumerate(_parents(regions)):
         rest = excl[parent] if parent >= 0 else unlabelled
-        for j in range(3):
+        for j in range(len(cols)):
             rest[j] -= incl[k][j]
-    by_path: dict[str, list[int]] = {}  # path -> [count, cycles excl, cycles incl, macs], first-open order
+    incl_by: dict[str, list[int]] = {}
+    excl_by: dict[str, list[int]] = {}
     for r, inc, exc in zip(regions, incl, excl, strict=True):
-        acc = by_path.setdefault(r.path, [0, 0, 0, 0])
-        for j, v in enumerate((exc[0], exc[1], inc[1], exc[2])):
-            acc[j] += v
-    out = [_entry(path, *acc) for path, acc in by_path.items()]
-    out.append(_entry(UNLABELLED, unlabelled[0], unlabelled[1], unlabelled[1], unlabelled[2]))
-    return out
+        for acc, v in (
+            (incl_by.setdefault(r.path, [0] * len(cols)), inc),
+            (excl_by.setdefault(r.path, [0] * len(cols)), exc),
+        ):
+            for j in range(len(cols)):
+                acc[j] += v[j]
+    incl_by[UNLABELLED] = unlabelled
+    excl_by[UNLABELLED] = unlabelled
+    return incl_by, excl_by

@@ -160,10 +160,12 @@ class Outcome:
     ``counters``: dict of extra integer counters (e.g. ``mx_nan``, ``mx_saturated``, ``matrix_macs``);
     ``pc_count`` / ``pc_cycles``: int64[program words], per pc the instructions it retired and the cycles they
     added (the cycle counter after each one's accounting minus before: Σ pc_count = retired, Σ pc_cycles =
-    cycles exactly, in every timing mode; an instruction that faults adds nothing).
+    cycles exactly, in every timing mode; an instruction that faults adds nothing); ``pc_extra``:
+    int64[program words, timing.X_N], per pc its busy cycles (X_BUSY: occupancy of its pipeline / unit), HBM bytes
+    read / written and stall cycles per reason (X_STALL + rtl_timing.STALL_REASONS index).
     """
 
-    __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters", "pc_count", "pc_cycles")
+    __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters", "pc_count", "pc_cycles", "pc_extra")
 
     def __init__(
         self,
@@ -174,6 +176,7 @@ class Outcome:
         counters: dict | None = None,
         pc_count=None,
         pc_cycles=None,
+        pc_extra=None,
     ):
         self.retired = int(retired)
         self.fault = None if fault is None else tuple(int(x) for x in fault)
@@ -182,6 +185,10 @@ class Outcome:
         self.counters = dict(counters or {})
         self.pc_count = np.zeros(0, dtype=np.int64) if pc_count is None else np.asarray(pc_count, dtype=np.int64)
         self.pc_cycles = np.zeros(0, dtype=np.int64) if pc_cycles is None else np.asarray(pc_cycles, dtype=np.int64)
+        from .timing import X_N
+
+        n = self.pc_count.size
+        self.pc_extra = np.zeros((n, X_N), dtype=np.int64) if pc_extra is None else np.asarray(pc_extra, dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"Outcome(retired={self.retired}, fault={self.fault}, cycles={self.cycles}, counters={self.counters})"

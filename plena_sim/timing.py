@@ -6,7 +6,8 @@ the scoreboard and the HBM bank state of :mod:`plena_sim.hbm_timing`).
 
 API
 ---
-* :data:`TIMING_MODES` = ``("serial", "overlap")``.
+* :data:`TIMING_MODES` = ``("serial", "overlap", "rtl")`` (rtl: docs/timing.md; its data in
+  :mod:`plena_sim.rtl_timing`).
 * :class:`TimingState` ``(cfg, mode="serial", trace_capacity=0, backend="numba")`` -- every array the
   run loop needs, owned by :class:`~plena_sim.state.MachineState` (``state.timing``) so it persists
   across the resumed calls of one run: ``ts`` (int64[T_N], slots ``T_*``), the scoreboard ``ready`` /
@@ -14,6 +15,9 @@ API
   ``geom``, ``ch``, ``bank``, ``hstats``, scratch) and the trace ring (``tbuf`` int64[cap, REC_N],
   ``tcount`` int64[1]). ``backend="reference"`` additionally holds the pure-Python HBM twin
   (``py_hbm`` / ``py_hstats``, see :func:`plena_sim.hbm_timing.schedule_py`).
+* ``rtl_issue(...)`` / ``rtl_commit(...)``: the rtl model's issue rule (pipeline occupancy, separate ready / done,
+  the hazards with their recovery; ``wcls`` = the producer class of each resource's last writer) over the same
+  read / write sets; every stall part is booked per pc in ``pcx`` (``X_*`` columns), also by ``sb_issue``.
 * ``resources(...)``, ``sb_issue(...)``, ``sb_commit(...)`` -- the scoreboard as three functions written
   once in plain Python (``*_py``, used by the reference interpreter) and compiled by Numba (``*_nb``,
   used by the core).
@@ -22,7 +26,7 @@ Resources (one flat int64 index space; ``cv`` = :meth:`TimingState.cfg_vector`):
 f1..7 at 16+k, a0..7 at 24+k, SCALE 32, STRIDE 33, VMASK 34, ACC_M 35, ACC_V 36, ACC_HM 37, ACC_HV 38,
 then one entry per VRAM row, MRAM tile, FP SRAM word and INT SRAM word (bases ``cv[TC_*_BASE]``). Indices
 >= :data:`MEM_FIRST` (35) are the memory / accumulator resources that carry the WAR constraint. The
-per-row arrays are created with ``np.zeros`` only in overlap mode (the OS maps their pages on first
+per-row arrays are created with ``np.zeros`` only in overlap and rtl mode (the OS maps their pages on first
 touch, so untouched rows cost nothing). A resource set is a list of ``(start, count, step)`` ranges.
 
 Trace record (int64[REC_N], one per retired instruction, ring buffer of capacity ``cap``; record ``k``
@@ -65,11 +69,14 @@ from isa.encoding import (
 )
 from isa.table import INSTRUCTIONS, TOPK_POLICIES
 
+from .rtl_timing import HZ_RECOVERY, HZ_STALL, HZ_WAW, S_HAZARD0, S_RAW, S_RECOVERY, S_UNIT, S_WAR, rtl_table
+
 __all__ = [
     "TIMING_MODES",
     "TimingState",
     "MODE_SERIAL",
     "MODE_OVERLAP",
+    "MODE_RTL",
     "REC_FIELDS",
     "REC_N",
     "resources_py",
@@ -84,9 +91,10 @@ __all__ = [
     "check_mode",
 ]
 
-TIMING_MODES = ("serial", "overlap")
+TIMING_MODES = ("serial", "overlap", "rtl")
 MODE_SERIAL = 0
 MODE_OVERLAP = 1
+MODE_RTL = 2
 
 # ---- ts slots
 T_CYCLES = 0  # serial: running total; overlap: max done so far
@@ -96,7 +104,17 @@ T_BUSY = 7  # + unit (5 slots)
 T_STALL_UNIT = 12
 T_STALL_DATA = 13
 T_MODE = 14
-T_N = 16
+T_LAST_STALL = 15  # overlap: the stall of the last issued instruction (0: none) ...
+T_PIPE_FREE = 16  # + rtl pipeline (rtl_timing.PIPES, 9 slots)
+T_STALL_REASON = 25  # ... and its reason (rtl_timing.S_*) when it stalled
+T_N = 32
+
+# ---- per-pc extras (``pcx``, int64[n, X_N], one row per program word; the backends' Outcome.pc_extra)
+X_BUSY = 0  # busy cycles not fixed per pc (H_*: the HBM model's latency)
+X_HBM_READ = 1  # HBM bytes read (requests x burst)
+X_HBM_WRITE = 2  # HBM bytes written
+X_STALL = 3  # + stall reason (rtl_timing.STALL_REASONS, 8 columns)
+X_N = 11
 
 # ---- register resources
 RS_GP = 0
@@ -403,36 +421,122 @@ def _dma_sets(alu, f1, g_rd, cv, rr, nr, wr, nw):
 
 
 def sb_issue_py(ts, unit, rr, nr, wr, nw, ready, rdone):
-    """Issue cycle of the next instruction (timing.md §4); also books its stall (unit / data)."""
+    """Issue cycle of the next instruction (timing.md §4); also books its stall (unit / data) and leaves it with
+    its reason (rtl_timing.S_*: unit, operand not ready, write after read) in ``ts[T_LAST_STALL]`` /
+    ``ts[T_STALL_REASON]`` for the caller's per-pc row (no array more to pass on the hot path)."""
     prev = ts[T_LAST_ISSUE] + 1
     uf = ts[T_UNIT_FREE + unit] if unit >= 0 else 0
-    data = 0
+    raw = 0
+    war = 0
     for i in range(nr):
         idx = rr[i, 0]
         for _k in range(rr[i, 1]):
-            if ready[idx] > data:
-                data = ready[idx]
+            if ready[idx] > raw:
+                raw = ready[idx]
             idx += rr[i, 2]
     for i in range(nw):
         idx = wr[i, 0]
         for _k in range(wr[i, 1]):
-            if ready[idx] > data:
-                data = ready[idx]
-            if idx >= MEM_FIRST and rdone[idx] > data:
-                data = rdone[idx]
+            if ready[idx] > raw:
+                raw = ready[idx]
+            if idx >= MEM_FIRST and rdone[idx] > war:
+                war = rdone[idx]
             idx += wr[i, 2]
-    issue = prev
-    if uf > issue:
-        issue = uf
-    if data > issue:
-        issue = data
+    issue = max(prev, uf, raw, war)
     stall = issue - prev
+    ts[T_LAST_STALL] = stall
     if stall > 0:
-        if uf >= data:
-            ts[T_STALL_UNIT] += stall
-        else:
-            ts[T_STALL_DATA] += stall
+        reason = stall_reason(uf, raw, war)
+        ts[T_STALL_REASON] = reason
+        ts[T_STALL_UNIT if reason == S_UNIT else T_STALL_DATA] += stall
     return issue
+
+
+@njit(cache=True)
+def stall_reason(uf, raw, war):
+    """The reason of a stall: the unit if its busy term decided the issue, else the later of operand ready
+    (RAW / WAW) and write after read."""
+    if uf >= raw and uf >= war:
+        return S_UNIT
+    return S_RAW if raw >= war else S_WAR
+
+
+def rtl_issue_py(ts, pipe, cmask, rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, pc):
+    """Issue cycle under the rtl model (docs/timing.md): the §4 terms with the pipeline's occupancy, then a hazard
+    (the producer class ``wcls`` of a resource, the consumer mask ``cmask``) that decides the issue cycle adds its
+    stall and its recovery; books every stall part on pc's row of ``pcx``."""
+    prev = ts[T_LAST_ISSUE] + 1
+    uf = ts[T_PIPE_FREE + pipe] if pipe >= 0 else 0
+    raw, hzt, hzk = _rtl_scan(rr, nr, ready, wcls, cmask, hz, 0, 0, 0, 0)
+    raw, hzt, hzk = _rtl_scan(wr, nw, ready, wcls, cmask, hz, 1, raw, hzt, hzk)
+    war = _war_term(wr, nw, rdone)
+    base = max(prev, uf, raw, war)
+    if base > prev:
+        pcx[pc, X_STALL + stall_reason(uf, raw, war)] += base - prev
+    if hzt <= base:
+        return base
+    pcx[pc, X_STALL + S_HAZARD0 + hzk - 1] += hzt - base
+    pcx[pc, X_STALL + S_RECOVERY] += hz[hzk, HZ_RECOVERY]
+    return hzt + hz[hzk, HZ_RECOVERY]
+
+
+@njit(cache=True)
+def _rtl_scan(rs, n, ready, wcls, cmask, hz, waw, raw, hzt, hzk):
+    """The latest ``ready`` of a resource set and its latest hazard term (ready + stall of a resource whose producer
+    class is a hazard this consumer has, of dependence ``waw``): (raw, hazard term, hazard class)."""
+    for i in range(n):
+        idx = rs[i, 0]
+        for _k in range(rs[i, 1]):
+            t = ready[idx]
+            if t > raw:
+                raw = t
+            c = wcls[idx]
+            if c > 0 and (cmask >> c) & 1 != 0 and hz[c, HZ_WAW] == waw and t + hz[c, HZ_STALL] > hzt:
+                hzt = t + hz[c, HZ_STALL]
+                hzk = c
+            idx += rs[i, 2]
+    return raw, hzt, hzk
+
+
+@njit(cache=True)
+def _war_term(wr, nw, rdone):
+    """The latest read_done of the memory / accumulator resources a write set names (WAR)."""
+    war = 0
+    for i in range(nw):
+        idx = wr[i, 0]
+        for _k in range(wr[i, 1]):
+            if idx >= MEM_FIRST and rdone[idx] > war:
+                war = rdone[idx]
+            idx += wr[i, 2]
+    return war
+
+
+def rtl_commit_py(ts, pipe, issue, cost, pclass, rr, nr, wr, nw, ready, rdone, wcls):
+    """Book an instruction issued under the rtl model: ``cost`` = (ready, done, ii) latencies; the pipeline is
+    occupied for ii, its writes are ready (with its producer class) after ready, its memory reads are done after
+    ii, the run ends no earlier than its done."""
+    ts[T_LAST_ISSUE] = issue
+    occ = issue + cost[2]
+    if pipe >= 0:
+        ts[T_PIPE_FREE + pipe] = occ
+    rdy = issue + cost[0]
+    for i in range(nw):
+        idx = wr[i, 0]
+        for _k in range(wr[i, 1]):
+            ready[idx] = rdy
+            wcls[idx] = pclass
+            idx += wr[i, 2]
+    for i in range(nr):
+        idx = rr[i, 0]
+        if idx + (rr[i, 1] - 1) * rr[i, 2] >= MEM_FIRST:
+            for _k in range(rr[i, 1]):
+                if idx >= MEM_FIRST and rdone[idx] < occ:
+                    rdone[idx] = occ
+                idx += rr[i, 2]
+    done = issue + cost[1]
+    if done > ts[T_CYCLES]:
+        ts[T_CYCLES] = done
+    return done
 
 
 def sb_commit_py(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone):
@@ -526,6 +630,8 @@ resources_nb = njit(cache=True)(resources_py)
 trace_record_nb = njit(cache=True)(trace_record_py)
 sb_issue_nb = njit(cache=True)(sb_issue_py)
 sb_commit_nb = njit(cache=True)(sb_commit_py)
+rtl_issue_nb = njit(cache=True)(rtl_issue_py)
+rtl_commit_nb = njit(cache=True)(rtl_commit_py)
 dest_reg_nb = njit(cache=True)(dest_reg_py)
 
 
@@ -552,9 +658,12 @@ class TimingState:
         self.ts[T_LAST_ISSUE] = -1
         self.ts[T_MODE] = self.mode_code
         self.cv = self.cfg_vector(cfg)
-        total = int(self.cv[TC_TOTAL]) if self.mode_code == MODE_OVERLAP else 1
+        total = int(self.cv[TC_TOTAL]) if self.mode_code != MODE_SERIAL else 1
         self.ready = np.zeros(total, dtype=np.int64)
         self.rdone = np.zeros(total, dtype=np.int64)
+        #: rtl: the hazard producer class of each resource's last writer
+        self.wcls = np.zeros(total if self.mode_code == MODE_RTL else 1, dtype=np.int64)
+        self.hz = rtl_table(cfg).hz if self.mode_code == MODE_RTL else np.zeros((1, 3), dtype=np.int64)
         self.params = timing_params(cfg)
         self.hp = self.params.as_array()
         self.geom = dma_geometry_table(cfg)

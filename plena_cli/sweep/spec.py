@@ -31,7 +31,7 @@ from . import expr
 
 __all__ = ["SpecError", "Point", "Filtered", "Workload", "SweepSpec", "load_spec", "parse_spec", "EXAMPLE"]
 
-TIMINGS = ("serial", "overlap")
+TIMINGS = ("serial", "overlap", "rtl")
 _TOP_KEYS = {"name", "timing", "seeds", "hardware", "workload", "filter", "backend"}
 _HW_KEYS = {"presets", "set", "derive"}
 _WL_KEYS = {"testbench", "case", "model", "kind", "set", "label"}

@@ -13,6 +13,7 @@ from numba import njit
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, FAM_DMA
 
 from .. import hbm_timing as HT
+from .. import rtl_timing as RT
 from .. import timing as TM
 from ..polling import stop_requested
 from ..state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
@@ -80,8 +81,9 @@ def account_serial(ts, unit, lat):
 
 @njit(cache=True)
 def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
-    """timing.md §4: issue when every resource read is ready and every one written is done; returns it.
-    ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue."""
+    """timing.md §4: issue when every resource read is ready and every one written is done; returns it (its stall
+    in ``ts[T_LAST_STALL]`` / ``ts[T_STALL_REASON]``). ``f`` = (rd, rs1, rs2, rs3, f1, imm18) fields, ``g`` =
+    (gp[rd], gp[rs1], gp[rs2]) at issue."""
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
     TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
@@ -89,22 +91,63 @@ def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
 
 
 @njit(cache=True)
-def account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf):
+def account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
+    """The rtl model (docs/timing.md) for a fixed-cost instruction: returns (issue cycle, done latency).
+    ``rtl`` = (wcls, per-pc costs of :func:`plena_sim.rtl_timing.rtl_pc_costs`, hazard table)."""
+    wcls, rpc, hz = rtl
+    nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
+    pipe = rpc[RT.PC_PIPE, pc]
+    issue = TM.rtl_issue_nb(ts, pipe, rpc[RT.PC_CMASK, pc], rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, pc)
+    cost = (rpc[RT.PC_READY, pc], rpc[RT.PC_DONE, pc], rpc[RT.PC_II, pc])
+    TM.rtl_commit_nb(ts, pipe, issue, cost, rpc[RT.PC_PCLASS, pc], rr, nr, wr, nw, ready, rdone, wcls)
+    if unit >= 0:
+        ts[TM.T_BUSY + unit] += cost[2]
+    return issue, cost[1]
+
+
+@njit(cache=True)
+def _dma_issue(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
+    """(issue cycle, read ranges, write ranges) of an H_* under overlap / rtl."""
+    nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
+    if ts[TM.T_MODE] == TM.MODE_OVERLAP:
+        issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+        pcx[pc, TM.X_STALL + ts[TM.T_STALL_REASON]] += ts[TM.T_LAST_STALL]
+        return issue, nr, nw
+    wcls, rpc, hz = rtl
+    pipe = rpc[RT.PC_PIPE, pc]
+    return TM.rtl_issue_nb(ts, pipe, rpc[RT.PC_CMASK, pc], rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, pc), nr, nw
+
+
+@njit(cache=True)
+def account_dma(pc, o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf, rtl, pcx):
     """Timing of one retired H_* instruction, started at its issue cycle (the HBM bank model): returns (issue
-    cycle, latency); latency DMA_STOPPED (nothing booked) if the stop flag was set while its blocks were listed."""
+    cycle, latency); latency DMA_STOPPED (nothing booked) if the stop flag was set while its blocks were listed.
+    Books the latency (busy) and the HBM bytes on pc's row of ``pcx``."""
     hp, geom, ch, bank, hstats, blocks, hset, work = hbm_tm
     gr = _geom_row(alu, f[4], geom)
     n, blk, wk = _dma_blocks(alu, f, g[1], areg, ctrl, hp, gr, blocks, hset, work, stopf)
     if n < 0:
         return np.int64(-1), n
-    if ts[TM.T_MODE] == TM.MODE_SERIAL:
-        start = ts[TM.T_CYCLES]
-        lat = HT.dma_latency(hp, ch, bank, blk, n, gr[HT.G_IS_WRITE], start, hstats, wk)
-        return account_serial(ts, unit, lat), lat
-    nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
-    issue = TM.sb_issue_nb(ts, unit, rr, nr, wr, nw, ready, rdone)
+    req0 = hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS]
+    mode = ts[TM.T_MODE]
+    if mode == TM.MODE_SERIAL:
+        issue, nr, nw = ts[TM.T_CYCLES], 0, 0
+    else:
+        issue, nr, nw = _dma_issue(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
     lat = HT.dma_latency(hp, ch, bank, blk, n, gr[HT.G_IS_WRITE], issue, hstats, wk)
-    TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
+    if mode == TM.MODE_SERIAL:
+        account_serial(ts, unit, lat)
+    elif mode == TM.MODE_OVERLAP:
+        TM.sb_commit_nb(ts, unit, issue, lat, rr, nr, wr, nw, ready, rdone)
+    else:
+        pipe = rtl[1][RT.PC_PIPE, pc]
+        TM.rtl_commit_nb(
+            ts, pipe, issue, (lat, lat, lat), rtl[1][RT.PC_PCLASS, pc], rr, nr, wr, nw, ready, rdone, rtl[0]
+        )
+        ts[TM.T_BUSY + unit] += lat
+    nbytes = (hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS] - req0) * hp[HT.PRM_BURST_BYTES]
+    pcx[pc, TM.X_BUSY] += lat
+    pcx[pc, TM.X_HBM_WRITE if gr[HT.G_IS_WRITE] != 0 else TM.X_HBM_READ] += nbytes
     return issue, lat
 
 

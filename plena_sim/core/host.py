@@ -20,6 +20,7 @@ from ..budget import work_table
 from ..errors import RunStopped
 from ..faults import FAULT_RECORD_LEN, R_IL_OPC
 from ..latency import latency_table
+from ..rtl_timing import PC_II, PC_N, rtl_pc_costs, rtl_table
 from ..state import CTRL_PC, MachineState, Outcome
 from ..stop import after_stop, poll_array
 from ..stop import current as current_stop_flag
@@ -136,11 +137,21 @@ def _program(program_words, par: tuple, work: np.ndarray) -> tuple:
     return (op, _i64(dec["word"]), fields, (*facts, work[op]))
 
 
-def _timing(tm) -> tuple:
+def _timing(tm, rpc: np.ndarray) -> tuple:
     hbm_tm = (tm.hp, tm.geom, tm.ch, tm.bank, tm.hstats, tm.blocks, tm.hset, tm.work)
     rr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
     wr = np.zeros((TM.MAX_RANGES, 3), dtype=np.int64)
-    return (tm.ts, tm.ready, tm.rdone, tm.cv, TM.UNIT_OF, hbm_tm, tm.tbuf, tm.tcount, rr, wr)
+    rtl = (tm.wcls, rpc, tm.hz)
+    return (tm.ts, tm.ready, tm.rdone, tm.cv, TM.UNIT_OF, hbm_tm, tm.tbuf, tm.tcount, rr, wr, rtl)
+
+
+def _rtl_costs(tm, prog: tuple) -> np.ndarray:
+    """The per-pc rtl costs of the program (:func:`plena_sim.rtl_timing.rtl_pc_costs`); a 1-column dummy in the
+    other models (the loop never reads it there)."""
+    if tm.mode_code != TM.MODE_RTL:
+        return np.zeros((PC_N, 1), dtype=np.int64)
+    words = prog[2]
+    return rtl_pc_costs(rtl_table(tm.cfg), prog[0], words[0], words[3])
 
 
 def execute(
@@ -169,13 +180,19 @@ def execute(
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
     n_words = len(prog[0])
+    pc_arrays = (
+        np.zeros(n_words, dtype=np.int64),
+        np.zeros(n_words, dtype=np.int64),
+        np.zeros((n_words, TM.X_N), np.int64),
+    )
     out = (
         np.zeros(N_STATS, dtype=np.int64),
-        (np.zeros(n_words, dtype=np.int64), np.zeros(n_words, dtype=np.int64)),  # pc_count, pc_cycles
+        pc_arrays,
         np.zeros(FAULT_RECORD_LEN, dtype=np.int64),
-        np.zeros(1, dtype=np.int64),
+        np.zeros(1, np.int64),
     )
-    scr, tim = _scratch(state.cfg), _timing(tm)
+    rpc = _rtl_costs(tm, prog)
+    scr, tim = _scratch(state.cfg), _timing(tm, rpc)
     try:
         st = _run_to_status(state, prog, par, tim, out, scr, max_instructions, tm.trace_capacity)
     except RunStopped as stop:  # raised by a signal handler when the loop stopped for it
@@ -183,16 +200,17 @@ def execute(
         raise
     if st == RUN_STATIC:
         st = _static_fault(out[2], int(state.ctrl[CTRL_PC]), prog, par)
-    stats, (pc_count, pc_cycles) = out[0], out[1]
+    stats, (pc_count, pc_cycles, pcx) = out[0], out[1]
     if tm.mode_code == TM.MODE_SERIAL:  # the fixed latencies the loop charged without adding them to pc_cycles
         pc_cycles += pc_count * prog[3][0]
+    pcx[:, TM.X_BUSY] += pc_count * (rpc[PC_II] if tm.mode_code == TM.MODE_RTL else prog[3][0])  # fixed busy
     fault = tuple(int(x) for x in out[2]) if st == RUN_FAULT else None
     by_opcode = np.zeros(N_OPCODES, dtype=np.int64)
     np.add.at(by_opcode, prog[0], pc_count)
     stats[STAT_MACS] = int(by_opcode @ par[3])
     counters = {name: int(stats[STAT_MACS + k]) for k, name in enumerate(COUNTER_NAMES)}
     cycles = int(tm.ts[TM.T_CYCLES]) - cyc0
-    return Outcome(int(stats[STAT_RETIRED]), fault, by_opcode, cycles, counters, pc_count, pc_cycles)
+    return Outcome(int(stats[STAT_RETIRED]), fault, by_opcode, cycles, counters, pc_count, pc_cycles, pcx)
 
 
 def _run_to_status(state: MachineState, prog, par, tim, out, scr, max_work: int, trace_capacity: int) -> int:
@@ -263,6 +281,9 @@ def jit_seconds() -> float:
     state.reset_timing()
     state.ctrl[CTRL_PC] = 0
     execute(state, _warm_up_program(), timing="overlap", trace_capacity=4)
+    state.reset_timing()
+    state.ctrl[CTRL_PC] = 0
+    execute(state, _warm_up_program(), timing="rtl", trace_capacity=0)
     return time.perf_counter() - t0
 
 

@@ -11,10 +11,12 @@ per-pc (latency, unit, C_BREAK target, bad-word flag) of :func:`.static.per_pc` 
 (:mod:`plena_sim.budget`); ``regs`` = (gp, fp, areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram,
 fp_sram, int_sram, (page_index, pages, meta)); ``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency
 table, macs, opcode tables, BMM_SCALE); ``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer,
-trace count, read set, write set); ``out`` = (stats, (pc_count, pc_cycles), fault record, pages needed): the per-pc
-profile, instructions retired, the budget units used and the cycles they added (``ts[T_CYCLES]`` after the
-accounting minus before); serial fixed-latency instructions add exactly their ``lat_pc`` each, so the host derives
-those cycles from the counts and the loop adds only the H_* and overlap ones (the host also derives the counts per
+trace count, read set, write set, rtl tuple (wcls, per-pc rtl costs, hazard table)); ``out`` = (stats,
+(pc_count, pc_cycles, pc_extra), fault record, pages needed): the per-pc profile (pc_extra:
+:data:`plena_sim.timing.X_N` columns: DMA busy, HBM bytes, stalls by reason), instructions retired, the budget
+units used and the cycles they added (``ts[T_CYCLES]`` after the accounting minus before); serial fixed-latency
+instructions add exactly their ``lat_pc`` each, so the host derives those cycles (and the fixed busy cycles of every
+model) from the counts and the loop adds only the H_* and overlap / rtl ones (the host also derives the counts per
 opcode and the matrix MACs); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel,
 wts); ``stopf`` = the stop flag (:mod:`plena_sim.stop`), polled every :data:`POLL_UNITS` budget units and between
 the rows of an H_* instruction.
@@ -48,9 +50,19 @@ from isa.encoding import (
 from ..faults import INT64_MAX, R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
 from ..polling import stop_requested
 from ..state import CTRL_LOOP_DEPTH, CTRL_PC
-from ..timing import MODE_SERIAL, T_BUSY, T_CYCLES, T_LAST_ISSUE, T_MODE
+from ..timing import (
+    MODE_OVERLAP,
+    MODE_SERIAL,
+    T_BUSY,
+    T_CYCLES,
+    T_LAST_ISSUE,
+    T_LAST_STALL,
+    T_MODE,
+    T_STALL_REASON,
+    X_STALL,
+)
 from . import control, dma, matrix, scalar, vector
-from .account import account_dma, account_overlap, trace_after, trace_before
+from .account import account_dma, account_overlap, account_rtl, trace_after, trace_before
 from .common import fault
 from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
@@ -138,8 +150,8 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
     fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
     vram, mram, fp_sram, int_sram, (pidx, pages, meta) = mem
     m_acc, v_acc, hm_acc, hv_acc = accs
-    ts, ready, rdone, cv, _unit_of, hbm_tm, _tbuf, _tcount, rr, wr = tim
-    stats, (pc_count, pc_cycles), frec, need = out
+    ts, ready, rdone, cv, _unit_of, hbm_tm, _tbuf, _tcount, rr, wr, rtl = tim
+    stats, (pc_count, pc_cycles, pcx), frec, need = out
     rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
     n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
     brk = (op, rd_a, end_of, is_end)
@@ -159,8 +171,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
         fam, alu, npc, st, f = fam_of[o], alu_of[o], pc + 1, RUN_OK, (rd, rs1, rs2, rs3, f1, imm)
         g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
         aux = lreg[depth - 1] if depth > 0 else np.int64(-1)  # innermost loop register (C_BREAK)
-        if tcap > 0:
-            reg = trace_before(o, rd, aux, regs, tim)
+        reg = trace_before(o, rd, aux, regs, tim) if tcap > 0 else reg
         # ---------------------------------------------------------------- dispatch on the table's family
         if fam == FAM_SINT:  # gp0 / f0 stay 0
             gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
@@ -195,7 +206,9 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
         # ---------------------------------------------------------------- account, trace, retire
         unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]
         if fam == FAM_DMA:
-            issue, lat = account_dma(o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf)
+            issue, lat = account_dma(
+                pc, o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf, rtl, pcx
+            )
             if lat < 0:  # stopped while listing its HBM blocks: nothing booked or counted yet
                 return RUN_STOP
             dma.commit(stats, cnt)
@@ -205,8 +218,12 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             issue = before
             if unit >= 0:
                 ts[T_BUSY + unit] += lat
-        else:
+        elif ts[T_MODE] == MODE_OVERLAP:  # timing.md §4; its stall booked on the pc's row
             issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
+            pc_cycles[pc] += ts[T_CYCLES] - before
+            pcx[pc, X_STALL + ts[T_STALL_REASON]] += ts[T_LAST_STALL]
+        else:  # rtl (docs/timing.md)
+            issue, lat = account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
             pc_cycles[pc] += ts[T_CYCLES] - before
         if tcap > 0:
             trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim)

@@ -8,6 +8,7 @@ import pytest
 from plena_cli.main import main
 from plena_sim.config import default_config
 from plena_sim.image import ImageBuilder
+from plena_sim.rtl_timing import STALL_REASONS
 
 
 def run(capsys, *argv):
@@ -101,7 +102,11 @@ def test_exec_reports_regions_in_json_and_rich(tmp_path, capsys):
     code, out, err = run(capsys, "exec", prog, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["cycles"] == 67 and doc["regions"] == [  # serial: S_ADDI 1, M_MM 64, S_ADDI 1 + 1
+    core = [
+        {k: e[k] for k in ("path", "instructions", "cycles_exclusive", "cycles_inclusive", "macs")}
+        for e in doc["regions"]
+    ]
+    assert doc["cycles"] == 67 and core == [  # serial: S_ADDI 1, M_MM 64, S_ADDI 1 + 1
         {"path": "outer", "instructions": 1, "cycles_exclusive": 64, "cycles_inclusive": 66, "macs": 1024},
         {"path": "outer/inner", "instructions": 2, "cycles_exclusive": 2, "cycles_inclusive": 2, "macs": 0},
         {"path": "(unlabelled)", "instructions": 1, "cycles_exclusive": 1, "cycles_inclusive": 1, "macs": 0},
@@ -121,8 +126,20 @@ def test_exec_without_regions_prints_no_region_table(tmp_path, capsys):
     titles = [line.strip() for line in out.splitlines()]
     assert code == 0 and "instructions by opcode" in titles and "regions" not in titles and "(unlabelled)" not in out
     code, out, _ = run(capsys, "exec", prog, "--json")
+    zero = {"scalar": 0, "vector": 0, "matrix_compute": 0, "matrix_writeout": 0, "hbm_matrix_dma": 0}
     assert json.loads(out)["regions"] == [
-        {"path": "(unlabelled)", "instructions": 1, "cycles_exclusive": 1, "cycles_inclusive": 1, "macs": 0}
+        {
+            "path": "(unlabelled)",
+            "instructions": 1,
+            "cycles_exclusive": 1,
+            "cycles_inclusive": 1,
+            "macs": 0,
+            "busy": zero | {"scalar": 1, "hbm_vector_dma": 0, "hbm_store": 0, "control": 0},
+            "stalls": dict.fromkeys(STALL_REASONS, 0),
+            "hbm_read_bytes": 0,
+            "hbm_write_bytes": 0,
+            "mac_utilization": 0.0,
+        }
     ]
 
 

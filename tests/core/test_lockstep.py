@@ -705,7 +705,7 @@ def diff_outcomes(a, b):
             out.append(f"outcome.{k}: ref {getattr(a, k)} jit {getattr(b, k)}")
     if not np.array_equal(a.by_opcode, b.by_opcode):
         out.append(f"outcome.by_opcode differs at {np.flatnonzero(a.by_opcode != b.by_opcode)}")
-    for k in ("pc_count", "pc_cycles"):  # the per-pc profile, identical and summing to the totals
+    for k in ("pc_count", "pc_cycles", "pc_extra"):  # the per-pc profile, identical and summing to the totals
         pa, pb = getattr(a, k), getattr(b, k)
         if not np.array_equal(pa, pb):
             out.append(f"outcome.{k} differs at pcs {np.flatnonzero(pa != pb)[:8]}")
@@ -722,16 +722,23 @@ def _listing(words, limit=200):
     return "\n".join(lines)
 
 
+#: the timing models the lock-step runs cycle through (by state seed)
+TIMINGS = ("serial", "overlap", "rtl")
+
+
 def run_lockstep(cfg, words, seed, pool_pages=16, budget=BUDGET, *, what=""):
     """Run both backends; assert identical outcome and state. Returns the (reference) outcome."""
     s_ref = make_state(cfg, seed, pool_pages)
     s_jit = clone_state(s_ref)
-    timing = "overlap" if seed % 2 else "serial"  # both accountings (timing.md §3 / §4) in lock step
+    timing = TIMINGS[seed % 3]  # every accounting (timing.md §3 / §4, docs/timing.md rtl) in lock step
     o_ref = reference.execute(s_ref, words, budget, timing=timing)
     o_jit = core.execute(s_jit, words, budget, timing=timing)
     diffs = diff_outcomes(o_ref, o_jit) + diff_states(s_ref, s_jit)
     if not np.array_equal(s_ref.timing.ts, s_jit.timing.ts):
         diffs.append(f"timing state ({timing}): ref {list(s_ref.timing.ts)} jit {list(s_jit.timing.ts)}")
+    for k in ("ready", "rdone", "wcls"):  # the scoreboard (overlap / rtl) and the rtl hazard classes
+        if not np.array_equal(getattr(s_ref.timing, k), getattr(s_jit.timing, k)):
+            diffs.append(f"timing.{k} ({timing}) differs")
     if s_ref.timing.hbm_counts() != s_jit.timing.hbm_counts():
         diffs.append(f"hbm counters: ref {s_ref.timing.hbm_counts()} jit {s_jit.timing.hbm_counts()}")
     if diffs:

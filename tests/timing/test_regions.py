@@ -62,6 +62,15 @@ def entry(path, instructions, excl, incl, macs=0):
     }
 
 
+#: the count / cycle / MAC fields of a region entry (the resource fields are checked on their own below)
+CORE_KEYS = ("path", "instructions", "cycles_exclusive", "cycles_inclusive", "macs")
+
+
+def core(regions):
+    """The CORE_KEYS fields of each region entry."""
+    return [{k: e[k] for k in CORE_KEYS} for e in regions]
+
+
 def run(prog, backend="numba", timing="serial", **kw):
     return Machine(CFG, backend=backend, timing=timing).run(prog, **kw)
 
@@ -74,6 +83,11 @@ def assert_sums(res):
     assert sum(e["macs"] for e in regions) == res.stats["matrix_macs"]
     assert int(res.outcome.pc_count.sum()) == res.instructions
     assert int(res.outcome.pc_cycles.sum()) == res.cycles
+    for key in ("busy", "stalls"):  # the resource fields sum to the run's, too
+        for name, total in res.stats[key].items():
+            assert sum(e[key][name] for e in regions) == total
+    assert sum(e["hbm_read_bytes"] for e in regions) == res.stats["hbm"]["bytes_read"]
+    assert sum(e["hbm_write_bytes"] for e in regions) == res.stats["hbm"]["bytes_written"]
 
 
 # ------------------------------------------------------------------------------------------- the assembler
@@ -208,7 +222,7 @@ def test_nested_regions_serial_exact(backend):
     assert res.cycles == 229 and res.instructions == 19
     assert res.outcome.pc_count.tolist() == SERIAL_PC_COUNT
     assert res.outcome.pc_cycles.tolist() == SERIAL_PC_CYCLES
-    assert res.stats["regions"] == [
+    assert core(res.stats["regions"]) == [
         entry("layer", 1 + 3 + 1, 1 + 3 + 1, 1 + 3 * (64 + 1 + 1 + 8) + 3 + 1),  # both occurrences summed
         entry("layer/matmul", 6, 3 * 65, 3 * 65, 3 * M_MM_MACS),
         entry("layer/softmax", 6, 3 * 9, 3 * 9),
@@ -224,7 +238,7 @@ def test_nested_regions_overlap_exact(backend):
     assert res.cycles == 214 and res.instructions == 19
     assert res.outcome.pc_count.tolist() == SERIAL_PC_COUNT
     assert res.outcome.pc_cycles.tolist() == OVERLAP_PC_CYCLES
-    assert res.stats["regions"] == [
+    assert core(res.stats["regions"]) == [
         entry("layer", 5, 1 + 0 + 1, 1 + 180 + 3 + 3 + 24 + 0 + 1),
         entry("layer/matmul", 6, 180 + 3, 183, 3 * M_MM_MACS),
         entry("layer/softmax", 6, 27, 27),
@@ -236,7 +250,7 @@ def test_nested_regions_overlap_exact(backend):
 
 def test_program_without_regions_has_one_unlabelled_entry():
     res = run(assemble("S_ADDI_INT gp1, gp0, 1\nM_MM 0, gp0, gp0", "p.asm"))
-    assert res.stats["regions"] == [entry("(unlabelled)", 2, 65, 65, M_MM_MACS)]
+    assert core(res.stats["regions"]) == [entry("(unlabelled)", 2, 65, 65, M_MM_MACS)]
 
 
 def test_mem_program_has_no_regions(tmp_path):
@@ -245,7 +259,7 @@ def test_mem_program_has_no_regions(tmp_path):
     path = tmp_path / "n.mem"
     write_mem(path, assemble(NESTED, "n.asm").words.tolist())
     res = run(path)
-    assert res.cycles == 229 and res.stats["regions"] == [entry("(unlabelled)", 19, 229, 229, 3 * M_MM_MACS)]
+    assert res.cycles == 229 and core(res.stats["regions"]) == [entry("(unlabelled)", 19, 229, 229, 3 * M_MM_MACS)]
 
 
 #: faults in the second iteration: gp7 = 1 is not a VRAM row address (AL-VROW)
@@ -270,7 +284,11 @@ def test_run_that_faults_reports_regions_summing_to_its_cycles(backend, timing):
     assert res.instructions == 5 and res.cycles == 5  # S_ADDI, START, V_ADD, S_ADDI, END; the second V_ADD faults
     assert res.outcome.pc_count.tolist() == [1, 1, 1, 1, 1]
     assert res.outcome.pc_cycles.tolist() == [1, 1, 1, 1, 1]
-    assert res.stats["regions"] == [entry("work", 3, 3, 4), entry("work/vec", 1, 1, 1), entry("(unlabelled)", 1, 1, 1)]
+    assert core(res.stats["regions"]) == [
+        entry("work", 3, 3, 4),
+        entry("work/vec", 1, 1, 1),
+        entry("(unlabelled)", 1, 1, 1),
+    ]
     assert res.fault.stats["regions"] == res.stats["regions"]
     assert_sums(res)
 
@@ -313,7 +331,7 @@ def _run_both(prog, timing):
     return [_dma_machine(backend, timing).run(prog) for backend in BACKENDS]
 
 
-@pytest.mark.parametrize("timing", MODES)
+@pytest.mark.parametrize("timing", (*MODES, "rtl"))
 def test_backends_identical_profiles_with_loops_and_dma(timing):
     jit, ref = _run_both(LOOPS_AND_DMA, timing)
     assert np.array_equal(jit.outcome.pc_count, ref.outcome.pc_count)
@@ -328,7 +346,7 @@ def test_backends_identical_profiles_with_loops_and_dma(timing):
     assert_sums(ref)
 
 
-@pytest.mark.parametrize("timing", MODES)
+@pytest.mark.parametrize("timing", (*MODES, "rtl"))
 def test_profile_cycles_are_the_traced_cycle_counter_steps(timing):
     """pc_cycles[pc] = Σ over its retired instructions of (cycle counter after - before): in serial the latency
     (H_*: the HBM model's, from the trace), in overlap the growth of the largest end so far."""
@@ -343,3 +361,71 @@ def test_profile_cycles_are_the_traced_cycle_counter_steps(timing):
     if timing == "serial":
         dma = [r["cycles"] for r in res.trace.rows() if r["pc"] in (3, 4)]
         assert len(dma) == 6 and res.stats["regions"][0]["cycles_exclusive"] == sum(dma)
+
+
+# ------------------------------------------------------------------------------------------- resource fields
+
+#: rtl (docs/timing.md), by hand: S_ADDI_INT 0-1; M_MM 1-9 (BLEN + 4); M_MM_WO waits for ACC_M: 9-30 (2*BLEN + 13);
+#: V_ADD_VV waits for the rows written: 30-42 (12)
+RTL_NESTED = """\
+S_ADDI_INT gp1, gp0, 64
+; @region outer
+M_MM 0, gp0, gp0
+; @region inner
+M_MM_WO gp1, gp0, 0
+V_ADD_VV gp2, gp1, gp1, 0
+; @endregion
+; @endregion
+"""
+
+
+def _busy(**kw):
+    names = ("scalar", "vector", "matrix_compute", "matrix_writeout", "hbm_matrix_dma", "hbm_vector_dma")
+    return dict.fromkeys((*names, "hbm_store", "control"), 0) | kw
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nested_regions_under_rtl_exact(backend):
+    from plena_sim.rtl_timing import STALL_REASONS
+
+    res = run(assemble(RTL_NESTED, "r.asm"), backend, "rtl")
+    assert res.cycles == 42 and res.outcome.pc_cycles.tolist() == [1, 8, 21, 12]
+    regions = res.stats["regions"]
+    assert core(regions) == [
+        entry("outer", 1, 8, 8 + 33, M_MM_MACS),
+        entry("outer/inner", 2, 33, 33),
+        entry("(unlabelled)", 1, 1, 1),
+    ]
+    assert [e["busy"] for e in regions] == [
+        _busy(matrix_compute=8),
+        _busy(matrix_writeout=21, vector=1),
+        _busy(scalar=1),
+    ]
+    none = dict.fromkeys(STALL_REASONS, 0)
+    assert [e["stalls"] for e in regions] == [none, none | {"operand_not_ready": 7 + 20}, none]
+    assert [e["mac_utilization"] for e in regions] == [M_MM_MACS / (8 * CFG.BLEN * CFG.MLEN), 0.0, 0.0]
+    assert_sums(res)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nested_regions_serial_busy_exact(backend):
+    res = run(NESTED, backend)
+    assert [e["busy"] for e in res.stats["regions"]] == [
+        _busy(control=1 + 3, scalar=1),
+        _busy(matrix_compute=3 * 64, matrix_writeout=3),
+        _busy(vector=3 * (1 + 8)),
+        _busy(scalar=1),
+        _busy(scalar=1),
+    ]
+    assert all(not any(e["stalls"].values()) for e in res.stats["regions"])  # serial: no stall
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("timing", (*MODES, "rtl"))
+def test_dma_regions_book_their_hbm_bytes(backend, timing):
+    res = run(LOOPS_AND_DMA, backend, timing)
+    dma = next(e for e in res.stats["regions"] if e["path"] == "dma")
+    assert dma["hbm_read_bytes"] == res.stats["hbm"]["bytes_read"] > 0
+    assert dma["hbm_write_bytes"] == res.stats["hbm"]["bytes_written"] > 0
+    assert dma["busy"]["hbm_vector_dma"] + dma["busy"]["hbm_store"] == res.stats["unit_busy_cycles"]["H"]
+    assert_sums(res)
