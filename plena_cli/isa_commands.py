@@ -11,6 +11,7 @@ from rich.table import Table
 from .errors import EXIT_OK, UsageError
 from .options import add_max_program_arg
 from .paths import distinct_outputs, out_path, write_out
+from .render import add_plain_row
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,7 +79,8 @@ def cmd_isa(args: argparse.Namespace, out: Console, err: Console) -> int:
         t.add_column(col)
     for i in INSTRUCTIONS:
         ops = ", ".join(("[" + o.name + "]") if o.optional else o.name for o in i.operands if not o.compat)
-        t.add_row(
+        add_plain_row(
+            t,
             f"{i.opcode:02X}",
             i.mnemonic,
             UNITS[i.unit],

@@ -158,17 +158,18 @@ def _guard(fn: Any) -> Any:
 
 
 def _render_summary(out: Console, doc: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"sweep {doc['spec']} -> {doc['out']}", show_edge=False)
+    t = Table(title=escape(f"sweep {doc['spec']} -> {doc['out']}"), show_edge=False)
     for c in ("points", "ran", "skipped", "failed", "filtered", "workers", "wall"):
         t.add_column(c, justify="right")
     t.add_row(
         *(str(doc[k]) for k in ("points", "ran", "skipped", "failed", "filtered", "workers")), f"{doc['wall_s']:.1f} s"
     )
     out.print(t)
-    out.print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(doc["by_status"].items())))
-    out.print(f"report: plena-sim sweep report {doc['out']}")
+    out.print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(doc["by_status"].items())), markup=False)
+    out.print(f"report: plena-sim sweep report {doc['out']}", markup=False)
 
 
 def _report_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | None]:
@@ -203,5 +204,5 @@ def _report(args: argparse.Namespace, out: Console) -> int:
     else:
         report.render(out, summary)
         for p in plots:
-            out.print(f"wrote {p}")
+            out.print(f"wrote {p}", markup=False)
     return EXIT_OK

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from rich.table import Table
+from rich.text import Text
 
 from isa.fileio import DirTransaction, npz_bytes
 from isa.safetext import json_text
@@ -20,7 +21,7 @@ from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .interrupts import add_timeout_arg
 from .options import add_backend_arg, add_hw_arg, add_timing_arg
 from .paths import out_path, save_transaction, usage_errors, write_perfetto
-from .render import compile_core, json_default, print_fault, print_json, render_trace, status
+from .render import add_plain_row, compile_core, json_default, print_fault, print_json, render_trace, status
 from .run_report import render_hardware, render_report, result_json, tolerance_info
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
@@ -81,10 +82,10 @@ def cmd_list(args: argparse.Namespace, out: Console, err: Console) -> int:
         try:
             mod = testbenches.get(name)
         except ImportError as exc:
-            t.add_row(name, f"[red]cannot import: {exc}[/]", "", "")
+            add_plain_row(t, name, Text(f"cannot import: {exc}", style="red"), "", "")
             continue
         cases = " ".join(c[0] for c in mod.REQUIRED_CASES)
-        t.add_row(name, getattr(mod, "DESCRIPTION", ""), _defaults_text(mod.DEFAULTS, cfg), cases)
+        add_plain_row(t, name, getattr(mod, "DESCRIPTION", ""), _defaults_text(mod.DEFAULTS, cfg), cases)
     out.print(t)
     return EXIT_OK
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .interrupts import add_timeout_arg
+from .machine_inputs import add_memory_args, input_files, loaded_machine, memory_inputs_given
 from .options import (
     add_backend_arg,
     add_budget_arg,
@@ -18,7 +19,16 @@ from .options import (
     read_program_arg,
 )
 from .paths import distinct_outputs, out_path, write_perfetto
-from .render import compile_core, print_fault, print_json, print_plain, render_trace, upstream_lines
+from .render import (
+    compile_core,
+    print_fault,
+    print_json,
+    print_plain,
+    render_trace,
+    upstream_lines,
+    warn_truncated,
+    wrote,
+)
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
 if TYPE_CHECKING:
@@ -46,6 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="testbench parameter with --testbench, else a CONFIG key override (repeatable)",
     )
     add_machine_args(tr, "hardware variant of --testbench")
+    add_memory_args(tr)
     add_backend_arg(tr)
     add_timing_arg(tr, help_text=None)
     tr.add_argument(
@@ -66,6 +77,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     tr.add_argument(
         "--around-fault", type=int, default=None, metavar="N", help="the N instructions retired just before the fault"
+    )
+    tr.add_argument(
+        "--wide", action="store_true", help="every column (sequence number, issue, cycle span, registers, memory)"
     )
     tr.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
     tr.add_argument("--json", action="store_true", help="print the selected rows and stats as one JSON object")
@@ -92,6 +106,7 @@ class _Traced:
     title: str
     fault_pc: int | None
     fault_text: str | None
+    fault_row: dict[str, Any] | None  # the faulting instruction: pc, line, text, message
 
 
 def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -99,13 +114,16 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     filters = _filters(args)
     perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto is not None else None
     if perfetto is not None:
-        distinct_outputs([("--perfetto", perfetto)], [args.program])
+        distinct_outputs([("--perfetto", perfetto)], input_files(args))
     compile_core(err, bool(args.json))
     run = _trace_testbench(args) if args.testbench else _trace_program(args)
     trace = run.trace
     sel = trace.filter(pc=filters.pc, ops=filters.ops, units=filters.units, last=_last(args, run, filters))
     if perfetto is not None:
         write_perfetto(perfetto, trace)
+        wrote(err, perfetto)
+        if trace.dropped:
+            warn_truncated(err, trace, "the Perfetto export")
     faulted = run.fault_text is not None
     if run.fault_text is not None:  # the fault is the headline; statistics are partial
         print_fault(err, run.fault_text)
@@ -113,29 +131,40 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json(
             out,
             {
-                "rows": sel.rows(),
+                "rows": [_json_row(r) for r in sel.rows()],
                 "summary": trace.opcode_summary(),
                 "stats": run.stats,
                 "records": len(trace),
                 "dropped": trace.dropped,
                 "partial": faulted,
-                "fault": {"pc": run.fault_pc, "message": run.fault_text} if faulted else None,
+                "fault": dict(run.fault_row or {}, message=run.fault_text) if faulted else None,
             },
             sort_keys=True,
         )
         return EXIT_FAULT if faulted else EXIT_OK
     what = f" (partial: faulted at pc {run.fault_pc}, not retired)" if faulted else ""
-    render_trace(out, sel, run.stats, title=f"{run.title}: {len(sel)} of {trace.total} instructions{what}", full=trace)
+    title = f"{run.title}: {len(sel)} of {trace.total} instructions{what}"
+    render_trace(out, sel, run.stats, title=title, full=trace, wide=args.wide, fault=run.fault_row)
     if trace.dropped:
-        out.print(f"(ring buffer kept the newest {len(trace)} of {trace.total} instructions)")
+        warn_truncated(err, trace)
     if not faulted:
         print_plain(out, upstream_lines(run.stats))
     return EXIT_FAULT if faulted else EXIT_OK
 
 
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A trace row of ``--json``: the register change as ``regs`` only (an object), not also as text."""
+    return {k: v for k, v in row.items() if k != "reg"}
+
+
 def _check_args(args: argparse.Namespace) -> None:
     if (args.program is None) == (args.testbench is None):
         raise UsageError("trace: give exactly one of PROGRAM or --testbench NAME")
+    memory = memory_inputs_given(args)
+    if args.testbench and memory:
+        raise UsageError(f"{', '.join(memory)}: the inputs of a PROGRAM, not of --testbench (it builds its own)")
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last: {args.last} must be >= 1")
     if not 0 < args.capacity <= MAX_CAPACITY:
         raise UsageError(f"--capacity: {args.capacity} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
 
@@ -149,6 +178,8 @@ def _filters(args: argparse.Namespace) -> _Filters:
         if not sep:
             raise UsageError(f"--pc: {args.pc!r} must look like A:B")
         pc_range = (int_arg(a, "--pc A") if a else 0, int_arg(b, "--pc B") if b else 1 << 62)
+        if pc_range[0] > pc_range[1]:
+            raise UsageError(f"--pc: {args.pc!r} is an empty range (A must be <= B)")
     try:
         units = parse_units(args.unit) if args.unit else None
     except ValueError as exc:
@@ -180,27 +211,32 @@ def _trace_testbench(args: argparse.Namespace) -> _Traced:
     fault = rep.fault
     fault_pc = fault.get("pc") if isinstance(fault, dict) else None
     fault_text = None if fault is None else (fault.get("text") if isinstance(fault, dict) else str(fault))
+    row = None
+    if isinstance(fault, dict):
+        row = _fault_row(fault.get("pc"), fault.get("line"), fault.get("text"), fault.get("detail"), fault.get("rule"))
     trace = cast("Trace", rep.trace)  # Report.trace is typed object: a Trace with run(trace=N)
-    return _Traced(trace, rep.stats, f"{args.testbench} [{case.case_id}] ({args.timing})", fault_pc, fault_text)
+    title = f"{args.testbench} [{case.case_id}] ({args.timing})"
+    return _Traced(trace, rep.stats, title, fault_pc, fault_text, row)
+
+
+def _fault_row(pc: object, where: object, text: object, detail: object, rule: object) -> dict[str, Any]:
+    """The faulting instruction as a row of the trace (``where``: ``file:line``, its line number shown)."""
+    tail = str(where or "").rpartition(":")[2]
+    return {"pc": pc, "line": int(tail) if tail.isdigit() else None, "text": text, "message": f"{detail} [{rule}]"}
 
 
 def _trace_program(args: argparse.Namespace) -> _Traced:
-    from plena_sim.machine import Machine
-
     args.set = list(args.set or []) + list(args.set_hw or [])
     cfg = config_from_args(args)
     prog = read_program_arg(args.program, args.max_program)
-    m = Machine(cfg, backend=args.backend, timing=args.timing)
+    m, _images = loaded_machine(args, cfg)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=int(args.capacity))
     fault = res.fault
     trace = cast("Trace", res.trace)  # RunResult.trace is typed object | None: a Trace with trace=N
-    return _Traced(
-        trace,
-        res.stats,
-        f"{args.program} ({args.timing})",
-        fault.pc if fault is not None else None,
-        str(fault) if fault is not None else None,
-    )
+    if fault is None:
+        return _Traced(trace, res.stats, f"{args.program} ({args.timing})", None, None, None)
+    row = _fault_row(fault.pc, fault.where, fault.text, fault.detail, fault.rule)
+    return _Traced(trace, res.stats, f"{args.program} ({args.timing})", fault.pc, str(fault), row)
 
 
 def _last(args: argparse.Namespace, run: _Traced, filters: _Filters) -> int | None:

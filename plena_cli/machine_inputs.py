@@ -1,0 +1,85 @@
+"""The memory inputs of a program run (``exec``, ``trace PROGRAM``): HBM images, FP / INT SRAM preloads.
+
+``--hbm FILE`` (at address 0), ``--hbm-at ADDR=FILE`` (repeatable), ``--fp-sram FILE`` or ``--fp V1,V2,...``
+and ``--int-sram FILE``: :func:`add_memory_args` registers them, :func:`loaded_machine` builds the
+:class:`~plena_sim.machine.Machine` with them in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import UsageError
+from .options import int_arg, split_spec
+
+if TYPE_CHECKING:
+    from plena_sim.config import HardwareConfig
+    from plena_sim.machine import Machine
+
+__all__ = ["add_memory_args", "memory_inputs_given", "input_files", "loaded_machine", "LoadedImage", "MEMORY_FLAGS"]
+
+#: the flags of :func:`add_memory_args` (their ``args`` attribute names)
+MEMORY_FLAGS = ("hbm", "hbm_at", "fp_sram", "fp", "int_sram")
+
+
+def add_memory_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hbm", metavar="FILE", help="raw HBM image placed at address 0")
+    p.add_argument("--hbm-at", action="append", metavar="ADDR=FILE", help="raw image at ADDR (repeatable)")
+    p.add_argument("--fp-sram", metavar="FILE", help="FP SRAM preload (upstream f16 little-endian)")
+    p.add_argument("--fp", metavar="V1,V2,...", help="FP SRAM preload values (rounded to bf16)")
+    p.add_argument("--int-sram", metavar="FILE", help="INT SRAM preload (u32 little-endian)")
+
+
+def memory_inputs_given(args: argparse.Namespace) -> list[str]:
+    """The memory flags given on the command line (as ``--flag``)."""
+    return ["--" + f.replace("_", "-") for f in MEMORY_FLAGS if getattr(args, f, None) is not None]
+
+
+def input_files(args: argparse.Namespace) -> list[str | None]:
+    """Every file a program run reads (an output must not be one of them)."""
+    images = [spec.partition("=")[2] for spec in args.hbm_at or []]
+    return [args.program, args.hbm, args.fp_sram, args.int_sram, args.config, *images]
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """One HBM image placed by the command line: its file, base address and size in bytes."""
+
+    path: str
+    base: int
+    size: int
+
+
+def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> tuple[Machine, list[LoadedImage]]:
+    """A Machine with the HBM images and the SRAM preloads of the command line, and the images placed."""
+    from plena_sim.image import load_raw_image
+    from plena_sim.machine import Machine
+    from plena_sim.sram_io import fp_sram_from_values, load_fp_sram_file, load_int_sram_file
+
+    m = Machine(cfg, backend=args.backend, timing=args.timing)
+    placed = [(0, args.hbm)] if args.hbm else []
+    for spec in args.hbm_at or []:
+        a, path = split_spec(spec, "--hbm-at", "ADDR=FILE")
+        placed.append((int_arg(a, "--hbm-at ADDR"), path))
+    images = [LoadedImage(path, base, load_raw_image(path, m.hbm, base)[1]) for base, path in placed]
+    if args.fp_sram and args.fp is not None:
+        raise UsageError("--fp-sram and --fp are mutually exclusive")
+    if args.fp_sram:
+        m.fp_sram.bits[:] = load_fp_sram_file(args.fp_sram, cfg.FP_SRAM_SIZE)
+    if args.fp is not None:
+        m.fp_sram.bits[:] = fp_sram_from_values(_fp_values(args.fp), cfg.FP_SRAM_SIZE)
+    if args.int_sram:
+        m.int_sram[:] = load_int_sram_file(args.int_sram, cfg.INT_SRAM_SIZE)
+    return m, images
+
+
+def _fp_values(text: str) -> list[float]:
+    items = text.split(",")
+    if any(not v.strip() for v in items):
+        raise UsageError(f"--fp: {text!r} has an empty item (give V1,V2,... with a number between every comma)")
+    try:
+        return [float(v) for v in items]
+    except ValueError:
+        raise UsageError(f"--fp: {text!r} is not a comma-separated list of numbers") from None
