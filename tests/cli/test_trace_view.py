@@ -56,7 +56,8 @@ def test_narrow_table_fits_80_columns_with_every_mnemonic_whole():
     for m in MNEMONICS:
         assert m in words  # never cut or wrapped inside the mnemonic
     header = next(line for line in lines if line.startswith("┃"))
-    assert [c.strip() for c in header.strip("┃").split("┃")] == ["pc", "line", "instruction", "unit", "cycles", "changes"]
+    cols = [c.strip() for c in header.strip("┃").split("┃")]
+    assert cols == ["pc", "line", "instruction", "unit", "cycles", "changes"]
     assert {"0x0..+0x100", "(320", "0x0", "0x400"} <= words  # numbers are not cut either
     starts = [[c.strip() for c in line.split("│")[1:6]] for line in lines if line.startswith("│")]
     starts = [c for c in starts if c[0]]  # the first line of each row
