@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .errors import EXIT_OK
-from .options import add_config_args, config_from_args
+from .options import add_config_args, config_from_args, examples
 from .render import add_plain_row, print_json
 
 if TYPE_CHECKING:
@@ -35,12 +35,23 @@ _HW_COLUMNS = (
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    hwp = sub.add_parser("hw", help="list the hardware presets, or show one with its sources")
+    hwp = sub.add_parser(
+        "hw",
+        help="list the hardware presets, or show one with its sources",
+        **examples("plena-sim hw", "plena-sim hw v80-128x64", "plena-sim hw --json"),
+    )
     hwp.add_argument("name", metavar="NAME", nargs="?", help="a preset name")
     hwp.add_argument("--json", action="store_true", help="print JSON")
     hwp.set_defaults(func=cmd_hw)
 
-    c = sub.add_parser("config", help="print the effective hardware configuration")
+    c = sub.add_parser(
+        "config",
+        help="print the effective hardware configuration",
+        **examples(
+            "plena-sim config --hw v80-128x64",
+            "plena-sim config --config plena_settings.toml --set BMM_SCALE=0.25 --json",
+        ),
+    )
     add_config_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_config)

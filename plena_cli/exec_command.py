@@ -20,10 +20,11 @@ from .options import (
     add_timing_arg,
     config_from_args,
     dump_specs,
+    examples,
     read_program_arg,
 )
 from .paths import distinct_outputs, out_path, save_npy, write_hbm_dump
-from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines
+from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines, wrote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,7 +36,15 @@ __all__ = ["register", "cmd_exec"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    e = sub.add_parser("exec", help="run a program (.asm or .mem) with raw memory images")
+    e = sub.add_parser(
+        "exec",
+        help="run a program (.asm or .mem) with raw memory images",
+        **examples(
+            "plena-sim exec kernel.asm --hbm weights.bin --fp 1.0,0.5",
+            "plena-sim exec kernel.mem --hw small --dump-vram 0:4=out.npy --json",
+            "plena-sim exec kernel.asm --timing overlap --max-instructions 1000000",
+        ),
+    )
     e.add_argument("program", metavar="PROGRAM")
     add_config_args(e)
     add_backend_arg(e)
@@ -68,6 +77,8 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     compile_core(err, args.json)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
     _write_dumps(m, dumps)  # even after a fault (post-mortem), each atomically
+    for path in [p for _a, _n, p in dumps.vram + dumps.hbm] + ([dumps.fp_sram] if dumps.fp_sram else []):
+        wrote(err, path)
     fault = res.fault
     faulted = fault is not None
     if fault is not None:  # the fault is the headline; statistics are partial

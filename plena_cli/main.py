@@ -34,6 +34,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         exec_command,
         isa_commands,
         model_command,
+        profile_command,
         sweep_command,
         testbench_commands,
         trace_command,
@@ -48,6 +49,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         model_command,
         sweep_command,
         trace_command,
+        profile_command,
         bench_command,
     )
 

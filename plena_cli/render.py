@@ -36,12 +36,18 @@ __all__ = [
     "upstream_lines",
     "render_trace",
     "add_plain_row",
+    "json_documents",
+    "wrote",
+    "warn_truncated",
 ]
 
 
 class _Console(Console):
     """A rich console whose write to a closed pipe raises BrokenPipeError (rich's own exits 1, the mismatch code);
     the command line's boundary turns it into exit 0 (:mod:`.interrupts`)."""
+
+    #: the JSON documents printed on this console (:func:`print_json`)
+    json_documents = 0
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -80,6 +86,13 @@ def print_json(out: Console, doc: object, *, sort_keys: bool = False, indent: in
     """Write ``doc`` as one strict JSON document (one line unless ``indent``) to ``out``'s file: a non-finite
     number is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (README: JSON output)."""
     out.file.write(json_text(doc, default=json_default, sort_keys=sort_keys, indent=indent) + "\n")
+    if isinstance(out, _Console):
+        out.json_documents += 1
+
+
+def json_documents(out: Console) -> int:
+    """How many JSON documents :func:`print_json` has printed on ``out``."""
+    return out.json_documents if isinstance(out, _Console) else 0
 
 
 def print_fault(err: Console, text: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from .options import examples
 from .render import print_json
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a design-space sweep on Dask (or: sweep report RESULTS)",
         description="plena-sim sweep SPEC.toml --out RESULTS | sweep report RESULTS [--csv F] [--parquet F] "
         "[--plots DIR] | sweep --example",
+        **examples(
+            "plena-sim sweep --example > spec.toml",
+            "plena-sim sweep spec.toml --out results.sqlite --workers 4",
+            "plena-sim sweep report results.sqlite --csv points.csv --plots plots",
+        ),
     )
     p.add_argument("spec", nargs="?", help="the sweep spec (TOML), or 'report'")
     p.add_argument("results", nargs="?", help="(sweep report) the results database")

@@ -7,16 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
-from .interrupts import add_timeout_arg
-from .machine_inputs import add_memory_args, input_files, loaded_machine, memory_inputs_given
+from .machine_inputs import input_files
 from .options import (
-    add_backend_arg,
-    add_budget_arg,
-    add_max_program_arg,
+    add_capacity_arg,
     add_timing_arg,
-    config_from_args,
+    examples,
     int_arg,
-    read_program_arg,
 )
 from .paths import distinct_outputs, out_path, write_perfetto
 from .render import (
@@ -29,7 +25,7 @@ from .render import (
     warn_truncated,
     wrote,
 )
-from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
+from .run_source import SourceRun, add_source_args, check_source_args, fault_row, run_source
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,35 +36,21 @@ __all__ = ["register", "cmd_trace"]
 
 #: rows shown without a filter or ``--last``
 DEFAULT_LAST = 200
-#: the largest ``--capacity`` (trace records; each is 160 bytes of host memory)
-MAX_CAPACITY = 1 << 32
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    tr = sub.add_parser("trace", help="run a program or testbench with tracing and show the trace")
-    tr.add_argument("program", metavar="PROGRAM", nargs="?", help=".asm or .mem program")
-    tr.add_argument("--testbench", metavar="NAME", help="trace a testbench instead of a program file")
-    tr.add_argument("--case", metavar="ID", help="a required/stretch case id of --testbench")
-    tr.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="testbench parameter with --testbench, else a CONFIG key override (repeatable)",
+    tr = sub.add_parser(
+        "trace",
+        help="run a program or testbench with tracing and show the trace",
+        **examples(
+            "plena-sim trace kernel.asm --hbm weights.bin --last 20",
+            "plena-sim trace --testbench linear --op M_MM,H_PREFETCH_M --json",
+            "plena-sim trace kernel.asm --pc 10:40 --wide --perfetto trace.json",
+        ),
     )
-    add_machine_args(tr, "hardware variant of --testbench")
-    add_memory_args(tr)
-    add_backend_arg(tr)
+    add_source_args(tr)
     add_timing_arg(tr, help_text=None)
-    tr.add_argument(
-        "--capacity",
-        type=int,
-        default=1 << 16,
-        metavar="N",
-        help="trace ring capacity (the newest N instructions are kept)",
-    )
-    add_budget_arg(tr)
-    add_max_program_arg(tr)
-    add_timeout_arg(tr)
+    add_capacity_arg(tr)
     tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
     tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
@@ -108,6 +90,14 @@ class _Traced:
     fault_text: str | None
     fault_row: dict[str, Any] | None  # the faulting instruction: pc, line, text, message
 
+    @classmethod
+    def of(cls, ran: SourceRun) -> _Traced:
+        res, fault = ran.result, ran.result.fault
+        trace = cast("Trace", res.trace)  # RunResult.trace is typed object | None: a Trace with trace=N
+        if fault is None:
+            return cls(trace, res.stats, ran.title, None, None, None)
+        return cls(trace, res.stats, ran.title, fault.pc, str(fault), fault_row(fault))
+
 
 def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_args(args)
@@ -116,7 +106,7 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     if perfetto is not None:
         distinct_outputs([("--perfetto", perfetto)], input_files(args))
     compile_core(err, bool(args.json))
-    run = _trace_testbench(args) if args.testbench else _trace_program(args)
+    run = _Traced.of(run_source(args, trace=int(args.capacity)))
     trace = run.trace
     sel = trace.filter(pc=filters.pc, ops=filters.ops, units=filters.units, last=_last(args, run, filters))
     if perfetto is not None:
@@ -158,15 +148,9 @@ def _json_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if (args.program is None) == (args.testbench is None):
-        raise UsageError("trace: give exactly one of PROGRAM or --testbench NAME")
-    memory = memory_inputs_given(args)
-    if args.testbench and memory:
-        raise UsageError(f"{', '.join(memory)}: the inputs of a PROGRAM, not of --testbench (it builds its own)")
+    check_source_args(args)
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last: {args.last} must be >= 1")
-    if not 0 < args.capacity <= MAX_CAPACITY:
-        raise UsageError(f"--capacity: {args.capacity} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
 
 
 def _filters(args: argparse.Namespace) -> _Filters:
@@ -195,48 +179,6 @@ def _mnemonics(text: str) -> set[str]:
     if bad:
         raise UsageError(f"--op: unknown mnemonic(s) {', '.join(bad)}")
     return ops
-
-
-def _trace_testbench(args: argparse.Namespace) -> _Traced:
-    from testbenches.harness import run
-
-    mod = get_testbench(args.testbench)
-    params, cfg = case_params_and_config(mod, args.testbench, args)
-    case = build_case(mod, args.testbench, params, cfg, args)
-    rep = run(
-        case, backend=args.backend, timing=args.timing, max_instructions=args.max_instructions, trace=int(args.capacity)
-    )
-    if rep.trace is None:
-        raise UsageError(f"{args.testbench}: the program did not run ({rep.summary or rep.error})")
-    fault = rep.fault
-    fault_pc = fault.get("pc") if isinstance(fault, dict) else None
-    fault_text = None if fault is None else (fault.get("text") if isinstance(fault, dict) else str(fault))
-    row = None
-    if isinstance(fault, dict):
-        row = _fault_row(fault.get("pc"), fault.get("line"), fault.get("text"), fault.get("detail"), fault.get("rule"))
-    trace = cast("Trace", rep.trace)  # Report.trace is typed object: a Trace with run(trace=N)
-    title = f"{args.testbench} [{case.case_id}] ({args.timing})"
-    return _Traced(trace, rep.stats, title, fault_pc, fault_text, row)
-
-
-def _fault_row(pc: object, where: object, text: object, detail: object, rule: object) -> dict[str, Any]:
-    """The faulting instruction as a row of the trace (``where``: ``file:line``, its line number shown)."""
-    tail = str(where or "").rpartition(":")[2]
-    return {"pc": pc, "line": int(tail) if tail.isdigit() else None, "text": text, "message": f"{detail} [{rule}]"}
-
-
-def _trace_program(args: argparse.Namespace) -> _Traced:
-    args.set = list(args.set or []) + list(args.set_hw or [])
-    cfg = config_from_args(args)
-    prog = read_program_arg(args.program, args.max_program)
-    m, _images = loaded_machine(args, cfg)
-    res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=int(args.capacity))
-    fault = res.fault
-    trace = cast("Trace", res.trace)  # RunResult.trace is typed object | None: a Trace with trace=N
-    if fault is None:
-        return _Traced(trace, res.stats, f"{args.program} ({args.timing})", None, None, None)
-    row = _fault_row(fault.pc, fault.where, fault.text, fault.detail, fault.rule)
-    return _Traced(trace, res.stats, f"{args.program} ({args.timing})", fault.pc, str(fault), row)
 
 
 def _last(args: argparse.Namespace, run: _Traced, filters: _Filters) -> int | None:
