@@ -31,6 +31,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         bench_command,
         config_commands,
         demo_command,
+        diff_command,
         exec_command,
         isa_commands,
         model_command,
@@ -50,6 +51,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         sweep_command,
         trace_command,
         profile_command,
+        diff_command,
         bench_command,
     )
 

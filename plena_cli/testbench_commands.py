@@ -32,6 +32,7 @@ from .render import (
     warn_truncated,
     wrote,
 )
+from .replay import REPLAY_FILES, replay_files
 from .run_report import render_hardware, render_report, result_json, tolerance_info
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
@@ -195,7 +196,7 @@ def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> s
 
 
 #: the files of a ``run --save DIR`` set (state.npz: a faulting run's post-mortem, plena_sim.postmortem)
-SAVE_FILES = ("program.asm", "program.mem", "arrays.npz", "state.npz", "result.json")
+SAVE_FILES = ("program.asm", "program.mem", "arrays.npz", "state.npz", "result.json", *REPLAY_FILES)
 
 
 @dataclass
@@ -219,7 +220,7 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
             )
         ran, doc = _run_case(mod, params, cfg, args, err, want_trace=bool(args.trace or perfetto))
         if save is not None:
-            _save(save, ran.case, ran.outputs, doc)
+            _save(save, ran.case, ran.outputs, doc, replay_files(ran.case, args.timing, args.backend))
         trace = cast("Trace | None", ran.report.trace)  # Report.trace is typed object: a Trace when traced
         if perfetto is not None and trace is not None:
             write_perfetto(perfetto, trace)
@@ -318,9 +319,11 @@ def _simulate(case: Case, args: argparse.Namespace, want_trace: bool) -> tuple[R
     return rep, outputs
 
 
-def _save(save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any]) -> None:
+def _save(
+    save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any], replay: Mapping[str, bytes | str]
+) -> None:
     """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output), state.npz (a fault's
-    post-mortem) and result.json, swapped in for DIR as one set."""
+    post-mortem), result.json and the replay set (:mod:`.replay`), swapped in for DIR as one set."""
     import numpy as np
 
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
@@ -337,6 +340,8 @@ def _save(save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, An
         if outputs.state_npz is not None:
             save.write("state.npz", outputs.state_npz)
         save.write("result.json", json_text(doc, default=json_default, indent=1) + "\n")
+        for name, data in replay.items():
+            save.write(name, data)
         save.commit()
 
 
