@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_MISMATCH, EXIT_OK, UsageError
 from .options import examples
-from .render import print_json
+from .render import print_json, wrote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,7 +94,7 @@ def cmd_sweep(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.file.write(EXAMPLE)
         return EXIT_OK
     if args.spec == "report":
-        return _report(args, out)
+        return _report(args, out, err)
     if not args.spec or args.results:
         raise UsageError("usage: plena-sim sweep SPEC.toml --out RESULTS (or: sweep report RESULTS, sweep --example)")
     if not args.out:
@@ -190,7 +190,7 @@ def _report_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None,
     return csv, parquet, plots
 
 
-def _report(args: argparse.Namespace, out: Console) -> int:
+def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not args.results:
         raise UsageError("usage: plena-sim sweep report RESULTS [--csv F] [--parquet F] [--plots DIR] [--json]")
     for opt in ("out", "scheduler", "workers"):
@@ -205,10 +205,10 @@ def _report(args: argparse.Namespace, out: Console) -> int:
         plots = [str(p) for p in report.plot(args.results, plots_dir)] if plots_dir else []
     except ValueError as exc:
         raise UsageError(f"sweep report: {exc}") from None
+    for path in [p for p in (csv, parquet) if p is not None] + plots:
+        wrote(err, path)
     if args.json:
         print_json(out, {**summary, "plots": plots})
     else:
         report.render(out, summary)
-        for p in plots:
-            out.print(f"wrote {p}", markup=False)
     return EXIT_OK

@@ -89,3 +89,17 @@ def test_trace_json_keeps_text(capsys, prog):
     code, out, _err = run(capsys, "trace", prog, "--json")
     doc = json.loads(out)
     assert code == 3 and doc["rows"][0]["text"] == f"S_ADDI_INT gp1, gp0, 256 {COMMENT}"
+
+
+def test_profile_prints_source_text_verbatim(capsys, prog):
+    code, out, err = run(capsys, "profile", prog)
+    assert code == 3 and "O[b,h] q[i] [/h] [bold]" in out and "[red]x.asm (serial)" in out
+    assert "S_ADDI_INT gp3, gp0, 7 ; [red]x[/red]" in out
+
+
+def test_diff_prints_parameter_values_verbatim(capsys, tmp_path):
+    for name, value in (("a", "[red]a"), ("b", "[/h]b")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps({"params": {"tag": value}, "cycles": 1}))
+    code, out, _err = run(capsys, "diff", tmp_path / "a", tmp_path / "b")
+    assert code == 1 and "param tag: [red]a -> [/h]b" in out
