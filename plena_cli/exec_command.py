@@ -73,7 +73,7 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     cfg = config_from_args(args)
     prog = read_program_arg(args.program, args.max_program)
     dumps = _dumps(args, cfg)
-    m, _images = loaded_machine(args, cfg)
+    m = loaded_machine(args, cfg)
     compile_core(err, args.json)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
     _write_dumps(m, dumps)  # even after a fault (post-mortem), each atomically

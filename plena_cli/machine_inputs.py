@@ -1,14 +1,15 @@
-"""The memory inputs of a program run (``exec``, ``trace PROGRAM``): HBM images, FP / INT SRAM preloads.
+"""The memory inputs of a program run (``exec``, ``trace`` / ``profile PROGRAM``): HBM images, FP / INT SRAM
+preloads, VRAM rows.
 
-``--hbm FILE`` (at address 0), ``--hbm-at ADDR=FILE`` (repeatable), ``--fp-sram FILE`` or ``--fp V1,V2,...``
-and ``--int-sram FILE``: :func:`add_memory_args` registers them, :func:`loaded_machine` builds the
+``--hbm FILE`` (at address 0), ``--hbm-at ADDR=FILE`` (repeatable), ``--fp-sram FILE`` (f16), ``--fp V1,V2,...``
+or ``--fp-sram-bits FILE`` (bf16 bit patterns), ``--int-sram FILE`` and ``--vram-at ROW=FILE`` (bf16 bit
+patterns, repeatable): :func:`add_memory_args` registers them, :func:`loaded_machine` builds the
 :class:`~plena_sim.machine.Machine` with them in place.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from plena_sim.config import HardwareConfig
     from plena_sim.machine import Machine
 
-__all__ = ["add_memory_args", "memory_inputs_given", "input_files", "loaded_machine", "LoadedImage", "MEMORY_FLAGS"]
+__all__ = ["add_memory_args", "memory_inputs_given", "input_files", "loaded_machine", "MEMORY_FLAGS"]
 
 #: the flags of :func:`add_memory_args` (their ``args`` attribute names)
 MEMORY_FLAGS = ("hbm", "hbm_at", "fp_sram", "fp", "fp_sram_bits", "int_sram", "vram_at")
@@ -47,17 +48,8 @@ def input_files(args: argparse.Namespace) -> list[str | None]:
     return [args.program, args.hbm, args.fp_sram, args.fp_sram_bits, args.int_sram, args.config, *images]
 
 
-@dataclass(frozen=True)
-class LoadedImage:
-    """One HBM image placed by the command line: its file, base address and size in bytes."""
-
-    path: str
-    base: int
-    size: int
-
-
-def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> tuple[Machine, list[LoadedImage]]:
-    """A Machine with the HBM images and the SRAM preloads of the command line, and the images placed."""
+def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
+    """A Machine with the HBM images, the SRAM preloads and the VRAM rows of the command line."""
     from plena_sim.image import load_raw_image
     from plena_sim.machine import Machine
     from plena_sim.sram_io import fp_sram_from_values, load_bf16_words_file, load_fp_sram_file, load_int_sram_file
@@ -67,7 +59,8 @@ def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> tuple[Machi
     for spec in args.hbm_at or []:
         a, path = split_spec(spec, "--hbm-at", "ADDR=FILE")
         placed.append((int_arg(a, "--hbm-at ADDR"), path))
-    images = [LoadedImage(path, base, load_raw_image(path, m.hbm, base)[1]) for base, path in placed]
+    for base, path in placed:
+        load_raw_image(path, m.hbm, base)
     fp_given = [
         f for f, v in (("--fp-sram", args.fp_sram), ("--fp", args.fp), ("--fp-sram-bits", args.fp_sram_bits)) if v
     ]
@@ -85,7 +78,7 @@ def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> tuple[Machi
         m.int_sram[:] = load_int_sram_file(args.int_sram, cfg.INT_SRAM_SIZE)
     for spec in args.vram_at or []:
         _load_vram_rows(m, spec)
-    return m, images
+    return m
 
 
 def _load_vram_rows(m: Machine, spec: str) -> None:

@@ -72,7 +72,7 @@ def _run_program(args: argparse.Namespace, trace: int) -> SourceRun:
     args.set = list(args.set or []) + list(args.set_hw or [])
     cfg = config_from_args(args)
     prog = read_program_arg(args.program, args.max_program)
-    m, _images = loaded_machine(args, cfg)
+    m = loaded_machine(args, cfg)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=trace)
     return SourceRun(res, prog, f"{args.program} ({args.timing})")
 
