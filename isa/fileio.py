@@ -363,7 +363,11 @@ class DirTransaction:
     an interrupt) removes the temporary directory and leaves the target as it was.
 
     Where the OS cannot exchange two directories in one rename, the previous directory is renamed away and the
-    new one into place: for that instant the target is missing (never mixed)."""
+    new one into place: for that instant the target is missing (never mixed).
+
+    An ``owned`` name ending in ``/`` is a subdirectory of the set holding regular files only (``write("d/x")``
+    puts ``x`` into it; a previous set's ``d/`` may hold any regular files, e.g. what a script of the set wrote
+    there, and is removed with the set)."""
 
     def __init__(self, path: str | os.PathLike[str], owned: Collection[str]) -> None:
         """Check the target (no file is touched yet: :meth:`__enter__` takes the lock and the temporary
@@ -397,7 +401,7 @@ class DirTransaction:
             entries = os.listdir(real)
         except OSError as exc:
             raise OutputError(f"{self.text!r}: {exc.strerror or exc}") from None
-        foreign = sorted(n for n in entries if n not in self.owned or not stat.S_ISREG(os.lstat(real / n).st_mode))
+        foreign = sorted(n for n in entries if not self._owned_entry(real, n))
         if foreign:
             shown = ", ".join(n if n not in self.owned else f"{n} (not a regular file)" for n in foreign[:5])
             more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
@@ -407,6 +411,16 @@ class DirTransaction:
         if not os.access(real, os.W_OK | os.X_OK):
             raise OutputError(f"{self.text!r} is not writable")
         return real
+
+    def _owned_entry(self, real: Path, name: str) -> bool:
+        """Whether ``name`` in the target is one of the set: an owned regular file, or an owned subdirectory that
+        holds regular files only."""
+        mode = os.lstat(real / name).st_mode
+        if name in self.owned:
+            return stat.S_ISREG(mode)
+        if name + "/" not in self.owned or not stat.S_ISDIR(mode):
+            return False
+        return all(stat.S_ISREG(os.lstat(real / name / n).st_mode) for n in os.listdir(real / name))
 
     def _make_temp_dir(self) -> Path:
         try:
@@ -421,10 +435,14 @@ class DirTransaction:
 
     def write(self, name: str, data: bytes | str) -> None:
         """One file of the set (``name`` one of ``owned``), flushed to disk."""
-        if name not in self.owned or self.tmp is None:
+        folder, _sep, base = name.rpartition("/")
+        owned = name in self.owned if not folder else f"{folder}/" in self.owned and "/" not in folder
+        if not owned or not base or self.tmp is None:
             raise ValueError(f"{name!r} is not a file of this transaction, or it is not open")
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         try:
+            if folder and not (self.tmp / folder).is_dir():
+                (self.tmp / folder).mkdir(mode=0o777)
             fd = os.open(self.tmp / name, _FILE_FLAGS, 0o666)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(payload)
@@ -485,8 +503,17 @@ class DirTransaction:
         something else there)."""
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(tmp):
-                if name in self.owned:
+                if name + "/" in self.owned and stat.S_ISDIR(os.lstat(tmp / name).st_mode):
+                    self._remove_files(tmp / name, None)
+        self._remove_files(tmp, self.owned)
+
+    @staticmethod
+    def _remove_files(folder: Path, names: Collection[str] | None) -> None:
+        """Unlink the regular files of ``folder`` (all, or those of ``names``), then the folder if empty."""
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(folder):
+                if (names is None or name in names) and stat.S_ISREG(os.lstat(folder / name).st_mode):
                     with contextlib.suppress(OSError):
-                        os.unlink(tmp / name)
+                        os.unlink(folder / name)
         with contextlib.suppress(OSError):
-            os.rmdir(tmp)
+            os.rmdir(folder)

@@ -17,8 +17,10 @@ Modules, one job each:
 * commands: :mod:`.isa_commands` (asm, disasm, isa), :mod:`.config_commands` (hw, config),
   :mod:`.exec_command` (exec), :mod:`.demo_command` (demo), :mod:`.testbench_commands` (list, run,
   mutants; with :mod:`.testbench_args` -- a testbench, its parameters and its machine from the command
-  line -- and :mod:`.run_report` -- the JSON document and panel of one run), :mod:`.trace_command`
-  (trace), :mod:`.bench_command` (bench);
+  line -- :mod:`.run_report` -- the JSON document and panel of one run -- and :mod:`.replay` -- the replay set
+  of ``run --save``), :mod:`.trace_command` (trace) and :mod:`.profile_command` (profile), both running
+  what :mod:`.run_source` names (a program with :mod:`.machine_inputs`' images, or a testbench's program),
+  :mod:`.diff_command` (diff), :mod:`.bench_command` (bench);
 * :mod:`.bench` -- the performance benchmark suite (``plena-sim bench``, ``python -m plena_cli.bench``).
 
 The library is imported inside the command functions, so ``plena-sim --help`` and the ISA commands

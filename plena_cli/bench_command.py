@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .bench import add_options
 from .errors import EXIT_BUG, EXIT_OK, UsageError
+from .options import examples
 from .render import print_json
 
 if TYPE_CHECKING:
@@ -16,7 +17,11 @@ __all__ = ["register", "cmd_bench"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    be = sub.add_parser("bench", help="run the benchmark suite (speed, JIT, peak RSS; docs/performance.md)")
+    be = sub.add_parser(
+        "bench",
+        help="run the benchmark suite (speed, JIT, peak RSS; docs/performance.md)",
+        **examples("plena-sim bench --quick", "plena-sim bench --only prefill_1k --repeat 5 --json"),
+    )
     add_options(be)
     be.set_defaults(func=cmd_bench)
 

@@ -71,7 +71,8 @@ def run_cli(
         return _dispatch(argv, modules, out, err, guard)
     except (KeyboardInterrupt, RunStopped) as stop:
         stop_code, line = stop_report(stop)
-        err.print(f"[red]{line}[/]")
+        err.print(line, style="red", markup=False)
+        _json_error(argv, out, line)
         return stop_code
     except BrokenPipeError:  # whoever read our output has gone (``| head -1``): not an error
         if files is None:
@@ -80,10 +81,31 @@ def run_cli(
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: classify every failure
         code = _expected_failure(exc, err)
         if code is not None:
+            _json_error(argv, out, str(exc))
             return code
         if "--debug" in argv:
             raise
-        return _unexpected_failure(exc, err)
+        code = _unexpected_failure(exc, err)
+        _json_error(argv, out, _unexpected_text(exc))
+        return code
+
+
+def _json_error(argv: Sequence[str], out: Console, message: str) -> None:
+    """With ``--json``, a command that failed before printing its document prints ``{"error": message}`` instead:
+    stdout holds exactly one JSON object whatever happened."""
+    from .render import json_documents, print_json
+
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    if "--json" in args and not json_documents(out):
+        print_json(out, {"error": message})
+
+
+def _unexpected_text(exc: Exception) -> str:
+    from plena_sim.config import out_of_memory_message
+
+    if isinstance(exc, MemoryError):
+        return out_of_memory_message(exc)
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def _dispatch(argv: list[str], modules: Sequence[ModuleType], out: Console, err: Console, guard: Guard | None) -> int:

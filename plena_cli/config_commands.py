@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .errors import EXIT_OK
-from .options import add_config_args, config_from_args
-from .render import print_json
+from .options import add_config_args, config_from_args, examples
+from .render import add_plain_row, print_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,7 +22,7 @@ __all__ = ["register", "cmd_hw", "cmd_config"]
 
 #: the columns of ``plena-sim hw`` (header, cell of one preset row)
 _HW_COLUMNS = (
-    ("preset", lambda r: escape(r["name"])),
+    ("preset", lambda r: r["name"]),
     ("M/V/B", lambda r: f"{r['MLEN']}/{r['VLEN']}/{r['BLEN']}"),
     ("H", lambda r: str(r["HLEN"])),
     ("BA", lambda r: str(r["BROADCAST_AMOUNT"])),
@@ -35,12 +35,23 @@ _HW_COLUMNS = (
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    hwp = sub.add_parser("hw", help="list the hardware presets, or show one with its sources")
+    hwp = sub.add_parser(
+        "hw",
+        help="list the hardware presets, or show one with its sources",
+        **examples("plena-sim hw", "plena-sim hw v80-128x64", "plena-sim hw --json"),
+    )
     hwp.add_argument("name", metavar="NAME", nargs="?", help="a preset name")
     hwp.add_argument("--json", action="store_true", help="print JSON")
     hwp.set_defaults(func=cmd_hw)
 
-    c = sub.add_parser("config", help="print the effective hardware configuration")
+    c = sub.add_parser(
+        "config",
+        help="print the effective hardware configuration",
+        **examples(
+            "plena-sim config --hw v80-128x64",
+            "plena-sim config --config plena_settings.toml --set BMM_SCALE=0.25 --json",
+        ),
+    )
     add_config_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_config)
@@ -63,7 +74,7 @@ def cmd_hw(args: argparse.Namespace, out: Console, err: Console) -> int:
     for k, (col, _) in enumerate(_HW_COLUMNS):
         t.add_column(col, min_width=max(len(col), *(len(c[k]) for c in cells)))
     for c in cells:
-        t.add_row(*c)
+        add_plain_row(t, *c)
     out.print(t)
     return EXIT_OK
 
@@ -122,15 +133,15 @@ def cmd_config(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json(out, _config_doc(cfg), indent=2)
         return EXIT_OK
-    t = Table(title=f"effective config [{cfg.section}] from {cfg.source}")
+    t = Table(title=escape(f"effective config [{cfg.section}] from {cfg.source}"))
     t.add_column("key")
     t.add_column("value", justify="right")
     for k, v in cfg.values().items():
-        t.add_row(k, str(v))
+        add_plain_row(t, k, str(v))
     t.add_row("[dim]P_M / P_V / P_W (rows per DMA)[/]", f"{cfg.P_M} / {cfg.P_V} / {cfg.P_W}")
     t.add_row("[dim]MRAM tiles[/]", str(cfg.mram_tiles))
     for k, v in cfg.precision.items():
-        t.add_row(f"PRECISION.{k}", v.describe())
+        add_plain_row(t, f"PRECISION.{k}", v.describe())
     for k in cfg.latency:
         t.add_row(f"LATENCY.{k}", str(cfg.latency_cycles(k)))
     out.print(t)

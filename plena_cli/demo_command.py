@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .errors import EXIT_MISMATCH, EXIT_OK
-from .options import add_backend_arg
+from .options import add_backend_arg, examples
 from .render import run_summary
 
 if TYPE_CHECKING:
@@ -34,7 +34,11 @@ H_STORE_V gp0, gp0, a1, 0, 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dm = sub.add_parser("demo", help="run the built-in demo program and check it against a host golden")
+    dm = sub.add_parser(
+        "demo",
+        help="run the built-in demo program and check it against a host golden",
+        **examples("plena-sim demo", "plena-sim demo --backend reference"),
+    )
     add_backend_arg(dm)
     dm.add_argument("--seed", type=int, default=0)
     dm.set_defaults(func=cmd_demo)

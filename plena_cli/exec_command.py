@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
+
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
 from .interrupts import add_timeout_arg
+from .machine_inputs import add_memory_args, input_files, loaded_machine
 from .options import (
     add_backend_arg,
     add_budget_arg,
@@ -17,12 +20,11 @@ from .options import (
     add_timing_arg,
     config_from_args,
     dump_specs,
-    int_arg,
+    examples,
     read_program_arg,
-    split_spec,
 )
 from .paths import distinct_outputs, out_path, save_npy, write_hbm_dump
-from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines
+from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines, wrote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,15 +36,19 @@ __all__ = ["register", "cmd_exec"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    e = sub.add_parser("exec", help="run a program (.asm or .mem) with raw memory images")
+    e = sub.add_parser(
+        "exec",
+        help="run a program (.asm or .mem) with raw memory images",
+        **examples(
+            "plena-sim exec kernel.asm --hbm weights.bin --fp 1.0,0.5",
+            "plena-sim exec kernel.mem --hw small --dump-vram 0:4=out.npy --json",
+            "plena-sim exec kernel.asm --timing overlap --max-instructions 1000000",
+        ),
+    )
     e.add_argument("program", metavar="PROGRAM")
     add_config_args(e)
     add_backend_arg(e)
-    e.add_argument("--hbm", metavar="FILE", help="raw HBM image placed at address 0")
-    e.add_argument("--hbm-at", action="append", metavar="ADDR=FILE", help="raw image at ADDR (repeatable)")
-    e.add_argument("--fp-sram", metavar="FILE", help="FP SRAM preload (upstream f16 little-endian)")
-    e.add_argument("--fp", metavar="V1,V2,...", help="FP SRAM preload values (rounded to bf16)")
-    e.add_argument("--int-sram", metavar="FILE", help="INT SRAM preload (u32 little-endian)")
+    add_memory_args(e)
     e.add_argument("--dump-vram", action="append", metavar="ADDR:ROWS=OUT.npy", help="save VRAM rows")
     e.add_argument("--dump-fp-sram", metavar="OUT.npy", help="save FP SRAM (float32)")
     e.add_argument("--dump-hbm", action="append", metavar="ADDR:LEN=OUT.bin", help="save HBM bytes")
@@ -67,10 +73,12 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     cfg = config_from_args(args)
     prog = read_program_arg(args.program, args.max_program)
     dumps = _dumps(args, cfg)
-    m = _loaded_machine(args, cfg)
+    m = loaded_machine(args, cfg)
     compile_core(err, args.json)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
     _write_dumps(m, dumps)  # even after a fault (post-mortem), each atomically
+    for path in [p for _a, _n, p in dumps.vram + dumps.hbm] + ([dumps.fp_sram] if dumps.fp_sram else []):
+        wrote(err, path)
     fault = res.fault
     faulted = fault is not None
     if fault is not None:  # the fault is the headline; statistics are partial
@@ -89,7 +97,7 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
             if fault is not None
             else f"plena-sim exec {args.program}"
         )
-        run_summary(res, out, title)
+        run_summary(res, out, escape(title))
     if not faulted:  # with --json the upstream lines go to stderr
         print_plain(err if args.json else out, upstream_lines(res.stats))
     return EXIT_FAULT if faulted else EXIT_OK
@@ -102,7 +110,7 @@ def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:
         fp_sram=out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram is not None else None,
     )
     outputs = [("--dump-vram", p) for _a, _n, p in d.vram] + [("--dump-hbm", p) for _a, _n, p in d.hbm]
-    distinct_outputs(outputs + ([("--dump-fp-sram", d.fp_sram)] if d.fp_sram else []), _input_files(args))
+    distinct_outputs(outputs + ([("--dump-fp-sram", d.fp_sram)] if d.fp_sram else []), input_files(args))
     for addr, rows, _ in d.vram:
         if addr % cfg.VLEN or addr // cfg.VLEN + rows > cfg.VECTOR_SRAM_SIZE:
             raise UsageError(
@@ -113,45 +121,6 @@ def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:
         if addr + n > cfg.HBM_SIZE:
             raise UsageError(f"--dump-hbm: [{addr}, +{n}) exceeds HBM_SIZE={cfg.HBM_SIZE}")
     return d
-
-
-def _input_files(args: argparse.Namespace) -> list[str | None]:
-    """Every file ``exec`` reads (an output must not be one of them)."""
-    images = [spec.partition("=")[2] for spec in args.hbm_at or []]
-    return [args.program, args.hbm, args.fp_sram, args.int_sram, args.config, *images]
-
-
-def _loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
-    """A Machine with the HBM images and the SRAM preloads of the command line."""
-    from plena_sim.image import load_raw_image
-    from plena_sim.machine import Machine
-    from plena_sim.sram_io import fp_sram_from_values, load_fp_sram_file, load_int_sram_file
-
-    m = Machine(cfg, backend=args.backend, timing=args.timing)
-    if args.hbm:
-        load_raw_image(args.hbm, m.hbm, 0)
-    for spec in args.hbm_at or []:
-        a, path = split_spec(spec, "--hbm-at", "ADDR=FILE")
-        load_raw_image(path, m.hbm, int_arg(a, "--hbm-at ADDR"))
-    if args.fp_sram and args.fp is not None:
-        raise UsageError("--fp-sram and --fp are mutually exclusive")
-    if args.fp_sram:
-        m.fp_sram.bits[:] = load_fp_sram_file(args.fp_sram, cfg.FP_SRAM_SIZE)
-    if args.fp is not None:
-        m.fp_sram.bits[:] = fp_sram_from_values(_fp_values(args.fp), cfg.FP_SRAM_SIZE)
-    if args.int_sram:
-        m.int_sram[:] = load_int_sram_file(args.int_sram, cfg.INT_SRAM_SIZE)
-    return m
-
-
-def _fp_values(text: str) -> list[float]:
-    items = text.split(",")
-    if any(not v.strip() for v in items):
-        raise UsageError(f"--fp: {text!r} has an empty item (give V1,V2,... with a number between every comma)")
-    try:
-        return [float(v) for v in items]
-    except ValueError:
-        raise UsageError(f"--fp: {text!r} is not a comma-separated list of numbers") from None
 
 
 def _write_dumps(m: Machine, dumps: _Dumps) -> None:

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from .errors import EXIT_OK, UsageError
-from .options import add_max_program_arg
+from .options import add_max_program_arg, examples
 from .paths import distinct_outputs, out_path, write_out
+from .render import add_plain_row
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,19 +20,31 @@ __all__ = ["register", "cmd_asm", "cmd_disasm", "cmd_isa"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    a = sub.add_parser("asm", help="assemble a .asm file into .mem machine code")
+    a = sub.add_parser(
+        "asm",
+        help="assemble a .asm file into .mem machine code",
+        **examples(
+            "plena-sim asm kernel.asm -o kernel.mem", "plena-sim asm kernel.asm | head   # the .mem text on stdout"
+        ),
+    )
     a.add_argument("input", metavar="IN.asm")
     a.add_argument("-o", "--output", metavar="OUT.mem", help="output .mem (default: stdout)")
     add_max_program_arg(a)
     a.set_defaults(func=cmd_asm)
 
-    d = sub.add_parser("disasm", help="disassemble a .mem file into canonical assembly")
+    d = sub.add_parser(
+        "disasm",
+        help="disassemble a .mem file into canonical assembly",
+        **examples("plena-sim disasm kernel.mem", "plena-sim disasm kernel.mem --addresses"),
+    )
     d.add_argument("input", metavar="IN.mem")
     d.add_argument("--addresses", action="store_true", help="prefix each line with index and word")
     add_max_program_arg(d)
     d.set_defaults(func=cmd_disasm)
 
-    i = sub.add_parser("isa", help="print the opcode table")
+    i = sub.add_parser(
+        "isa", help="print the opcode table", **examples("plena-sim isa", "plena-sim isa --markdown > isa_reference.md")
+    )
     i.add_argument("--markdown", action="store_true", help="print the generated Markdown reference")
     i.set_defaults(func=cmd_isa)
 
@@ -78,7 +91,8 @@ def cmd_isa(args: argparse.Namespace, out: Console, err: Console) -> int:
         t.add_column(col)
     for i in INSTRUCTIONS:
         ops = ", ".join(("[" + o.name + "]") if o.optional else o.name for o in i.operands if not o.compat)
-        t.add_row(
+        add_plain_row(
+            t,
             f"{i.opcode:02X}",
             i.mnemonic,
             UNITS[i.unit],

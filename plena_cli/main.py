@@ -31,9 +31,11 @@ def command_modules() -> tuple[ModuleType, ...]:
         bench_command,
         config_commands,
         demo_command,
+        diff_command,
         exec_command,
         isa_commands,
         model_command,
+        profile_command,
         sweep_command,
         testbench_commands,
         timing_command,
@@ -50,6 +52,8 @@ def command_modules() -> tuple[ModuleType, ...]:
         sweep_command,
         trace_command,
         timing_command,
+        profile_command,
+        diff_command,
         bench_command,
     )
 

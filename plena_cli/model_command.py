@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .model_report import render_list, render_model
-from .options import add_backend_arg, add_hw_arg, add_timing_arg
+from .options import add_backend_arg, add_hw_arg, add_timing_arg, examples
 from .render import compile_core, print_fault, print_json, status
 from .run_report import fault_json
 
@@ -55,7 +55,11 @@ DEFAULT_CLOCK_HZ = 1e9
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("model", help="a model preset's prefill layer and decode step: verdicts, cycles, TTFT, tokens/s")
+    p = sub.add_parser(
+        "model",
+        help="a model preset's prefill layer and decode step: verdicts, cycles, TTFT, tokens/s",
+        **examples("plena-sim model --list", "plena-sim model tiny --seq 128", "plena-sim model llama-3.1-8b --show"),
+    )
     p.add_argument("name", metavar="NAME", nargs="?", help="a model preset (--list shows them) or a .toml path")
     p.add_argument("--list", action="store_true", help="list the model presets")
     p.add_argument("--show", action="store_true", help="print the preset (its file with the sources)")

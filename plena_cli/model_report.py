@@ -12,6 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .render import add_plain_row
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -46,7 +48,7 @@ def render_list(out: Console, presets: Sequence[ModelPreset]) -> None:
         width = max(len(col), *(len(r[k]) for r in rows))
         t.add_column(col, justify="left" if k == 0 else "right", min_width=width, no_wrap=True)
     for r in rows:
-        t.add_row(*r)
+        add_plain_row(t, *r)
     out.print(t)
 
 
@@ -131,7 +133,7 @@ def _region_table(regions: Sequence[Mapping[str, Any]]) -> Table:
         else:
             t.add_column(col, justify="right", no_wrap=True)
     for row in regions:
-        t.add_row(escape(row["path"]), *_counts(row["prefill"]), *_counts(row["decode"]))
+        add_plain_row(t, row["path"], *_counts(row["prefill"]), *_counts(row["decode"]))
     return t
 
 

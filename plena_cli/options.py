@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 from .paths import out_path
@@ -27,11 +27,25 @@ __all__ = [
     "split_spec",
     "dump_specs",
     "add_budget_arg",
+    "add_capacity_arg",
+    "MAX_CAPACITY",
+    "examples",
 ]
+
+#: the largest ``--capacity`` (trace records; each is 160 bytes of host memory)
+MAX_CAPACITY = 1 << 32
 
 TIMING_HELP = "cycle accounting (timing.md §3 serial / §4 overlap scoreboard / docs/timing.md rtl: RTL-calibrated)"
 #: the timing models (plena_sim.timing.TIMING_MODES; repeated here: importing plena_sim.timing loads numba)
 TIMING_CHOICES = ("serial", "overlap", "rtl")
+
+
+def examples(*lines: str) -> dict[str, Any]:
+    """``add_parser`` keywords giving a command's ``--help`` an ``examples:`` section (``lines`` kept as written)."""
+    return {
+        "epilog": "examples:\n" + "\n".join(f"  {line}" for line in lines),
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
 
 
 def add_hw_arg(p: argparse.ArgumentParser) -> None:
@@ -169,6 +183,27 @@ def _budget(text: str) -> int:
     if value > MAX_BUDGET:
         raise UsageError(f"--max-instructions: {text!r} is more than the largest budget 2^63-1 ({MAX_BUDGET})")
     return value
+
+
+def _capacity(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""), 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 < value <= MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
+    return value
+
+
+def add_capacity_arg(p: argparse.ArgumentParser) -> None:
+    """``--capacity N``: the trace ring's records (the newest N instructions are kept), 0 < N <= 2^32."""
+    p.add_argument(
+        "--capacity",
+        type=_capacity,
+        default=1 << 16,
+        metavar="N",
+        help="trace ring capacity: the newest N instructions are kept (default 65536; a truncated trace says so)",
+    )
 
 
 def add_budget_arg(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from isa.safetext import json_text
 
@@ -35,12 +36,19 @@ __all__ = [
     "resource_tables",
     "upstream_lines",
     "render_trace",
+    "add_plain_row",
+    "json_documents",
+    "wrote",
+    "warn_truncated",
 ]
 
 
 class _Console(Console):
     """A rich console whose write to a closed pipe raises BrokenPipeError (rich's own exits 1, the mismatch code);
     the command line's boundary turns it into exit 0 (:mod:`.interrupts`)."""
+
+    #: the JSON documents printed on this console (:func:`print_json`)
+    json_documents = 0
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -55,6 +63,11 @@ def consoles(out_file: TextIO | None = None, err_file: TextIO | None = None) -> 
         _Console(file=out_file, highlight=False, soft_wrap=True, emoji=False),
         _Console(file=err_file, stderr=err_file is None, highlight=False, soft_wrap=True, emoji=False),
     )
+
+
+def add_plain_row(table: Table, *cells: str | Text) -> None:
+    """Add a row whose ``str`` cells are shown verbatim (a user's ``[red]`` or ``[/h]`` is text, never markup)."""
+    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
 
 def json_default(o: object) -> object:
@@ -74,12 +87,35 @@ def print_json(out: Console, doc: object, *, sort_keys: bool = False, indent: in
     """Write ``doc`` as one strict JSON document (one line unless ``indent``) to ``out``'s file: a non-finite
     number is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (README: JSON output)."""
     out.file.write(json_text(doc, default=json_default, sort_keys=sort_keys, indent=indent) + "\n")
+    if isinstance(out, _Console):
+        out.json_documents += 1
+
+
+def json_documents(out: Console) -> int:
+    """How many JSON documents :func:`print_json` has printed on ``out``."""
+    return out.json_documents if isinstance(out, _Console) else 0
 
 
 def print_fault(err: Console, text: str) -> None:
     """The fault headline: ``fault: <message>`` (the message printed verbatim)."""
     err.print("[red]fault:[/] ", end="")
     err.print(text, markup=False)
+
+
+def wrote(err: Console, path: object) -> None:
+    """Confirm a file or directory written: ``wrote PATH`` on ``err`` (one line, the path verbatim)."""
+    err.print(f"wrote {path}", markup=False, highlight=False)
+
+
+def warn_truncated(err: Console, trace: Trace, what: str = "the trace") -> None:
+    """Say on ``err`` that the trace ring kept only the newest records, and the ``--capacity`` that keeps all."""
+    err.print("[yellow]warning:[/] ", end="")
+    err.print(
+        f"{what} holds only the newest {len(trace):,} of {trace.total:,} instructions "
+        f"(the trace ring's capacity); --capacity {trace.total} keeps them all",
+        markup=False,
+        highlight=False,
+    )
 
 
 def print_plain(console: Console, lines: Iterable[str]) -> None:
@@ -179,7 +215,7 @@ def region_table(stats: Mapping[str, Any]) -> Table | None:
     for e in entries:
         incl = int(e["cycles_inclusive"])
         share = f"{100 * incl / total:.1f}%" if total else "-"
-        t.add_row(escape(e["path"]), f"{e['instructions']:,}", f"{e['cycles_exclusive']:,}", f"{incl:,}", share)
+        add_plain_row(t, e["path"], f"{e['instructions']:,}", f"{e['cycles_exclusive']:,}", f"{incl:,}", share)
     return t
 
 
@@ -202,12 +238,16 @@ def render_trace(
     last: int | None = None,
     title: str | None = None,
     full: Trace | None = None,
+    *,
+    wide: bool = False,
+    fault: dict[str, Any] | None = None,
 ) -> None:
-    """Table of ``trace`` (its last ``last`` rows), per-opcode summary of ``full`` (default: ``trace``)
-    and the per-unit utilization bars of the run."""
+    """Table of ``trace`` (its last ``last`` rows; ``wide``: every column; ``fault``: the faulting instruction
+    as its last row, :func:`plena_sim.trace.render_table`), per-opcode summary of ``full`` (default:
+    ``trace``) and the per-unit utilization bars of the run."""
     from plena_sim.trace import render_summary, render_table, render_utilization
 
     shown = trace.filter(last=last) if last is not None else trace
-    out.print(render_table(shown, title=escape(title) if title else None))
+    out.print(render_table(shown, title=escape(title) if title else None, wide=wide, fault=fault), soft_wrap=False)
     out.print(render_summary(full if full is not None else trace))
     out.print(render_utilization(stats.get("unit_busy_cycles", trace.unit_busy()), int(stats.get("cycles", 0))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -105,7 +106,7 @@ def render_hardware(out: Console, title: str, cfg: HardwareConfig, params: Mappi
 def render_report(out: Console, rep: Report, doc: Mapping[str, Any]) -> None:
     """PASS/FAIL, the primary check's errors and the run's size and unit use, in one panel."""
     status = "[bold green]PASS[/]" if rep.passed else "[bold red]FAIL[/]"
-    lines = [f"{status}  {rep.summary}"]
+    lines = [rep.summary]
     if rep.error:
         lines.append(f"error: {rep.error}")
     if rep.checks:
@@ -118,7 +119,8 @@ def render_report(out: Console, rep: Report, doc: Mapping[str, Any]) -> None:
     if unval:
         share = 100 * float(unval["share"])
         lines.append(f"unvalidated rtl costs: {unval['cycles']:,} cycles on the critical path ({share:.1f}%)")
-    out.print(Panel("\n".join(lines), title=rep.label, expand=False), soft_wrap=False)
+    body = f"{status}  " + escape("\n".join(lines))  # every line but the verdict is text, never markup
+    out.print(Panel(body, title=escape(rep.label), expand=False), soft_wrap=False)
     for table in resource_tables(rep.stats or {}):
         out.print(table)
     regions = region_table(rep.stats or {})

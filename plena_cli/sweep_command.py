@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_MISMATCH, EXIT_OK, UsageError
-from .render import print_json
+from .options import examples
+from .render import print_json, wrote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,6 +50,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a design-space sweep on Dask (or: sweep report RESULTS)",
         description="plena-sim sweep SPEC.toml --out RESULTS | sweep report RESULTS [--csv F] [--parquet F] "
         "[--plots DIR] | sweep --example",
+        **examples(
+            "plena-sim sweep --example > spec.toml",
+            "plena-sim sweep spec.toml --out results.sqlite --workers 4",
+            "plena-sim sweep report results.sqlite --csv points.csv --plots plots",
+        ),
     )
     p.add_argument("spec", nargs="?", help="the sweep spec (TOML), or 'report'")
     p.add_argument("results", nargs="?", help="(sweep report) the results database")
@@ -88,7 +94,7 @@ def cmd_sweep(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.file.write(EXAMPLE)
         return EXIT_OK
     if args.spec == "report":
-        return _report(args, out)
+        return _report(args, out, err)
     if not args.spec or args.results:
         raise UsageError("usage: plena-sim sweep SPEC.toml --out RESULTS (or: sweep report RESULTS, sweep --example)")
     if not args.out:
@@ -158,17 +164,18 @@ def _guard(fn: Any) -> Any:
 
 
 def _render_summary(out: Console, doc: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"sweep {doc['spec']} -> {doc['out']}", show_edge=False)
+    t = Table(title=escape(f"sweep {doc['spec']} -> {doc['out']}"), show_edge=False)
     for c in ("points", "ran", "skipped", "failed", "filtered", "workers", "wall"):
         t.add_column(c, justify="right")
     t.add_row(
         *(str(doc[k]) for k in ("points", "ran", "skipped", "failed", "filtered", "workers")), f"{doc['wall_s']:.1f} s"
     )
     out.print(t)
-    out.print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(doc["by_status"].items())))
-    out.print(f"report: plena-sim sweep report {doc['out']}")
+    out.print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(doc["by_status"].items())), markup=False)
+    out.print(f"report: plena-sim sweep report {doc['out']}", markup=False)
 
 
 def _report_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | None]:
@@ -183,7 +190,7 @@ def _report_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None,
     return csv, parquet, plots
 
 
-def _report(args: argparse.Namespace, out: Console) -> int:
+def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not args.results:
         raise UsageError("usage: plena-sim sweep report RESULTS [--csv F] [--parquet F] [--plots DIR] [--json]")
     for opt in ("out", "scheduler", "workers"):
@@ -198,10 +205,10 @@ def _report(args: argparse.Namespace, out: Console) -> int:
         plots = [str(p) for p in report.plot(args.results, plots_dir)] if plots_dir else []
     except ValueError as exc:
         raise UsageError(f"sweep report: {exc}") from None
+    for path in [p for p in (csv, parquet) if p is not None] + plots:
+        wrote(err, path)
     if args.json:
         print_json(out, {**summary, "plots": plots})
     else:
         report.render(out, summary)
-        for p in plots:
-            out.print(f"wrote {p}")
     return EXIT_OK

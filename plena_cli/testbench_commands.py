@@ -12,15 +12,27 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from rich.table import Table
+from rich.text import Text
 
 from isa.fileio import DirTransaction, npz_bytes
 from isa.safetext import json_text
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .interrupts import add_timeout_arg
-from .options import add_backend_arg, add_hw_arg, add_timing_arg
+from .options import add_backend_arg, add_capacity_arg, add_hw_arg, add_timing_arg, examples
 from .paths import out_path, save_transaction, usage_errors, write_perfetto
-from .render import compile_core, json_default, print_fault, print_json, render_trace, status
+from .render import (
+    add_plain_row,
+    compile_core,
+    json_default,
+    print_fault,
+    print_json,
+    render_trace,
+    status,
+    warn_truncated,
+    wrote,
+)
+from .replay import REPLAY_FILES, replay_files
 from .run_report import render_hardware, render_report, result_json, tolerance_info
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
@@ -37,11 +49,29 @@ __all__ = ["register", "cmd_list", "cmd_run", "cmd_mutants"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ls = sub.add_parser("list", help="list the testbenches")
+    ls = sub.add_parser(
+        "list",
+        help="list the testbenches, or one testbench's cases with their parameters",
+        **examples("plena-sim list", "plena-sim list flashattn_prefill --hw v80-128x64", "plena-sim list --json"),
+    )
+    ls.add_argument("name", metavar="NAME", nargs="?", help="one testbench: every case (stretch cases too)")
     add_hw_arg(ls)
+    ls.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON array of {"name", "description", "params": {defaults}, "cases": {ID: {params}}}',
+    )
     ls.set_defaults(func=cmd_list)
 
-    r = sub.add_parser("run", help="run a testbench: build, generate, assemble, simulate, compare")
+    r = sub.add_parser(
+        "run",
+        help="run a testbench: build, generate, assemble, simulate, compare",
+        **examples(
+            "plena-sim run flashattn_prefill --case P3",
+            "plena-sim run linear --set rows=64 --save out/linear --json",
+            "plena-sim run flashattn_decode --trace --perfetto trace.json --capacity 1000000",
+        ),
+    )
     r.add_argument("name", metavar="NAME")
     r.add_argument("--case", metavar="ID", help="a required/stretch case id (e.g. P3)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="testbench parameter (repeatable)")
@@ -52,10 +82,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_timing_arg(r)
     r.add_argument("--trace", action="store_true", help="record an execution trace; show its last 50 rows")
     r.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
+    add_capacity_arg(r)
     add_timeout_arg(r)
     r.set_defaults(func=cmd_run)
 
-    mu = sub.add_parser("mutants", help="prove the testbenches catch every known codegen bug (kernels.md §6)")
+    mu = sub.add_parser(
+        "mutants",
+        help="prove the testbenches catch every known codegen bug (kernels.md §6)",
+        **examples("plena-sim mutants --quick", "plena-sim mutants --only causal_ignored,stale_scale --json"),
+    )
     mu.add_argument("--only", metavar="NAME[,NAME]", help="run only these mutations")
     mu.add_argument(
         "--quick", action="store_true", help="only the cheapest exposing case per mutation (default: every listed case)"
@@ -73,20 +108,78 @@ def cmd_list(args: argparse.Namespace, out: Console, err: Console) -> int:
     from plena_sim.presets import load_preset
 
     cfg = load_preset(args.hw) if args.hw else None
+    if args.name:
+        get_testbench(args.name)  # an unknown name is a usage error naming the valid ones
+    names = [args.name] if args.name else testbenches.names()
+    if args.json:
+        print_json(out, [_testbench_doc(name, cfg) for name in names])
+        return EXIT_OK
+    if args.name:
+        _render_cases(out, args.name, get_testbench(args.name), cfg)
+        return EXIT_OK
     where = f" on {args.hw}" if args.hw else "; shapes in machine units, --hw P shows their values"
-    t = Table(title=f"testbenches (plena-sim run NAME){where}")
+    t = Table(title=f"testbenches (plena-sim run NAME; plena-sim list NAME: its cases){where}")
     for col in ("name", "description", "parameters (defaults)", "required cases"):
         t.add_column(col)
-    for name in testbenches.names():
+    for name in names:
         try:
             mod = testbenches.get(name)
         except ImportError as exc:
-            t.add_row(name, f"[red]cannot import: {exc}[/]", "", "")
+            add_plain_row(t, name, Text(f"cannot import: {exc}", style="red"), "", "")
             continue
         cases = " ".join(c[0] for c in mod.REQUIRED_CASES)
-        t.add_row(name, getattr(mod, "DESCRIPTION", ""), _defaults_text(mod.DEFAULTS, cfg), cases)
+        add_plain_row(t, name, getattr(mod, "DESCRIPTION", ""), _defaults_text(mod.DEFAULTS, cfg), cases)
     out.print(t)
     return EXIT_OK
+
+
+#: the case tables of a testbench module, in the order ``list NAME`` shows them
+_CASE_TABLES: tuple[tuple[str, str], ...] = (
+    ("REQUIRED_CASES", "required"),
+    ("STRETCH_CASES", "stretch"),
+    ("PAPER_CASES", "paper"),
+    ("SLOW_CASES", "slow"),
+)
+
+
+def _cases(mod: ModuleType) -> list[tuple[str, str, dict[str, Any], str]]:
+    """``(id, kind, overrides, variant)`` of every named case of ``mod`` (required, stretch, paper, slow)."""
+    return [(c[0], kind, dict(c[1]), c[2]) for table, kind in _CASE_TABLES for c in getattr(mod, table, [])]
+
+
+def _param_values(params: Mapping[str, Any], cfg: HardwareConfig | None) -> dict[str, Any]:
+    """Parameters as JSON values: a shape in machine units as its text (``2*MLEN``), or its value on ``cfg``."""
+    from testbenches.shapes import Hw
+
+    return {
+        k: (v.resolve(cfg, k) if cfg is not None else str(v)) if isinstance(v, Hw) else v for k, v in params.items()
+    }
+
+
+def _testbench_doc(name: str, cfg: HardwareConfig | None) -> dict[str, Any]:
+    """One entry of ``list --json``: the defaults and every case's full parameters (defaults + its overrides)."""
+    mod = get_testbench(name)
+    cases = _cases(mod)
+    return {
+        "name": name,
+        "description": getattr(mod, "DESCRIPTION", ""),
+        "params": _param_values(mod.DEFAULTS, cfg),
+        "cases": {cid: _param_values({**mod.DEFAULTS, **over}, cfg) for cid, _k, over, _v in cases},
+        "case_kind": {cid: kind for cid, kind, _o, _v in cases},
+        "case_variant": {cid: variant for cid, _k, _o, variant in cases},
+    }
+
+
+def _render_cases(out: Console, name: str, mod: ModuleType, cfg: HardwareConfig | None) -> None:
+    """``list NAME``: the defaults, then every case with the parameters it changes and its machine."""
+    out.print(f"{name}: {getattr(mod, 'DESCRIPTION', '')}", markup=False)
+    out.print(f"defaults: {_defaults_text(mod.DEFAULTS, cfg)}", markup=False)
+    t = Table(title=f"cases of {name} (plena-sim run {name} --case ID)")
+    for col in ("case", "kind", "variant", "parameters (changed from the defaults)"):
+        t.add_column(col)
+    for cid, kind, over, variant in _cases(mod):
+        add_plain_row(t, cid, kind, variant, _defaults_text(over, cfg) or "(the defaults)")
+    out.print(t)
 
 
 def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> str:
@@ -103,7 +196,7 @@ def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> s
 
 
 #: the files of a ``run --save DIR`` set (state.npz: a faulting run's post-mortem, plena_sim.postmortem)
-SAVE_FILES = ("program.asm", "program.mem", "arrays.npz", "state.npz", "result.json")
+SAVE_FILES = ("program.asm", "program.mem", "arrays.npz", "state.npz", "result.json", *REPLAY_FILES)
 
 
 @dataclass
@@ -127,10 +220,11 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
             )
         ran, doc = _run_case(mod, params, cfg, args, err, want_trace=bool(args.trace or perfetto))
         if save is not None:
-            _save(save, ran.case, ran.outputs, doc)
+            _save(save, ran.case, ran.outputs, doc, replay_files(ran.case, args.timing, args.backend))
         trace = cast("Trace | None", ran.report.trace)  # Report.trace is typed object: a Trace when traced
         if perfetto is not None and trace is not None:
             write_perfetto(perfetto, trace)
+    _confirm_outputs(err, args, perfetto, trace)
     if args.json:
         print_json(out, doc, sort_keys=True)
     else:
@@ -142,6 +236,18 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
             print_fault(err, doc["fault"]["message"])
         return EXIT_FAULT
     return EXIT_OK if ran.report.passed else EXIT_MISMATCH
+
+
+def _confirm_outputs(err: Console, args: argparse.Namespace, perfetto: Path | None, trace: Trace | None) -> None:
+    """Name every path written (stderr) and say when the trace (table, Perfetto export) is truncated."""
+    if args.save is not None:
+        wrote(err, args.save)
+    if perfetto is not None and trace is not None:
+        wrote(err, perfetto)
+        if trace.dropped:
+            warn_truncated(err, trace, "the Perfetto export")
+    if args.trace and trace is not None and trace.dropped:
+        warn_truncated(err, trace)
 
 
 @contextlib.contextmanager
@@ -201,7 +307,8 @@ def _simulate(case: Case, args: argparse.Namespace, want_trace: bool) -> tuple[R
 
     from testbenches.harness import run
 
-    rep = run(case, backend=args.backend, timing=args.timing, trace=want_trace, keep_artifacts=True)
+    trace = int(args.capacity) if want_trace else False
+    rep = run(case, backend=args.backend, timing=args.timing, trace=trace, keep_artifacts=True)
     files = rep.artifacts
     outputs = _Outputs(
         sim=np.load(io.BytesIO(files["sim.npy"])) if "sim.npy" in files else None,
@@ -212,9 +319,11 @@ def _simulate(case: Case, args: argparse.Namespace, want_trace: bool) -> tuple[R
     return rep, outputs
 
 
-def _save(save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any]) -> None:
+def _save(
+    save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any], replay: Mapping[str, bytes | str]
+) -> None:
     """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output), state.npz (a fault's
-    post-mortem) and result.json, swapped in for DIR as one set."""
+    post-mortem), result.json and the replay set (:mod:`.replay`), swapped in for DIR as one set."""
     import numpy as np
 
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
@@ -231,6 +340,8 @@ def _save(save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, An
         if outputs.state_npz is not None:
             save.write("state.npz", outputs.state_npz)
         save.write("result.json", json_text(doc, default=json_default, indent=1) + "\n")
+        for name, data in replay.items():
+            save.write(name, data)
         save.commit()
 
 

@@ -7,19 +7,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import EXIT_FAULT, EXIT_OK, UsageError
-from .interrupts import add_timeout_arg
+from .machine_inputs import input_files
 from .options import (
-    add_backend_arg,
-    add_budget_arg,
-    add_max_program_arg,
+    add_capacity_arg,
     add_timing_arg,
-    config_from_args,
+    examples,
     int_arg,
-    read_program_arg,
 )
 from .paths import distinct_outputs, out_path, write_perfetto
-from .render import compile_core, print_fault, print_json, print_plain, render_trace, upstream_lines
-from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
+from .render import (
+    compile_core,
+    print_fault,
+    print_json,
+    print_plain,
+    render_trace,
+    upstream_lines,
+    warn_truncated,
+    wrote,
+)
+from .run_source import SourceRun, add_source_args, check_source_args, fault_row, run_source
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,34 +36,21 @@ __all__ = ["register", "cmd_trace"]
 
 #: rows shown without a filter or ``--last``
 DEFAULT_LAST = 200
-#: the largest ``--capacity`` (trace records; each is 160 bytes of host memory)
-MAX_CAPACITY = 1 << 32
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    tr = sub.add_parser("trace", help="run a program or testbench with tracing and show the trace")
-    tr.add_argument("program", metavar="PROGRAM", nargs="?", help=".asm or .mem program")
-    tr.add_argument("--testbench", metavar="NAME", help="trace a testbench instead of a program file")
-    tr.add_argument("--case", metavar="ID", help="a required/stretch case id of --testbench")
-    tr.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="testbench parameter with --testbench, else a CONFIG key override (repeatable)",
+    tr = sub.add_parser(
+        "trace",
+        help="run a program or testbench with tracing and show the trace",
+        **examples(
+            "plena-sim trace kernel.asm --hbm weights.bin --last 20",
+            "plena-sim trace --testbench linear --op M_MM,H_PREFETCH_M --json",
+            "plena-sim trace kernel.asm --pc 10:40 --wide --perfetto trace.json",
+        ),
     )
-    add_machine_args(tr, "hardware variant of --testbench")
-    add_backend_arg(tr)
+    add_source_args(tr)
     add_timing_arg(tr, help_text=None)
-    tr.add_argument(
-        "--capacity",
-        type=int,
-        default=1 << 16,
-        metavar="N",
-        help="trace ring capacity (the newest N instructions are kept)",
-    )
-    add_budget_arg(tr)
-    add_max_program_arg(tr)
-    add_timeout_arg(tr)
+    add_capacity_arg(tr)
     tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
     tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
@@ -66,6 +59,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     tr.add_argument(
         "--around-fault", type=int, default=None, metavar="N", help="the N instructions retired just before the fault"
+    )
+    tr.add_argument(
+        "--wide", action="store_true", help="every column (sequence number, issue, cycle span, registers, memory)"
     )
     tr.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto trace JSON")
     tr.add_argument("--json", action="store_true", help="print the selected rows and stats as one JSON object")
@@ -92,6 +88,15 @@ class _Traced:
     title: str
     fault_pc: int | None
     fault_text: str | None
+    fault_row: dict[str, Any] | None  # the faulting instruction: pc, line, text, message
+
+    @classmethod
+    def of(cls, ran: SourceRun) -> _Traced:
+        res, fault = ran.result, ran.result.fault
+        trace = cast("Trace", res.trace)  # RunResult.trace is typed object | None: a Trace with trace=N
+        if fault is None:
+            return cls(trace, res.stats, ran.title, None, None, None)
+        return cls(trace, res.stats, ran.title, fault.pc, str(fault), fault_row(fault))
 
 
 def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -99,13 +104,16 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     filters = _filters(args)
     perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto is not None else None
     if perfetto is not None:
-        distinct_outputs([("--perfetto", perfetto)], [args.program])
+        distinct_outputs([("--perfetto", perfetto)], input_files(args))
     compile_core(err, bool(args.json))
-    run = _trace_testbench(args) if args.testbench else _trace_program(args)
+    run = _Traced.of(run_source(args, trace=int(args.capacity)))
     trace = run.trace
     sel = trace.filter(pc=filters.pc, ops=filters.ops, units=filters.units, last=_last(args, run, filters))
     if perfetto is not None:
         write_perfetto(perfetto, trace)
+        wrote(err, perfetto)
+        if trace.dropped:
+            warn_truncated(err, trace, "the Perfetto export")
     faulted = run.fault_text is not None
     if run.fault_text is not None:  # the fault is the headline; statistics are partial
         print_fault(err, run.fault_text)
@@ -113,31 +121,36 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json(
             out,
             {
-                "rows": sel.rows(),
+                "rows": [_json_row(r) for r in sel.rows()],
                 "summary": trace.opcode_summary(),
                 "stats": run.stats,
                 "records": len(trace),
                 "dropped": trace.dropped,
                 "partial": faulted,
-                "fault": {"pc": run.fault_pc, "message": run.fault_text} if faulted else None,
+                "fault": dict(run.fault_row or {}, message=run.fault_text) if faulted else None,
             },
             sort_keys=True,
         )
         return EXIT_FAULT if faulted else EXIT_OK
     what = f" (partial: faulted at pc {run.fault_pc}, not retired)" if faulted else ""
-    render_trace(out, sel, run.stats, title=f"{run.title}: {len(sel)} of {trace.total} instructions{what}", full=trace)
+    title = f"{run.title}: {len(sel)} of {trace.total} instructions{what}"
+    render_trace(out, sel, run.stats, title=title, full=trace, wide=args.wide, fault=run.fault_row)
     if trace.dropped:
-        out.print(f"(ring buffer kept the newest {len(trace)} of {trace.total} instructions)")
+        warn_truncated(err, trace)
     if not faulted:
         print_plain(out, upstream_lines(run.stats))
     return EXIT_FAULT if faulted else EXIT_OK
 
 
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A trace row of ``--json``: the register change as ``regs`` only (an object), not also as text."""
+    return {k: v for k, v in row.items() if k != "reg"}
+
+
 def _check_args(args: argparse.Namespace) -> None:
-    if (args.program is None) == (args.testbench is None):
-        raise UsageError("trace: give exactly one of PROGRAM or --testbench NAME")
-    if not 0 < args.capacity <= MAX_CAPACITY:
-        raise UsageError(f"--capacity: {args.capacity} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
+    check_source_args(args)
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last: {args.last} must be >= 1")
 
 
 def _filters(args: argparse.Namespace) -> _Filters:
@@ -149,6 +162,8 @@ def _filters(args: argparse.Namespace) -> _Filters:
         if not sep:
             raise UsageError(f"--pc: {args.pc!r} must look like A:B")
         pc_range = (int_arg(a, "--pc A") if a else 0, int_arg(b, "--pc B") if b else 1 << 62)
+        if pc_range[0] > pc_range[1]:
+            raise UsageError(f"--pc: {args.pc!r} is an empty range (A must be <= B)")
     try:
         units = parse_units(args.unit) if args.unit else None
     except ValueError as exc:
@@ -164,43 +179,6 @@ def _mnemonics(text: str) -> set[str]:
     if bad:
         raise UsageError(f"--op: unknown mnemonic(s) {', '.join(bad)}")
     return ops
-
-
-def _trace_testbench(args: argparse.Namespace) -> _Traced:
-    from testbenches.harness import run
-
-    mod = get_testbench(args.testbench)
-    params, cfg = case_params_and_config(mod, args.testbench, args)
-    case = build_case(mod, args.testbench, params, cfg, args)
-    rep = run(
-        case, backend=args.backend, timing=args.timing, max_instructions=args.max_instructions, trace=int(args.capacity)
-    )
-    if rep.trace is None:
-        raise UsageError(f"{args.testbench}: the program did not run ({rep.summary or rep.error})")
-    fault = rep.fault
-    fault_pc = fault.get("pc") if isinstance(fault, dict) else None
-    fault_text = None if fault is None else (fault.get("text") if isinstance(fault, dict) else str(fault))
-    trace = cast("Trace", rep.trace)  # Report.trace is typed object: a Trace with run(trace=N)
-    return _Traced(trace, rep.stats, f"{args.testbench} [{case.case_id}] ({args.timing})", fault_pc, fault_text)
-
-
-def _trace_program(args: argparse.Namespace) -> _Traced:
-    from plena_sim.machine import Machine
-
-    args.set = list(args.set or []) + list(args.set_hw or [])
-    cfg = config_from_args(args)
-    prog = read_program_arg(args.program, args.max_program)
-    m = Machine(cfg, backend=args.backend, timing=args.timing)
-    res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=int(args.capacity))
-    fault = res.fault
-    trace = cast("Trace", res.trace)  # RunResult.trace is typed object | None: a Trace with trace=N
-    return _Traced(
-        trace,
-        res.stats,
-        f"{args.program} ({args.timing})",
-        fault.pc if fault is not None else None,
-        str(fault) if fault is not None else None,
-    )
 
 
 def _last(args: argparse.Namespace, run: _Traced, filters: _Filters) -> int | None:

@@ -16,6 +16,7 @@ file of at most 16 MiB nested at most 64 levels deep (:mod:`isa.readers`).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tomllib
@@ -62,6 +63,7 @@ __all__ = [
     "host_memory_needs",
     "check_host_limits",
     "out_of_memory_message",
+    "config_toml",
 ]
 
 
@@ -1047,6 +1049,48 @@ def parse_override(text: str) -> tuple[str, Any]:
     except ValueError:  # nested too deeply, or an integer literal of more than 4300 digits
         raise ConfigError(key, f"value {_shown(value)} is not a usable TOML value") from None
     return key, parsed
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def _toml_type(t: FpType | IntType) -> str:
+    if isinstance(t, IntType):
+        return f'{{ type = "Int", width = {t.width} }}'
+    return f'{{ type = "Fp", sign = {_toml_value(t.sign)}, exponent = {t.exponent}, mantissa = {t.mantissa} }}'
+
+
+def config_toml(cfg: HardwareConfig) -> str:
+    """The whole of ``cfg`` as a config file of one section (``cfg.section``): every CONFIG key, precision,
+    latency and ``[HBM_TIMING]`` value, so that ``load_config(file, section=cfg.section)`` gives the same
+    machine (its ``source`` and ``preset`` aside)."""
+    sec = cfg.section
+    out = [f"# the effective configuration of {cfg.preset or cfg.source} (plena-sim), section {sec}", ""]
+    out += [f"[{sec}.CONFIG]"] + [f"{k} = {_toml_value(v)}" for k, v in cfg.values().items()] + [""]
+    for name, t in cfg.precision.items():
+        out.append(f"[{sec}.PRECISION.{name}]")
+        if isinstance(t, PlainType):
+            out += ['format = "Plain"', f"DATA_TYPE = {_toml_type(t.data)}"]
+        elif isinstance(t, MxType):
+            out += [
+                'format = "Mx"',
+                f"block = {t.block}",
+                f"ELEM = {_toml_type(t.elem)}",
+                f"SCALE = {_toml_type(t.scale)}",
+            ]
+        else:  # SCALAR_FP: the type itself
+            out += [line.strip() for line in _toml_type(t).strip("{} ").split(", ")]
+        out.append("")
+    for name, (en, dis) in cfg.latency.items():
+        out += [f"[{sec}.LATENCY.{name}]", f"dc_lib_en = {en}", f"dc_lib_dis = {dis}", ""]
+    if cfg.hbm_timing:
+        out += [f"[{sec}.HBM_TIMING]"] + [f"{k} = {_toml_value(v)}" for k, v in cfg.hbm_timing.items()] + [""]
+    return "\n".join(out)
 
 
 def default_config_text() -> str:

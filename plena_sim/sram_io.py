@@ -10,7 +10,8 @@ write the matching dumps.
   f16 -> f32 (exact) -> bf16 (RNE).
 * INT SRAM preload file: u32 little-endian from word 0.  Python integers may be given in
   ``[-2^31, 2^32)``; negatives are stored as their two's-complement u32.
-* Dumps: FP SRAM as bf16 LE, INT SRAM as u32 LE, all words.
+* Dumps: FP SRAM as bf16 LE, INT SRAM as u32 LE, all words. A bf16 LE word file (an FP SRAM dump, VRAM rows)
+  loads back exactly (:func:`load_bf16_words_file`).
 
 Words not given are 0.  More values than the SRAM holds, a file whose length is not a whole number of
 words, or an unreadable file raise :class:`~plena_sim.image.ImageError` naming the file; a preload file is
@@ -35,6 +36,7 @@ __all__ = [
     "int_sram_from_values",
     "load_fp_sram_file",
     "load_int_sram_file",
+    "load_bf16_words_file",
     "save_fp_sram_dump",
     "save_int_sram_dump",
 ]
@@ -128,6 +130,13 @@ def load_fp_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:
     data = _read_words(path, 2, "FP SRAM", size)
     x = np.frombuffer(data, dtype=_F16_LE).astype(np.float32)
     return _f32_to_sram(x, size, str(path))
+
+
+def load_bf16_words_file(path: str | os.PathLike, size: int, what: str = "FP SRAM") -> np.ndarray:
+    """bf16 bit patterns as LE u16 words (the FP SRAM dump's format: exact, no rounding), at most ``size`` of
+    them; ``uint16[words in the file]``."""
+    data = _read_words(path, 2, what, _check_size(size, what))
+    return np.frombuffer(data, dtype=_U16_LE).astype(np.uint16)
 
 
 def load_int_sram_file(path: str | os.PathLike, size: int) -> np.ndarray:

@@ -8,7 +8,8 @@ into rows a human or a tool can read.
   returns as ``RunResult.trace``); ``records`` (int64[n, REC_N], oldest first), ``total`` (records
   ever written; ``dropped = total - len(records)``), ``rows()`` -> list of dicts (``seq``, ``pc``,
   ``line``, ``text``, ``op``, ``unit``, ``issue``, ``start``, ``end``, ``cycles``, ``reg`` (e.g.
-  ``"gp3: 0x0 -> 0x40"`` or ""), ``mem`` (e.g. ``"VRAM rows 4..7"``), ``hbm`` (e.g.
+  ``"gp3: 0x0 -> 0x40"`` or ""), ``regs`` (the same as an object: ``{"gp3": [0, 64]}``, ``{}``), ``mem``
+  (e.g. ``"VRAM rows 4..7"``), ``hbm`` (e.g.
   ``"read 0x0..+0x1200 (4608 B)"``)); ``filter(pc=(a, b), ops={..}, units={..}, last=N, around=(pc, N))``;
   ``opcode_summary()``; ``unit_busy()``; ``to_perfetto(stats=None) -> dict`` (Chrome Trace Event
   Format: one thread track per unit M/V/S/H/C with complete "X" events in microseconds = cycles/1000,
@@ -77,13 +78,21 @@ def parse_units(text: str) -> set[str]:
     return out
 
 
-def _reg_text(kind: int, idx: int, old: int, new: int) -> str:
+def _reg_change(kind: int, idx: int, old: int, new: int) -> dict[str, list[int] | list[float]]:
+    """``{"gp3": [old, new]}`` (an FP register's values decoded from bf16), ``{}`` when none was written."""
     if kind == REG_NONE:
-        return ""
+        return {}
     name = REG_KIND_NAMES[kind] + (str(idx) if kind <= 3 else "")
     if kind == REG_FP:
-        return f"{name}: {float(bf16.decode_scalar(old)):g} -> {float(bf16.decode_scalar(new)):g}"
-    return f"{name}: {old:#x} -> {new:#x}"
+        return {name: [float(bf16.decode_scalar(old)), float(bf16.decode_scalar(new))]}
+    return {name: [old, new]}
+
+
+def _reg_text(change: dict) -> str:
+    return "; ".join(
+        f"{name}: {old:g} -> {new:g}" if isinstance(old, float) else f"{name}: {old:#x} -> {new:#x}"
+        for name, (old, new) in change.items()
+    )
 
 
 def _mem_text(rec) -> str:
@@ -138,6 +147,7 @@ class Trace:
         if mnem.startswith("H_"):
             kind = "write" if mnem == "H_STORE_V" else "read"
             hbm = f"{kind} {int(rec[RC_HADDR]):#x}..+{int(rec[RC_HSPAN]):#x} ({int(rec[RC_HBYTES])} B)"
+        regs = _reg_change(int(rec[RC_RKIND]), int(rec[RC_RIDX]), int(rec[RC_ROLD]), int(rec[RC_RNEW]))
         return {
             "seq": int(rec[RC_SEQ]),
             "pc": pc,
@@ -149,7 +159,8 @@ class Trace:
             "start": int(rec[RC_START]),
             "end": int(rec[RC_END]),
             "cycles": int(rec[RC_END] - rec[RC_START]),
-            "reg": _reg_text(int(rec[RC_RKIND]), int(rec[RC_RIDX]), int(rec[RC_ROLD]), int(rec[RC_RNEW])),
+            "reg": _reg_text(regs),
+            "regs": regs,
             "mem": _mem_text(rec),
             "hbm": hbm,
             "hbm_bytes": int(rec[RC_HBYTES]),
@@ -280,28 +291,78 @@ class Trace:
 # ------------------------------------------------------------------------------------------ rendering
 
 
-def render_table(trace: Trace, title: str | None = None):
-    """rich Table: seq, pc, line, instruction, unit, cycle span, register diff, memory effects."""
-    from rich.table import Table
+#: the columns of the trace table: (header, right-justified, shown without ``wide``)
+_COLUMNS = (
+    ("#", True, False),
+    ("pc", True, True),
+    ("line", True, True),
+    ("instruction", False, True),
+    ("unit", False, True),
+    ("issue", True, False),
+    ("span", True, False),
+    ("cycles", True, True),
+    ("registers", False, False),
+    ("memory", False, False),
+    ("changes", False, True),
+)
 
+
+def _cells(r: dict) -> dict:
+    mem = "; ".join(x for x in (r["mem"], r["hbm"]) if x)
+    return {
+        "#": str(r["seq"]),
+        "pc": str(r["pc"]),
+        "line": "" if r["line"] is None else str(r["line"]),
+        "instruction": r["text"],
+        "unit": r["unit"],
+        "issue": str(r["issue"]),
+        "span": f"{r['start']}..{r['end']}",
+        "cycles": str(r["cycles"]),
+        "registers": r["reg"],
+        "memory": mem,
+        "changes": "; ".join(x for x in (r["reg"], mem) if x),
+    }
+
+
+def render_table(trace: Trace, title: str | None = None, wide: bool = False, fault: dict | None = None):
+    """rich Table of the trace rows, every cell plain text (an asm comment's ``[/h]`` is not markup).
+
+    Narrow (default, readable at 80 columns): pc, line, instruction, unit, cycles and the changes (registers,
+    memory); ``wide``: also the sequence number, issue cycle and cycle span, registers and memory apart. No
+    cell is truncated: numbers keep their width, text wraps at spaces. ``fault`` (``pc``, ``line``, ``text``,
+    ``message``): the faulting instruction (it does not retire), shown as the last row, highlighted."""
+    from rich.table import Table
+    from rich.text import Text
+
+    cols = [c for c in _COLUMNS if (c[0] not in ("changes",) if wide else c[2])]
+    rows = [_cells(r) for r in trace.rows()]
+    if fault is not None:
+        rows.append(_fault_cells(fault))
     t = Table(title=title or f"trace ({len(trace)} of {trace.total} instructions)", show_lines=False)
-    right = {"#", "pc", "line", "cycles", "span"}
-    for col in ("#", "pc", "line", "instruction", "unit", "cycles", "span", "registers", "memory"):
-        t.add_column(col, justify="right" if col in right else "left")
-    for r in trace.rows():
-        mem = "; ".join(x for x in (r["mem"], r["hbm"]) if x)
-        t.add_row(
-            str(r["seq"]),
-            str(r["pc"]),
-            "" if r["line"] is None else str(r["line"]),
-            r["text"],
-            r["unit"],
-            str(r["cycles"]),
-            f"{r['start']}..{r['end']}",
-            r["reg"],
-            mem,
+    for name, right, _narrow in cols:
+        wraps = name in ("instruction", "registers", "memory", "changes")
+        # a number keeps its width; text wraps between words, never inside one (a mnemonic)
+        widths = [len(name)] + [max(map(len, r[name].split(" "))) if wraps else len(r[name]) for r in rows]
+        t.add_column(
+            name, justify="right" if right else "left", min_width=max(widths), no_wrap=not wraps, overflow="fold"
         )
+    for k, r in enumerate(rows):
+        style = "bold red" if fault is not None and k == len(rows) - 1 else None
+        t.add_row(*(Text(r[name]) for name, _r, _n in cols), style=style)
     return t
+
+
+def _fault_cells(fault: dict) -> dict:
+    line = fault.get("line")
+    cells = dict.fromkeys(("#", "issue", "span", "cycles", "registers", "unit"), "-")
+    cells.update(
+        pc=str(fault.get("pc", "")),
+        line="" if line is None else str(line),
+        instruction=str(fault.get("text") or ""),
+        memory=f"FAULT: {fault.get('message', '')}",
+    )
+    cells["changes"] = cells["memory"]
+    return cells
 
 
 def render_summary(trace: Trace):

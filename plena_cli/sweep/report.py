@@ -198,19 +198,30 @@ def _fronts_of(summary: Mapping[str, Any], key: str, point_id: str) -> str:
 def _best_table(summary: Mapping[str, Any]) -> Any:
     from rich.table import Table
 
+    from ..render import add_plain_row
+
     t = Table(title="fastest passing points per workload", title_justify="left")
     for col in ("workload", "#", "id", "preset", "hardware", "cycles", "MAC array", "SRAM", "front"):
         t.add_column(col, justify="right" if col in ("#", "cycles", "MAC array", "SRAM") else "left")
     for key, best in summary["best"].items():
         if not best:
-            t.add_row(key, "", "", "", "no passing point", "", "", "", "")
+            add_plain_row(t, key, "", "", "", "no passing point", "", "", "", "")
         for k, b in enumerate(best):
             cycles = "" if b[METRIC] is None else f"{b[METRIC]:,}"
             mac = "" if b["mac_array"] is None else str(b["mac_array"])
             hw = _hw_text(b["set_hw"])
             fronts = _fronts_of(summary, key, b["id"])
-            t.add_row(
-                key if k == 0 else "", str(k + 1), b["id"], b["preset"], hw, cycles, mac, _size(b["sram_bytes"]), fronts
+            add_plain_row(
+                t,
+                key if k == 0 else "",
+                str(k + 1),
+                b["id"],
+                b["preset"],
+                hw,
+                cycles,
+                mac,
+                _size(b["sram_bytes"]),
+                fronts,
             )
         t.add_section()
     return t
@@ -240,12 +251,14 @@ def _reason_rows(groups: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[
 def _reason_table(summary: Mapping[str, Any]) -> Any:
     from rich.table import Table
 
+    from ..render import add_plain_row
+
     t = Table(title="points not passing, by reason", title_justify="left")
     for col in ("status", "count", "reason", "example ids"):
         t.add_column(col, justify="right" if col == "count" else "left")
     for groups in (summary["failures"], summary["filtered"]):
         for status, count, reason, ids in _reason_rows(groups):
-            t.add_row(status, str(count), _short(reason) or "-", " ".join(ids))
+            add_plain_row(t, status, str(count), _short(reason) or "-", " ".join(ids))
     return t
 
 

@@ -10,6 +10,7 @@ warm JIT cache. A child counts as "running" once its SIGTERM handler is installe
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -164,8 +165,9 @@ def test_timeout_counts_the_case_building(tmp_path):
     """The limit bounds the whole command: here it runs out before the program starts (case, imports)."""
     child = Child(tmp_path, "run", "flashattn_prefill", "--timeout", "0.4", "--json")
     rc, out, err = child.finish()
-    assert rc == 124 and out == "" and "Traceback" not in err, err
+    assert rc == 124 and "Traceback" not in err, err
     assert err.strip().startswith("time limit exceeded: --timeout 0.4 s")
+    assert out.count("\n") == 1 and json.loads(out) == {"error": err.strip()}  # --json: one object, errors too
     assert child.left_behind() == []
 
 

@@ -45,6 +45,11 @@ def one_clean_line(err: str) -> str:
     return lines[0]
 
 
+def _json_error(line: str) -> str:
+    """What ``--json`` prints on stdout for the usage error of the red line ``line`` (``error: <message>``)."""
+    return json.dumps({"error": line.removeprefix("error: ")}) + "\n"
+
+
 # ----------------------------------------------------------------------------------------- list / show
 
 
@@ -151,8 +156,9 @@ def test_malformed_toml_is_one_line(tmp_path, capsys, text, message):
     f.write_text(text)
     for extra in ([], ["--show"], ["--json"]):
         code, out, err = run(capsys, "model", f, *extra)
-        assert code == 2 and out == ""
         line = one_clean_line(err)
+        # --json: stdout holds one JSON object even for an error (issue 19), the message of the red line
+        assert code == 2 and out == (_json_error(line) if extra == ["--json"] else "")
         assert line.startswith(f"error: model preset {f}: ") and message in line
 
 
@@ -358,7 +364,7 @@ def test_plumbing_refusal_names_the_parameter(stand_ins, tmp_path, capsys):
     f = tmp_path / "odd.toml"
     f.write_text(model_presets.load("tiny").text.replace("hidden = 256", "hidden = 96"))
     code, out, err = run(capsys, "model", f, "--seq", "4", "--json")
-    assert code == 2 and out == ""
+    assert code == 2 and out == _json_error(one_clean_line(err))
     assert one_clean_line(err) == (
         "error: tiny on transactional: decoder_layer refuses the shape: "
         "rms_norm: hidden=96 must be a multiple of VLEN=64"
@@ -396,7 +402,7 @@ def test_plumbing_moe_needs_a_testbench_that_takes_experts(stand_ins, capsys):
     """A testbench without ``experts`` (a stand-in here) refuses a MoE preset (the real ones take it:
     test_tiny_moe_model_runs_the_routed_experts)."""
     code, out, err = run(capsys, "model", "gpt-oss-20b", "--json")
-    assert code == 2 and out == ""
+    assert code == 2 and out == _json_error(one_clean_line(err))
     line = one_clean_line(err)
     assert line.startswith(
         "error: gpt-oss-20b: testbench decoder_layer has no parameter 'experts' (a mixture-of-experts layer); it takes"

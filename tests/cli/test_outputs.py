@@ -217,12 +217,17 @@ def test_d16_output_files_honour_the_umask(tmp_path, prog, umask):
     r = child(script, umask=umask)
     assert r.returncode == 0, r.stderr
     files = [p for p in d.rglob("*") if p.is_file()]
-    assert sorted(p.name for p in files) == sorted(
-        ["p.mem", "h.bin", "v.npy", "f.npy", "t.json", "program.asm", "program.mem", "arrays.npz", "result.json"]
+    assert sorted(p.name for p in files if p.parent == d) == sorted(["p.mem", "h.bin", "v.npy", "f.npy", "t.json"])
+    saved = sorted(str(p.relative_to(d / "save")) for p in files if p.parent != d)
+    (vram_rows,) = [name for name in saved if name.startswith("vram/rows-")]  # the NaN-poisoned output rows
+    assert saved == sorted(
+        ["program.asm", "program.mem", "arrays.npz", "result.json", "config.toml", "replay.sh", "fp_sram.bin"]
+        + ["int_sram.bin", "hbm/manifest.json", "hbm/seg-0.bin", vram_rows]
     )
     for p in files:
         assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~umask, p
-    assert stat.S_IMODE((d / "save").stat().st_mode) == 0o777 & ~umask
+    for folder in (d / "save", d / "save" / "hbm", d / "save" / "vram"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask, folder
 
 
 # ------------------------------------------------------------------------------------------- D10 / D23

@@ -48,7 +48,10 @@ def test_run_default_json_and_save(tmp_path, capsys):
     assert doc["regions"] == doc["stats"]["regions"] and doc["regions"][-1]["path"] == "(unlabelled)"
     assert sum(e["cycles_exclusive"] for e in doc["regions"]) == doc["cycles"]
     assert sum(e["instructions"] for e in doc["regions"]) == doc["instructions"]
-    assert sorted(p.name for p in out_dir.iterdir()) == ["arrays.npz", "program.asm", "program.mem", "result.json"]
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        ["arrays.npz", "program.asm", "program.mem", "result.json"]  # and the replay set (plena_cli/replay.py)
+        + ["config.toml", "replay.sh", "fp_sram.bin", "int_sram.bin", "hbm", "vram"]
+    )
     saved = json.loads((out_dir / "result.json").read_text())
     assert saved["passed"] is True and saved["instructions"] == doc["instructions"]
     arrays = np.load(out_dir / "arrays.npz")

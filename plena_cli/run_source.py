@@ -1,0 +1,103 @@
+"""What ``trace`` and ``profile`` run: a program file (with exec's memory inputs) or a testbench case.
+
+``PROGRAM`` runs on the machine of ``--hw`` / ``--config`` / ``--set KEY=VALUE`` (CONFIG keys) with the HBM
+images and SRAM preloads of :mod:`.machine_inputs`; ``--testbench NAME [--case ID] [--set K=V]`` builds the
+case (``--set`` then sets its parameters, ``--set-hw`` the machine's keys) and runs its program on the machine
+the harness prepares (:func:`testbenches.harness.prepare_machine`), without judging it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+from .interrupts import add_timeout_arg
+from .machine_inputs import add_memory_args, loaded_machine, memory_inputs_given
+from .options import add_backend_arg, add_budget_arg, add_max_program_arg, config_from_args, read_program_arg
+from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
+
+if TYPE_CHECKING:
+    from isa.program import Program
+    from plena_sim.faults import SimFault
+    from plena_sim.machine import RunResult
+
+__all__ = ["add_source_args", "check_source_args", "run_source", "SourceRun", "fault_row"]
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """``PROGRAM`` | ``--testbench NAME [--case ID]``, ``--set``, the machine, memory inputs, backend, budget."""
+    p.add_argument("program", metavar="PROGRAM", nargs="?", help=".asm or .mem program")
+    p.add_argument("--testbench", metavar="NAME", help="a testbench's program instead of a program file")
+    p.add_argument("--case", metavar="ID", help="a required/stretch case id of --testbench")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="testbench parameter with --testbench, else a CONFIG key override (repeatable)",
+    )
+    add_machine_args(p, "hardware variant of --testbench")
+    add_memory_args(p)
+    add_backend_arg(p)
+    add_budget_arg(p)
+    add_max_program_arg(p)
+    add_timeout_arg(p)
+
+
+def check_source_args(args: argparse.Namespace) -> None:
+    """Exactly one of PROGRAM and ``--testbench``; memory inputs only with a PROGRAM."""
+    if (args.program is None) == (args.testbench is None):
+        raise UsageError(f"{args.command}: give exactly one of PROGRAM or --testbench NAME")
+    memory = memory_inputs_given(args)
+    if args.testbench and memory:
+        raise UsageError(f"{', '.join(memory)}: the inputs of a PROGRAM, not of --testbench (it builds its own)")
+
+
+@dataclass
+class SourceRun:
+    """One run of a program file or a testbench's program: its result, its program and a title naming it."""
+
+    result: RunResult
+    program: Program
+    title: str
+
+
+def run_source(args: argparse.Namespace, trace: int = 0) -> SourceRun:
+    """Run what the arguments name (``trace``: the trace ring's capacity, 0 none), faults returned, not raised."""
+    return _run_testbench(args, trace) if args.testbench else _run_program(args, trace)
+
+
+def _run_program(args: argparse.Namespace, trace: int) -> SourceRun:
+    args.set = list(args.set or []) + list(args.set_hw or [])
+    cfg = config_from_args(args)
+    prog = read_program_arg(args.program, args.max_program)
+    m = loaded_machine(args, cfg)
+    res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=trace)
+    return SourceRun(res, prog, f"{args.program} ({args.timing})")
+
+
+def _run_testbench(args: argparse.Namespace, trace: int) -> SourceRun:
+    from testbenches.harness import prepare_machine
+
+    mod = get_testbench(args.testbench)
+    params, cfg = case_params_and_config(mod, args.testbench, args)
+    case = build_case(mod, args.testbench, params, cfg, args)
+    prog = case.assembled()
+    m = prepare_machine(case, args.backend)
+    res = m.run(
+        prog,
+        max_instructions=args.max_instructions or case.max_instructions,
+        trace=trace,
+        raise_on_fault=False,
+        name=f"{case.testbench}.asm",
+        timing=args.timing,
+    )
+    return SourceRun(res, prog, f"{args.testbench} [{case.case_id}] ({args.timing})")
+
+
+def fault_row(fault: SimFault) -> dict[str, Any]:
+    """The faulting instruction as a row of a trace: pc, source line number, text and the message."""
+    tail = str(fault.where).rpartition(":")[2]
+    line = int(tail) if tail.isdigit() else None
+    return {"pc": fault.pc, "line": line, "text": fault.text, "message": f"{fault.detail} [{fault.rule}]"}
