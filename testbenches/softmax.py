@@ -40,7 +40,6 @@ REQUIRED_CASES = [
     # issue 21: input magnitude (a softmax without the max subtraction overflows at 64), a big VRAM base
     ("L100_scale_1e-4", {"L": L100, "scale": 1e-4}, "default"),
     ("L100_scale_64", {"L": L100, "scale": 64.0}, "default"),
-    ("L1024_scaled_scale_64", {"L": hw(16, "VLEN"), "scaled": True, "rows": hw(1, "RP"), "scale": 64.0}, "default"),
     ("big_base", {"L": L100, "scaled": True, "big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
