@@ -305,7 +305,7 @@ def load_imm(asm: AsmSink, r: int, v: int) -> None:
         return
     hi, lo = v >> 12, v & 0xFFF
     if mutation_hooks.active("imm_lui_sign_extended"):
-        hi = (v + 0x800) >> 12  # the RISC-V LUI/ADDI split, whose ADDI sign-extends (this one does not)
+        hi = ((v + 0x800) >> 12) & 0xFFFFF  # the RISC-V LUI/ADDI split (its ADDI sign-extends; this one does not)
     if mutation_hooks.active("imm_low_11_bits"):
         lo = v & 0x7FF  # the low part taken as a signed 12-bit immediate: bit 11 dropped
     asm.S_LUI_INT(gp(r), hi)

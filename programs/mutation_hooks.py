@@ -98,7 +98,7 @@ HOOKS: frozenset[str] = frozenset(
         "bmm_scale_applied_twice",
         "norm_eps_after_sqrt",
         "softmax_no_max_subtraction",
-        "ln_mean_delta_dropped",
+        "rms_eps_before_mean",
         "pv_row_blocks_floor",
         "scores_row_blocks_floor",
         "normalize_rows_floor_blen",

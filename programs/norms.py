@@ -220,7 +220,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
                 adv(gXc)
 
             blocks("sum of squares", sq)
-            asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
+            _mean(asm, fa, fInvH, fEps, rms=True)
         elif one_pass:
             asm.comment("layer_norm: one-pass E[x^2]-E[x]^2 (mutation)")
             asm.S_ADD_FP(F(fa), F(0), F(0))
@@ -329,9 +329,19 @@ def _reset_acc(asm: Asm, f: int, hook: str) -> None:
         asm.S_ADD_FP(F(f), F(0), F(0))
 
 
+def _mean(asm: Asm, fa: int, fInvH: int, fEps: int, rms: bool) -> None:
+    """``fa = fa/hidden`` (the ``rms_eps_before_mean`` mutation: ``(fa + eps)/hidden``, eps added to the sum)."""
+    if rms and mutation_hooks.active("rms_eps_before_mean"):
+        asm.S_ADD_FP(F(fa), F(fa), F(fEps))
+    asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
+
+
 def _inv_root(asm: Asm, fa: int, fEps: int) -> None:
-    """``fa = 1/sqrt(fa + eps)`` (the ``norm_eps_after_sqrt`` mutation: ``1/(sqrt(fa) + eps)``)."""
-    if mutation_hooks.active("norm_eps_after_sqrt"):
+    """``fa = 1/sqrt(fa + eps)`` (the ``norm_eps_after_sqrt`` mutation: ``1/(sqrt(fa) + eps)``; under
+    ``rms_eps_before_mean`` eps is already in the sum)."""
+    if mutation_hooks.active("rms_eps_before_mean"):
+        asm.S_SQRT_FP(F(fa), F(fa))
+    elif mutation_hooks.active("norm_eps_after_sqrt"):
         asm.S_SQRT_FP(F(fa), F(fa))
         asm.S_ADD_FP(F(fa), F(fa), F(fEps))
     else:
@@ -370,8 +380,7 @@ def _ln_centre(
 
     def centre() -> None:
         asm.V_SUB_VF(G(yc), G(gXc), F(fmu), 0, 0)
-        if not mutation_hooks.active("ln_mean_delta_dropped"):
-            asm.V_SUB_VF(G(yc), G(yc), F(fq), 0, 0)
+        asm.V_SUB_VF(G(yc), G(yc), F(fq), 0, 0)
         adv(gXc)
         if yc != gXc:
             adv(yc)

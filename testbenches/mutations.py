@@ -151,7 +151,7 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
 _BIG_BASES = (
     "D16 P20 flashattn_qkt:hkv4_big_base rms_norm:big_base layer_norm:big_base gelu:big_base silu:big_base "
     "softmax:big_base rope:big_base embedding:big_base elementwise_add:big_base h_store:big_base bmm:big_base "
-    "ffn:big_base ffn_intermediate:big_base linear:big_base linear_loop:big_base "
+    "ffn:big_base ffn_intermediate:big_base linear:big_base "
     "moe_topk:B_policy1_T7_big_base moe_layer:policy1_T5_big_base"
 )
 
@@ -207,12 +207,12 @@ _WAVE2: dict[str, tuple[str, str, str]] = {
     "rms_acc_not_reset": (
         "state init",
         "rms_norm sum of squares carried over from the previous row",
-        "rms_norm:default rms_norm:scale_64",
+        "rms_norm:scale_1e-4",
     ),
     "ln_mean_acc_not_reset": (
         "state init",
         "layer_norm mean accumulator carried over from the previous row",
-        "layer_norm:default layer_norm:mean_offset",
+        "layer_norm:default layer_norm:scale_1e-4",
     ),
     # precision / scale
     "per_head_bmm_scale_applied": (
@@ -231,10 +231,10 @@ _WAVE2: dict[str, tuple[str, str, str]] = {
         "softmax exp(x) without the row max subtracted",
         "softmax:L100_scale_64",
     ),
-    "ln_mean_delta_dropped": (
+    "rms_eps_before_mean": (
         "precision/scale",
-        "layer_norm centres with bf16(mu) only (the compensated delta dropped)",
-        "layer_norm:mean_offset layer_norm:small_offset",
+        "rms_norm eps added to the sum of squares: (sum + eps)/hidden",
+        "rms_norm:scale_1e-4",
     ),
     # loop bounds
     "pv_row_blocks_floor": ("loop bounds", "P@V over floor(br/B) row blocks", "P14 P12 P16"),
@@ -280,7 +280,7 @@ _WAVE2: dict[str, tuple[str, str, str]] = {
     "imm_low_11_bits": ("immediates", "load_imm low part v & 0x7FF (a signed 12-bit ADDI: bit 11 dropped)", _BIG_BASES),
     # layout
     "o_row_pitch_unpadded": ("layout", "O column-block pitch batch*q_len instead of rp(batch*q_len)", "P17 P16"),
-    "q_stride_kv_row": ("layout", "Q staging STRIDE hkv*d*eb (a K/V row) instead of hq*d*eb", "D1 P1 P13"),
+    "q_stride_kv_row": ("layout", "Q staging STRIDE hkv*d*eb (a K/V row) instead of hq*d*eb", "P1 P13"),
     "pv_lane_dropped": (
         "layout",
         "P@V written at lane 0 for every head (O update reads the head's lanes)",
