@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+import testbenches
 from programs import mutation_hooks
 from testbenches import mutations as mut
 from testbenches.harness import run_case
@@ -102,3 +103,28 @@ def test_how_caught_classification():
     assert mut.how_caught(rep) == "assembler"
     rep = mut.run_mutation("ffn_workspace_overlap", mut.exposures("ffn_workspace_overlap")[0])
     assert mut.how_caught(rep) in ("plan", "mismatch")
+
+
+@pytest.mark.parametrize(
+    "hook,exp", [(h, e) for h in mut.NEEDS_POISON for e in mut.exposures(h)], ids=lambda x: getattr(x, "label", x)
+)
+def test_needs_poison_mutation_is_caught_with_a_poisoned_fp_state(hook, exp):
+    """What NEEDS_POISON claims: with the plan's FP SRAM state words preloaded with NaN (what the harness's FP
+    SRAM poisoning will do), the clean kernel still passes and the mutated one fails."""
+    import numpy as np
+
+    from testbenches.harness import run
+    from testbenches.variants import get_config
+
+    mod = testbenches.get(exp.testbench)
+    cfg = get_config(exp.variant)
+    params = dict(mod.DEFAULTS, **{c[0]: c[1] for c in mod.REQUIRED_CASES}[exp.case_id])
+    verdicts = []
+    for hooks in ((), (hook,)):
+        with mutation_hooks.inject(*hooks):
+            case = mod.build(params, cfg)
+            case.fp_preload[case.plan.fp_state_base] = np.full(case.plan.fp_state_size, np.nan)
+            verdicts.append(run(case))
+    clean, mutant = verdicts
+    assert clean.passed, clean.summary
+    assert not mutant.passed and mut.how_caught(mutant) == "mismatch", mutant.summary
