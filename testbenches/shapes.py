@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plena_sim.config import HardwareConfig
+from programs.asm import IMM18_LIMIT
 
 __all__ = ["Hw", "hw", "resolve", "resolve_params", "describe"]
 
@@ -88,7 +89,7 @@ def describe(value: Any, cfg: HardwareConfig | None = None) -> str:
 #: VRAM element address of a big-base case: past the 18-bit immediate (2^18) with bit 11 set, so every base
 #: a generator materialises takes the S_LUI_INT + S_ADDI_INT path with a low part >= 0x800 (a sign-extending
 #: LUI/ADDI split, the RISC-V habit, is off by 4096 there)
-BIG_BASE_ELEM = (1 << 18) + (1 << 11)
+BIG_BASE_ELEM = IMM18_LIMIT + (1 << 11)
 
 
 def big_base_row(cfg: HardwareConfig) -> int:
