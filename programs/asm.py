@@ -371,9 +371,14 @@ def load_imm(asm: AsmSink, r: int, v: int) -> None:
     if mutation_hooks.active("truncated_immediate"):
         asm.S_ADDI_INT(gp(r), gp(0), v & (IMM18_LIMIT - 1))
         return
-    asm.S_LUI_INT(gp(r), v >> 12)
-    if v & 0xFFF:
-        asm.S_ADDI_INT(gp(r), gp(r), v & 0xFFF)
+    hi, lo = v >> 12, v & 0xFFF
+    if mutation_hooks.active("imm_lui_sign_extended"):
+        hi = ((v + 0x800) >> 12) & 0xFFFFF  # the RISC-V LUI/ADDI split (its ADDI sign-extends; this one does not)
+    if mutation_hooks.active("imm_low_11_bits"):
+        lo = v & 0x7FF  # the low part taken as a signed 12-bit immediate: bit 11 dropped
+    asm.S_LUI_INT(gp(r), hi)
+    if lo:
+        asm.S_ADDI_INT(gp(r), gp(r), lo)
 
 
 def add_imm(asm: AsmSink, dst: int, src: int, v: int, tmp: int | None = None) -> None:

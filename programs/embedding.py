@@ -149,6 +149,7 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
     lb = LoopBudget(asm, cfg, KERNEL)
     step = plan.pitch * V
     direct = mutation_hooks.active("embedding_direct_prefetch")
+    row_major = mutation_hooks.active("embedding_out_row_major")  # out[t] as hidden/V consecutive rows
     asm.begin(KERNEL, T=plan.T, vocab=plan.vocab, hidden=plan.hidden, ids=plan.ids_base, out=plan.out_base)
     asm.comment(f"{KERNEL}: table SCALE/STRIDE, row bytes, constants")
     load_imm(asm, gRow, t.scale_offset)
@@ -172,7 +173,10 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
                 asm.H_PREFETCH_V(G(gLand), G(gOff), areg(t.areg), 1, t.prec)
                 asm.V_MUL_VF(G(gOc), G(gLand), F(fOne), 0)
             asm.S_ADDI_INT(G(gOff), G(gOff), V * t.eb)
-            next_block(gOc)
+            if row_major:
+                asm.S_ADDI_INT(G(gOc), G(gOc), V)
+            else:
+                next_block(gOc)
         asm.S_ADDI_INT(G(gIdx), G(gIdx), 1)
-        asm.S_ADDI_INT(G(gOut), G(gOut), V)
+        asm.S_ADDI_INT(G(gOut), G(gOut), V * (plan.hidden // V) if row_major else V)
     asm.end(KERNEL)

@@ -242,7 +242,7 @@ class FlashPlan:
     def lane_mask_bits(self, h: int) -> int:
         H = self.config.HLEN
         lo = self.o_lane(h) // H
-        hi = (self.o_lane(h) + self.d) // H
+        hi = (self.o_lane(h) + self.d) // H - (1 if mutation_hooks.active("lane_mask_one_group_short") else 0)
         return sum(1 << k for k in range(lo, hi))
 
     def state_words(self, j: int, r: int) -> dict[str, int]:
@@ -730,7 +730,10 @@ def _flash_tile(t: int, c0: int, bc: int, M: int, q0: int, br: int, off: int, ca
     ns: tuple[int, ...] = ()
     if masked:
         if causal:
-            ns = tuple(max(0, min(q0 + rr + off - c0 + 1, bcm)) for rr in range(br))
+            extra = 2 if mutation_hooks.active("causal_mask_plus_one") else 1  # one future key allowed per row
+            ns = tuple(max(0, min(q0 + rr + off - c0 + extra, bcm)) for rr in range(br))
+            if mutation_hooks.active("causal_mask_rows_shared"):
+                ns = ns[:1] * br  # every row gets row 0's mask
         else:
             ns = (bcm,) * br
         ns = _sensitivity_mutation(ns, M)
@@ -1200,12 +1203,14 @@ class _Base:
         _j, h = self.head(ix)
         q0 = 0 if mutation_hooks.active("q_tile_index_ignored") else blk.q0
         g_off = blk.g * p.ratio if mutation_hooks.active("q_group_offset_doubled") else 0  # column 2*g*ratio*d
-        return p.q_src(blk.b, q0, h + g_off, c) * p.eb_q
+        b = 0 if mutation_hooks.active("q_batch_offset_missing") else blk.b
+        return p.q_src(b, q0, h + g_off, c) * p.eb_q
 
     def stage_q(self) -> None:
         p, a, L = self.p, self.a, self.L
         V, Pv = self.V, self.Pv
-        self.set_scale_stride(self.q.scale_offset, p.hq * p.d * p.eb_q)
+        q_heads = p.hkv if mutation_hooks.active("q_stride_kv_row") else p.hq  # Q pitch taken from the K/V row
+        self.set_scale_stride(self.q.scale_offset, q_heads * p.d * p.eb_q)
         br = L.first("q").br
         npf = ceil_div(br, Pv)
 
@@ -1235,9 +1240,14 @@ class _Base:
         p = self.p
         M = 64 if mutation_hooks.active("hardcoded_tile_64") else self.M
         base_b = 0 if mutation_hooks.active("batch_base_missing") else p.kv_base_b(blk.b)
+        if mutation_hooks.active("kv_capacity_ignored") and p.kv_layout == "bshd":
+            base_b = blk.b * p.kv_len * p.kv_row_elems  # batch pitch kv_len instead of kv_capacity positions
+        if mutation_hooks.active("sbhd_base_uses_capacity") and p.kv_layout == "sbhd":
+            base_b = blk.b * p.kv_capacity * p.kv_row_elems  # the bshd batch base on a sequence-major cache
         pitch = p.kv_row_elems if mutation_hooks.active("tile_step_not_batch_aware") else p.R
         step = 0 if mutation_hooks.active("kv_tile_offset_ignored") else t * M * pitch
-        return (base_b + step + blk.g * p.d + c * self.M) * p.eb_kv
+        g_head = blk.g * p.ratio if mutation_hooks.active("kv_head_offset_ratio") else blk.g  # q head, not kv head
+        return (base_b + step + g_head * p.d + c * self.M) * p.eb_kv
 
     def kv_scale_stride(self) -> None:
         p = self.p
@@ -1318,7 +1328,8 @@ class _Base:
             return
         sum_blocks = mutation_hooks.active("qkt_sum_key_blocks")
         self.li(self.p3, S)
-        with a.loop(self.l1, ceil_div(br, B), "scores row blocks"):
+        n_rb = br // B if mutation_hooks.active("scores_row_blocks_floor") else ceil_div(br, B)
+        with a.loop(self.l1, n_rb, "scores row blocks"):
             self.li(self.p2, self.ktile(0))
             for jb in range(nkb):
                 for c in range(nc):
@@ -1347,17 +1358,20 @@ class _FlashEmitter(_Base):
     def prologue(self) -> None:
         p, a = self.p, self.a
         V = self.V
-        a.S_LD_FP(fp(self.f_neg), gp(0), p.neg_slot)
+        if not mutation_hooks.active("f_neg_not_loaded"):
+            a.S_LD_FP(fp(self.f_neg), gp(0), p.neg_slot)
         self.li(self.t0, V)
         self.li(self.p1, p.rows["neg"])
-        a.V_SHFT_V(gp(self.p1), gp(self.p1), gp(self.t0))
+        if not mutation_hooks.active("neg_row_not_zeroed"):
+            a.V_SHFT_V(gp(self.p1), gp(self.p1), gp(self.t0))
         a.V_ADD_VF(gp(self.p1), gp(self.p1), fp(self.f_neg), 0)
         if p.path == "per_head" and p.d < V:
             a.S_LD_FP(fp(self.f_t), gp(0), 3)  # fOne borrows f_t
             self.li(self.p2, p.rows["keep"])
-            a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t0))
+            if not mutation_hooks.active("keep_row_not_zeroed"):
+                a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t0))
             a.V_ADD_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0)
-            self.li(self.t1, p.d)
+            self.li(self.t1, self.H if mutation_hooks.active("keep_width_hlen") else p.d)
             a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t1))
             a.V_SUB_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0, 1)
         if not mutation_hooks.active("o_not_zeroed"):
@@ -1371,9 +1385,12 @@ class _FlashEmitter(_Base):
                     a.S_ADDI_INT(gp(self.p1), gp(self.p1), V)
                 done += n
         a.S_LD_FP(fp(self.f_qk), gp(0), p.qk_slot)
-        if p.batched and not mutation_hooks.active("bmm_scale_uncorrected"):
+        corrected = p.batched or mutation_hooks.active("per_head_bmm_scale_applied")
+        if corrected and not mutation_hooks.active("bmm_scale_uncorrected"):
             a.S_LD_FP(fp(self.f_t), gp(0), 6)  # INV_BMM_SCALE borrows f_t
             a.S_MUL_FP(fp(self.f_qk), fp(self.f_qk), fp(self.f_t))
+            if mutation_hooks.active("bmm_scale_applied_twice"):
+                a.S_MUL_FP(fp(self.f_qk), fp(self.f_qk), fp(self.f_t))
 
     # ---- per-head numbers (head slot j, q head h of level "h")
     def st(self, ix: Ix) -> int:
@@ -1390,11 +1407,16 @@ class _FlashEmitter(_Base):
 
     def o_addr(self, ix: Ix, c: int) -> int:
         blk, (_j, h) = self.blk(ix), self.head(ix)
-        return self.p.o_addr(self._o_head(blk, h), blk.b * self.p.q_len + blk.q0, c)
+        p, row = self.p, blk.b * self.p.q_len + blk.q0
+        if mutation_hooks.active("o_row_pitch_unpadded"):  # CBM block pitch batch*q_len instead of rp(batch*q_len)
+            h = self._o_head(blk, h)
+            return p.o_base + (((h * p.d) // self.V + c) * p.o_rows + row) * self.V
+        return p.o_addr(self._o_head(blk, h), row, c)
 
     def pv_dst(self, ix: Ix) -> int:
         """Where P@V of the head is written: at its lanes, or at lane 0 when it is off the B grid."""
-        return self.p.rows["pv"] + (0 if self.off_grid() else self.lane(ix))
+        lane0 = self.off_grid() or mutation_hooks.active("pv_lane_dropped")
+        return self.p.rows["pv"] + (0 if lane0 else self.lane(ix))
 
     def lane_bits(self, ix: Ix) -> int:
         return self.p.lane_mask_bits(self.head(ix)[1])
@@ -1462,8 +1484,10 @@ class _FlashEmitter(_Base):
         self.li(self.p1, p.fp_state_base)
         with a.loop(self.l1, blk.br, "state reset"):
             for j in range(len(blk.heads)):
-                a.S_ST_FP(fp(self.f_neg), gp(self.p1), 3 * Q * j)
-                a.S_ST_FP(fp(0), gp(self.p1), 3 * Q * j + 2 * Q)
+                if not mutation_hooks.active("m_reset_skipped"):
+                    a.S_ST_FP(fp(self.f_neg), gp(self.p1), 3 * Q * j)
+                if not mutation_hooks.active("l_reset_skipped"):
+                    a.S_ST_FP(fp(0), gp(self.p1), 3 * Q * j + 2 * Q)
             a.S_ADDI_INT(gp(self.p1), gp(self.p1), 1)
 
     def build_mask(self, ts: TileStep) -> None:
@@ -1509,11 +1533,12 @@ class _FlashEmitter(_Base):
             a.S_ST_FP(fp(self.f_m), gp(gSt), 0)
             a.V_SUB_VF(gp(gS), gp(gS), fp(self.f_m), 0, 0)
             a.V_EXP_V(gp(gS), gp(gS), 0)
-            a.S_LD_FP(fp(self.f_l), gp(gSt), 2 * Q)
+            f_l = self.f_t if mutation_hooks.active("l_reg_aliases_mres") else self.f_l  # l loaded over m_res
+            a.S_LD_FP(fp(f_l), gp(gSt), 2 * Q)
             if not mutation_hooks.active("mres_not_applied_l"):
-                a.S_MUL_FP(fp(self.f_l), fp(self.f_l), fp(self.f_t))
-            a.V_RED_SUM(fp(self.f_l), gp(gS), 0)
-            a.S_ST_FP(fp(self.f_l), gp(gSt), 2 * Q)
+                a.S_MUL_FP(fp(f_l), fp(f_l), fp(self.f_t))
+            a.V_RED_SUM(fp(f_l), gp(gS), 0)
+            a.S_ST_FP(fp(f_l), gp(gSt), 2 * Q)
             if br > 1:
                 a.S_ADDI_INT(gp(gS), gp(gS), step)
                 a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
@@ -1546,7 +1571,8 @@ class _FlashEmitter(_Base):
                 self.shift_pv_rows(1)
             return
         step = B if mutation_hooks.active("pv_v_step_blen") else B * M
-        with a.loop(self.l1, ceil_div(br, B), "pv row blocks"):
+        n_rb = br // B if mutation_hooks.active("pv_row_blocks_floor") else ceil_div(br, B)
+        with a.loop(self.l1, n_rb, "pv row blocks"):
             self.li(gVt, self.vtile(0))
             for c in range(nc):
                 njb = ceil_div(min(d - c * M, M), B)
@@ -1609,7 +1635,8 @@ class _FlashEmitter(_Base):
         for c in range(p.nc):
             self.load(gO, partial(self.o_addr, c=c))
             self.load(gSt, self.st)
-            with a.loop(self.l1, br, "normalize rows"):
+            n_rows = br // self.B * self.B if mutation_hooks.active("normalize_rows_floor_blen") else br
+            with a.loop(self.l1, n_rows, "normalize rows"):
                 a.S_LD_FP(fp(self.f_l), gp(gSt), 2 * p.qrows)
                 a.S_RECI_FP(fp(self.f_t), fp(self.f_l))
                 a.V_MUL_VF(gp(gO), gp(gO), fp(self.f_t), mk)
@@ -1633,7 +1660,8 @@ class _ScoresEmitter(_Base):
             self.li(self.t1, p.d)
             a.V_SHFT_V(gp(self.p2), gp(self.p2), gp(self.t1))
             a.V_SUB_VF(gp(self.p2), gp(self.p2), fp(self.f_t), 0, 1)
-        a.S_LD_FP(fp(self.f_qk), gp(0), 6 if p.batched else 3)
+        corrected = p.batched or mutation_hooks.active("per_head_bmm_scale_applied")
+        a.S_LD_FP(fp(self.f_qk), gp(0), 6 if corrected else 3)
         for run in self.block_runs():
             self.L.repeat("q", self.cQ, run, self.block, "blocks", split=True)
         a.comment("attention_scores end")

@@ -204,7 +204,8 @@ def _emit_topk_core(asm: Asm, plan: TopkPlan, regs: Sequence[int], fOne: int, lb
     if plan.nrow > 1:
         asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
     asm.comment(f"{plan.kernel}: tokens loop (V_TOPK policy {plan.policy}: E={plan.E}, k={k})")
-    with lb.loop(gL, plan.T, "tokens"):
+    tokens = plan.T // 4 * 4 if mutation_hooks.active("topk_tokens_multiple_of_4") else plan.T
+    with lb.loop(gL, tokens, "tokens"):
         if plan.nrow > 1:
             assert plan.stage_base is not None  # plan_topk requires it when E > VLEN
             for c in range(plan.nrow):
@@ -220,7 +221,7 @@ def _emit_topk_core(asm: Asm, plan: TopkPlan, regs: Sequence[int], fOne: int, lb
             asm.V_TOPK(G(gF), G(gRow), G(gI), plan.policy)
         asm.S_ADDI_INT(G(gF), G(gF), k)
         asm.S_ADDI_INT(G(gI), G(gI), k)
-        asm.S_ADDI_INT(G(gRow), G(gRow), V)
+        asm.S_ADDI_INT(G(gRow), G(gRow), plan.pitch * V if mutation_hooks.active("topk_row_step_pitch") else V)
 
 
 def emit_topk(asm: Asm, plan: TopkPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -750,9 +751,10 @@ def emit_moe_layer(asm: Asm, plan: MoeLayerPlan, *, gp: Sequence[int], fp: Seque
             def body(t: Index, tk: TopkPlan = tk, r: int = r) -> None:
                 _expert_pass(lb, plan, tk, r, own, fregs, t)
 
+            n_tok = tk.T // 4 * 4 if mutation_hooks.active("moe_tokens_floor_4") else tk.T
             if plan.loops:
-                lb.repeat(gTok, tk.T, "tokens", body)
+                lb.repeat(gTok, n_tok, "tokens", body)
             else:
-                for t in range(tk.T):
+                for t in range(n_tok):
                     body(t)
     asm.end(MOE)

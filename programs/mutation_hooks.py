@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 __all__ = ["HOOKS", "SENS_HOOKS", "active", "inject", "enabled"]
 
-#: every mutation of kernels.md §6.2 (flash attention) and §6.3 (other kernels)
+#: every mutation of kernels.md §6.2 (flash attention) and §6.3 (other kernels), the model layers' (issue 15)
+#: and the second wave (issue 21)
 HOOKS: frozenset[str] = frozenset(
     {
         # 6.2 flash attention
@@ -75,6 +76,46 @@ HOOKS: frozenset[str] = frozenset(
         "layer_k_not_cached",
         "expert_index_ignored",
         "expert_stride_row",
+        # second wave (issue 21; testbenches/mutations.py gives each one's bug class)
+        "kv_capacity_ignored",
+        "sbhd_base_uses_capacity",
+        "kv_head_offset_ratio",
+        "q_batch_offset_missing",
+        "norm_gamma_not_advanced",
+        "softmax_block_step_row",
+        "causal_mask_plus_one",
+        "causal_mask_rows_shared",
+        "keep_width_hlen",
+        "lane_mask_one_group_short",
+        "m_reset_skipped",
+        "l_reset_skipped",
+        "neg_row_not_zeroed",
+        "keep_row_not_zeroed",
+        "f_neg_not_loaded",
+        "rms_acc_not_reset",
+        "ln_mean_acc_not_reset",
+        "per_head_bmm_scale_applied",
+        "bmm_scale_applied_twice",
+        "norm_eps_after_sqrt",
+        "softmax_no_max_subtraction",
+        "rms_eps_before_mean",
+        "pv_row_blocks_floor",
+        "scores_row_blocks_floor",
+        "normalize_rows_floor_blen",
+        "topk_tokens_multiple_of_4",
+        "moe_tokens_floor_4",
+        "rms_blocks_short",
+        "l_reg_aliases_mres",
+        "norm_gamma_pointer_not_reset",
+        "rope_xr_reg_is_x",
+        "imm_lui_sign_extended",
+        "imm_low_11_bits",
+        "o_row_pitch_unpadded",
+        "q_stride_kv_row",
+        "pv_lane_dropped",
+        "rope_rotation_single_head",
+        "embedding_out_row_major",
+        "topk_row_step_pitch",
     }
 )
 

@@ -193,7 +193,8 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     adv = step_adder(asm, [gBc] if plan.beta is None else regs[9:], step)
 
     def blocks(name: str, body: Callable[[], None]) -> None:
-        with lb.loop(gLc, nb, name):
+        short = name == "sum of squares" and nb > 1 and mutation_hooks.active("rms_blocks_short")
+        with lb.loop(gLc, nb - 1 if short else nb, name):
             body()
 
     load_imm(asm, gX, plan.x_base)
@@ -202,12 +203,14 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
     else:
         gY = gX
     load_imm(asm, gT, plan.t_base)
+    gamma_once = plan.gamma is not None and mutation_hooks.active("norm_gamma_pointer_not_reset")
+    _param_pointers(asm, plan, gGc, gBc, gamma=gamma_once, beta=False)  # mutation: row r >= 1 reads past gamma
     asm.comment(f"{plan.kernel}: rows loop")
     with lb.loop(gL, plan.rows, "rows"):
         one_pass = ln and mutation_hooks.active("ln_one_pass_variance")
         if not ln:
             asm.comment("rms_norm: sum of squares")
-            asm.S_ADD_FP(F(fa), F(0), F(0))
+            _reset_acc(asm, fa, "rms_acc_not_reset")
             asm.S_ADDI_INT(G(gXc), G(gX), 0)
             tgt = gXc if mutation_hooks.active("rms_scratch_aliases_x") else gT
 
@@ -217,7 +220,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
                 adv(gXc)
 
             blocks("sum of squares", sq)
-            asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
+            _mean(asm, fa, fInvH, fEps, rms=True)
         elif one_pass:
             asm.comment("layer_norm: one-pass E[x^2]-E[x]^2 (mutation)")
             asm.S_ADD_FP(F(fa), F(0), F(0))
@@ -249,7 +252,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             # rows whose mean is small next to their block sums.
             asm.comment("layer_norm: pass 1, compensated mean mu = mu1 + delta")
             fs, fhi, flo = fa, fmu, fEps
-            asm.S_ADD_FP(F(fs), F(0), F(0))
+            _reset_acc(asm, fs, "ln_mean_acc_not_reset")
             asm.S_ADD_FP(F(flo), F(0), F(0))
             asm.S_ADDI_INT(G(gXc), G(gX), 0)
 
@@ -291,27 +294,21 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
             asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
         if ln:
             asm.S_LD_FP(F(fEps), G(0), SLOT["INV_HIDDEN"] if swapped else SLOT["EPS"])
-        asm.S_ADD_FP(F(fa), F(fa), F(fEps))
-        asm.S_SQRT_FP(F(fa), F(fa))
-        asm.S_RECI_FP(F(fa), F(fa))
+        _inv_root(asm, fa, fEps)
         asm.comment(f"{plan.kernel}: scale")
         src = gY if ln else gX
         asm.S_ADDI_INT(G(gXc), G(src), 0)
         if gY != src:
             asm.S_ADDI_INT(G(gYc), G(gY), 0)
         yc = gYc if gY != src else gXc
-        if plan.gamma is not None:
-            assert plan.gamma_base is not None
-            load_imm(asm, gGc, plan.gamma_base)
-        if plan.beta is not None:
-            assert plan.beta_base is not None
-            load_imm(asm, gBc, plan.beta_base)
+        _param_pointers(asm, plan, gGc, gBc, gamma=plan.gamma is not None and not gamma_once, beta=True)
 
         def scale() -> None:
             asm.V_MUL_VF(G(yc), G(gXc), F(fa), 0)
             if plan.gamma is not None:
                 asm.V_MUL_VV(G(yc), G(yc), G(gGc), 0)
-                asm.S_ADDI_INT(G(gGc), G(gGc), V)
+                if not mutation_hooks.active("norm_gamma_not_advanced"):
+                    asm.S_ADDI_INT(G(gGc), G(gGc), V)
             if plan.beta is not None:
                 asm.V_ADD_VV(G(yc), G(yc), G(gBc), 0)
                 asm.S_ADDI_INT(G(gBc), G(gBc), V)
@@ -324,6 +321,43 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
         if gY != gX:
             asm.S_ADDI_INT(G(gY), G(gY), V)
     asm.end(plan.kernel)
+
+
+def _reset_acc(asm: Asm, f: int, hook: str) -> None:
+    """``f = 0`` at the start of a row's reduction (skipped under the mutation ``hook``)."""
+    if not mutation_hooks.active(hook):
+        asm.S_ADD_FP(F(f), F(0), F(0))
+
+
+def _mean(asm: Asm, fa: int, fInvH: int, fEps: int, rms: bool) -> None:
+    """``fa = fa/hidden`` (the ``rms_eps_before_mean`` mutation: ``(fa + eps)/hidden``, eps added to the sum)."""
+    if rms and mutation_hooks.active("rms_eps_before_mean"):
+        asm.S_ADD_FP(F(fa), F(fa), F(fEps))
+    asm.S_MUL_FP(F(fa), F(fa), F(fInvH))
+
+
+def _inv_root(asm: Asm, fa: int, fEps: int) -> None:
+    """``fa = 1/sqrt(fa + eps)`` (the ``norm_eps_after_sqrt`` mutation: ``1/(sqrt(fa) + eps)``; under
+    ``rms_eps_before_mean`` eps is already in the sum)."""
+    if mutation_hooks.active("rms_eps_before_mean"):
+        asm.S_SQRT_FP(F(fa), F(fa))
+    elif mutation_hooks.active("norm_eps_after_sqrt"):
+        asm.S_SQRT_FP(F(fa), F(fa))
+        asm.S_ADD_FP(F(fa), F(fa), F(fEps))
+    else:
+        asm.S_ADD_FP(F(fa), F(fa), F(fEps))
+        asm.S_SQRT_FP(F(fa), F(fa))
+    asm.S_RECI_FP(F(fa), F(fa))
+
+
+def _param_pointers(asm: Asm, plan: NormPlan, gGc: int, gBc: int, *, gamma: bool, beta: bool) -> None:
+    """Point gGc at gamma (if ``gamma``) and gBc at beta (if ``beta`` and the plan has one)."""
+    if gamma:
+        assert plan.gamma_base is not None  # _plan requires it with gamma
+        load_imm(asm, gGc, plan.gamma_base)
+    if beta and plan.beta is not None:
+        assert plan.beta_base is not None
+        load_imm(asm, gBc, plan.beta_base)
 
 
 def _ln_centre(

@@ -52,7 +52,7 @@ def rope_rotation_tile(d: int, M: int) -> np.ndarray:
         raise ValueError(f"rope_rotation_tile: d={d} must be even and divide M={M}")
     R = np.zeros((M, M))
     h = d // 2
-    for base in range(0, M, d):
+    for base in range(0, d if mutation_hooks.active("rope_rotation_single_head") else M, d):
         for j in range(d):
             if j < h:
                 R[base + j + h, base + j] = -1.0
@@ -229,7 +229,7 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
     yr = gX if inplace else gY
     with lb.loop(gL, plan.nblk * pitch, "rows"):
         asm.V_MUL_VV(G(yr), G(gX), G(gA), 0)
-        asm.V_MUL_VV(G(gT), G(gW), G(gB), 0)
+        asm.V_MUL_VV(G(gT), G(gX if mutation_hooks.active("rope_xr_reg_is_x") else gW), G(gB), 0)
         if mutation_hooks.active("rope_sign_flipped"):
             asm.V_SUB_VV(G(yr), G(yr), G(gT), 0)
         else:

@@ -100,6 +100,7 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
     V, nb, cfg = plan.V, plan.nb, plan.cfg
     lb = LoopBudget(asm, cfg, KERNEL)
     masked = bool(plan.tail) and not mutation_hooks.active("softmax_tail_mask_missing")
+    fmax = 0 if mutation_hooks.active("softmax_no_max_subtraction") else fm  # exp(x) instead of exp(x - max)
     scaled = plan.scale_slot is not None
     inplace = plan.x_base == plan.y_base
     nfull = nb - 1 if plan.tail else nb
@@ -121,7 +122,7 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
         load_imm(asm, gMask, mask)
     if scaled:
         asm.S_LD_FP(F(fs), G(0), plan.scale_slot)
-    step = plan.pitch * V
+    step = V if mutation_hooks.active("softmax_block_step_row") else plan.pitch * V  # column block = one row
     load_imm(asm, gStep, step)
     load_imm(asm, gX, plan.x_base)
     if not inplace:
@@ -164,11 +165,11 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
         ptrs()
         if nfull:
             with lb.loop(gLc, nfull, "exp blocks"):
-                asm.V_SUB_VF(G(yc), G(yc if scaled else gXc), F(fm), 0, 0)
+                asm.V_SUB_VF(G(yc), G(yc if scaled else gXc), F(fmax), 0, 0)
                 asm.V_EXP_V(G(yc), G(yc), 0)
                 adv(*both)
         if plan.tail:
-            asm.V_SUB_VF(G(yc), G(yc if (scaled or masked) else gXc), F(fm), 0, 0)
+            asm.V_SUB_VF(G(yc), G(yc if (scaled or masked) else gXc), F(fmax), 0, 0)
             asm.V_EXP_V(G(yc), G(yc), 0)
         asm.comment(f"{KERNEL}: normalise")
         asm.S_ADD_FP(F(fsum), F(0), F(0))

@@ -27,7 +27,7 @@ from programs import flash_attention as fa
 from programs.hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, FpWords, VramCbm, VramRows
-from .shapes import resolve_params
+from .shapes import big_base_row, resolve_params
 
 COORDS_O = ("batch", "row", "head", "col")
 
@@ -51,6 +51,14 @@ def shape_params(p: Mapping[str, Any]) -> dict[str, Any]:
         kv_row_elems=hkv * d if wp in (None, "hkv*d") else int(wp),
         path=p.get("path", "auto"),
     )
+
+
+def resolve_sweep_values(p: dict[str, Any], cfg: HardwareConfig) -> None:
+    """The symbolic RANGES values in place: ``Wp="M"`` is MLEN, ``kv_capacity="kv_len+M"`` is kv_len + MLEN."""
+    if p.get("Wp") == "M":
+        p["Wp"] = cfg.MLEN
+    if p.get("kv_capacity") == "kv_len+M":
+        p["kv_capacity"] = resolve_params({"kv_len": p["kv_len"]}, cfg)["kv_len"] + cfg.MLEN
 
 
 def _logical_kv(seen: np.ndarray, layout: str, batch: int, S_cap: int, L: int, width: int) -> np.ndarray:
@@ -191,7 +199,7 @@ def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case
     cb = CaseBuilder(name, p, cfg)
     cb.set_fp(QK_SCALE=1.0 / math.sqrt(sp["d"]))
     qk = cb.fp_value("QK_SCALE")
-    base_row = int(p.get("vram_base_row", 0))
+    base_row = big_base_row(cfg) if p.get("big_base") else int(p.get("vram_base_row", 0))
     o_blocks = ceil_div(sp["hq"] * sp["d"], V)
     rows_o_p = round_up(sp["batch"] * sp["q_len"], row_pad(cfg))
     o_base = base_row * V
@@ -245,7 +253,7 @@ def build_scores(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Cas
     cb = CaseBuilder(name, p, cfg)
     B_, hq, S, L = sp["batch"], sp["hq"], sp["q_len"], sp["kv_len"]
     Tq, Tk = ceil_div(S, M), ceil_div(L, M)
-    base_row = int(p.get("vram_base_row", 0))
+    base_row = big_base_row(cfg) if p.get("big_base") else int(p.get("vram_base_row", 0))
     n_out = B_ * hq * Tq * Tk * M
     s_out = base_row * cfg.VLEN
     scratch_base = (base_row + n_out + 1) * cfg.VLEN

@@ -13,7 +13,7 @@ from programs.hbm_tensors import preload_act
 from programs.linear import emit_batched_matmul, plan_batched_matmul
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "bmm"
 DESCRIPTION = "batched matmul Y[b] = A[b] @ W[b], batches stacked in CBM rows (linear tolerance)"
@@ -24,6 +24,7 @@ DEFAULTS = {
     "N": hw(2, "MLEN"),
     "loops": True,
     "scale": 1.0,
+    "big_base": False,
     "seed": 0,
 }
 REQUIRED_CASES = [
@@ -36,6 +37,11 @@ REQUIRED_CASES = [
         "default",
     ),
     ("small", {"nb": 3, "Mr": hw(2, "BLEN", plus=-1), "K": hw(2, "MLEN"), "N": hw(2, "MLEN")}, "small"),
+    (  # issue 21: VRAM past 2^18 with bit 11 set
+        "big_base",
+        {"nb": 3, "Mr": hw(2, "BLEN", plus=-1), "K": hw(1, "MLEN"), "N": hw(1, "MLEN"), "big_base": True},
+        "default",
+    ),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
@@ -43,6 +49,7 @@ RANGES = {
     "Mr": [1, hw(2, "BLEN", plus=-1), hw(1, "MLEN")],
     "K": [hw(1, "MLEN"), hw(2, "MLEN")],
     "N": [hw(1, "MLEN"), hw(2, "MLEN")],
+    "big_base": [False, True],
 }
 
 
@@ -53,6 +60,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     mp = rp(config, Mr)
     pitch = nb * mp
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     A = cb.randn((nb, Mr, K), p["scale"])
     Ahost = np.zeros((nb, mp, K))
     Ahost[:, :Mr] = A

@@ -14,21 +14,26 @@ from programs.hbm_tensors import preload_act
 
 from .compare import bf16_decode, bf16_encode
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "elementwise_add"
 DESCRIPTION = "out = a + b over CBM rows (add_rows); exact bf16(f32(a)+f32(b))"
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
-DEFAULTS = {"rows": hw(1, "RP"), "cols": hw(2, "VLEN"), "scale": 1.0, "seed": 0}
+DEFAULTS = {"rows": hw(1, "RP"), "cols": hw(2, "VLEN"), "scale": 1.0, "big_base": False, "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
     ("rows1_cols64", {"rows": 1, "cols": hw(1, "VLEN")}, "default"),
     ("rows9_cols192", {"rows": hw(2, "RP", plus=1), "cols": hw(3, "VLEN")}, "default"),
     ("rows4_cols192", {"rows": hw(1, "RP"), "cols": hw(3, "VLEN")}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "cols": hw(2, "VLEN")}, "small"),
+    ("big_base", {"rows": hw(2, "RP", plus=1), "big_base": True}, "default"),  # issue 21: bit 11 set
 ]
 STRETCH_CASES: list[CaseSpec] = []
-RANGES = {"rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)], "cols": [hw(1, "VLEN"), hw(3, "VLEN")]}
+RANGES = {
+    "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)],
+    "cols": [hw(1, "VLEN"), hw(3, "VLEN")],
+    "big_base": [False, True],
+}
 
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
@@ -37,6 +42,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     V = config.VLEN
     rows_p = rp(config, rows)
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     ta, a = cb.tensor("a", cb.randn((rows, cols), p["scale"]), "act", alloc_rows=rows_p)
     tb, b = cb.tensor("b", cb.randn((rows, cols), p["scale"]), "act", alloc_rows=rows_p)
     nrows = (cols // V) * rows_p

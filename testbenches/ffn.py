@@ -19,7 +19,7 @@ from programs.ffn import (
 from programs.hbm_tensors import preload_act
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "ffn"
 DESCRIPTION = "SwiGLU FFN (silu(X Wg) * X Wu) Wd with SiLU on the gate (ffn tolerance)"
@@ -31,6 +31,7 @@ DEFAULTS = {
     "alias": False,
     "loops": True,
     "scale": 1.0,
+    "big_base": False,
     "seed": 0,
 }
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
@@ -49,6 +50,7 @@ REQUIRED_CASES = [
         {"rows": hw(1, "BLEN", plus=1), "hidden": hw(2, "MLEN"), "inter": hw(4, "MLEN"), "max_k_tiles": 2},
         "small",
     ),
+    ("big_base", {"rows": hw(1, "BLEN", plus=1), "big_base": True}, "default"),  # issue 21: bit 11 set
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
@@ -58,6 +60,7 @@ RANGES = {
     "max_k_tiles": [None, 2],
     "alias": [False, True],
     "loops": [False, True],
+    "big_base": [False, True],
 }
 
 
@@ -71,6 +74,7 @@ def build_ffn(params: Mapping[str, Any], config: HardwareConfig, *, intermediate
     V = config.VLEN
     pitch = rp(config, rows)
     cb = CaseBuilder(name, p, config)
+    skip_to_big_base(cb, p, config)
     tx, X = cb.tensor("x", cb.randn((rows, hidden), p["scale"]), "act", alloc_rows=pitch)
     twg, Wg = cb.tensor("wg", cb.randn((hidden, inter), 1 / np.sqrt(hidden)), "weight")
     twu, Wu = cb.tensor("wu", cb.randn((hidden, inter), 1 / np.sqrt(hidden)), "weight")

@@ -11,7 +11,7 @@ from typing import Any
 
 from plena_sim.config import HardwareConfig
 
-from ._flashattn_common import build_flash
+from ._flashattn_common import build_flash, resolve_sweep_values
 from .harness import Case, CaseSpec
 from .shapes import hw
 
@@ -31,8 +31,23 @@ DEFAULTS = {
     "path": "auto",
     "vram_base_row": 0,
     "scale": 1.0,
+    "big_base": False,
     "seed": 0,
 }
+#: issue 21 cases: batch-2 bshd/sbhd caches with kv_capacity > kv_len (D8 also padded, Wp = M), BMM_SCALE != 1
+#: on the per-head path (D10 d = M, D13 d < V with ratio 3), hkv 4 and 8 with ratio 4 (D11, D12), input scales
+#: 1e-4 and 2 (D14, D15), VRAM bases past 2^18 with bit 11 set (D16)
+COVERAGE_CASES = [
+    ("D8", {"kv_capacity": hw(5, "MLEN", 47), "Wp": hw(1, "MLEN")}, "default"),
+    ("D9", {"hq": 8, "hkv": 2, "kv_layout": "sbhd", "kv_capacity": hw(5, "MLEN", 44)}, "default"),
+    ("D10", {"d": hw(1, "MLEN")}, "emu025"),
+    ("D11", {"hq": 16, "hkv": 4, "kv_len": hw(2, "MLEN", 5)}, "default"),
+    ("D12", {"hq": 32, "hkv": 8, "kv_len": hw(1, "MLEN", 3), "kv_layout": "sbhd"}, "default"),
+    ("D13", {"hq": 6, "hkv": 2, "d": hw(2, "HLEN"), "kv_len": hw(2, "MLEN", 5), "path": "per_head"}, "emu025"),
+    ("D14", {"scale": 1e-4}, "default"),
+    ("D15", {"scale": 2.0}, "default"),
+    ("D16", {"big_base": True}, "default"),
+]
 REQUIRED_CASES = [
     ("D1", {}, "default"),
     ("D2", {"hq": 4, "hkv": 1, "d": hw(1, "MLEN")}, "default"),
@@ -41,6 +56,8 @@ REQUIRED_CASES = [
     ("D5", {}, "emu025"),
     ("D6", {"hq": 2, "hkv": 2, "d": hw(1, "HLEN"), "path": "per_head"}, "default"),
     ("D7", {"causal": False}, "default"),
+    # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists D1-D7)
+    *COVERAGE_CASES,
 ]
 STRETCH_CASES: list[CaseSpec] = []
 #: the paper-scale machine (preset ``analytic``): run under ``-m slow`` and by ``plena-sim bench``
@@ -58,12 +75,13 @@ RANGES = {
     "kv_layout": ["bshd", "sbhd"],
     "Wp": ["hkv*d", "M", 1024],
     "path": ["auto", "batched", "per_head"],
+    "kv_capacity": [None, "kv_len+M"],  # None = kv_len
+    "scale": [1e-4, 1e-2, 1.0, 2.0],  # flash_l is calibrated up to input scale 2 (§5.2)
     "cfg": ["default", "emu025", "small"],
 }
 
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
-    if p.get("Wp") == "M":
-        p["Wp"] = config.MLEN
+    resolve_sweep_values(p, config)
     return build_flash(NAME, p, config)

@@ -16,7 +16,7 @@ from typing import Any
 from plena_sim.config import HardwareConfig
 from programs import flash_attention as _fa
 
-from ._flashattn_common import build_flash
+from ._flashattn_common import build_flash, resolve_sweep_values
 from .harness import Case
 from .shapes import hw
 
@@ -36,8 +36,57 @@ DEFAULTS = {
     "path": "auto",
     "vram_base_row": 0,
     "scale": 1.0,
+    "big_base": False,
     "seed": 0,
 }
+#: issue 21 cases: bshd/sbhd caches with kv_capacity > kv_len and batch 2 (P12 also padded, Wp = M),
+#: BMM_SCALE != 1 on the per-head path (P14), hkv 4 and 8 with ratio 4 (P15, P16; P15 causal with offset 0),
+#: per-head ratio 3 with q_len = M+1 (P17), q_len % BLEN != 0 on both paths (P12, P14, P16), input scales
+#: 1e-4 and 2 (P18, P19; flash_l fails past 2, §5.2 calibrates it at 1), VRAM bases past 2^18 with bit 11 set (P20)
+COVERAGE_CASES = [
+    (
+        "P12",
+        {
+            "batch": 2,
+            "q_len": hw(1, "MLEN", 5),
+            "kv_len": hw(2, "MLEN", 8),
+            "kv_capacity": hw(3, "MLEN", 4),
+            "Wp": hw(1, "MLEN"),
+        },
+        "default",
+    ),
+    (
+        "P13",
+        {
+            "batch": 2,
+            "hq": 8,
+            "hkv": 2,
+            "q_len": hw(1, "MLEN"),
+            "kv_len": hw(2, "MLEN", 10),
+            "kv_capacity": hw(3, "MLEN"),
+            "kv_layout": "sbhd",
+        },
+        "default",
+    ),
+    ("P14", {"d": hw(1, "MLEN"), "q_len": hw(1, "MLEN", 5), "kv_len": hw(2, "MLEN")}, "emu025"),
+    ("P15", {"hq": 16, "hkv": 4, "q_len": hw(1, "MLEN", 3), "kv_len": hw(1, "MLEN", 3)}, "default"),
+    ("P16", {"hq": 32, "hkv": 8, "q_len": hw(1, "MLEN", -3), "kv_len": hw(1, "MLEN", 20), "causal": False}, "default"),
+    (
+        "P17",
+        {
+            "hq": 6,
+            "hkv": 2,
+            "d": hw(2, "HLEN"),
+            "q_len": hw(1, "MLEN", 1),
+            "kv_len": hw(2, "MLEN", 10),
+            "path": "per_head",
+        },
+        "default",
+    ),
+    ("P18", {"q_len": hw(1, "MLEN"), "kv_len": hw(2, "MLEN", 8), "scale": 1e-4}, "default"),
+    ("P19", {"q_len": hw(1, "MLEN"), "kv_len": hw(2, "MLEN", 8), "scale": 2.0}, "default"),
+    ("P20", {"q_len": hw(1, "MLEN"), "kv_len": hw(2, "MLEN", 8), "big_base": True}, "default"),
+]
 REQUIRED_CASES = [
     ("P1", {}, "default"),
     ("P2", {"q_len": hw(1, "MLEN"), "kv_len": hw(3, "MLEN", 8), "causal": False, "Wp": hw(1, "MLEN")}, "default"),
@@ -57,6 +106,8 @@ REQUIRED_CASES = [
     ("P8", {"q_len": hw(1, "MLEN"), "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN")}, "default"),
     ("P9", {"hq": 2, "hkv": 1, "q_len": 70, "kv_len": 100}, "small"),
     ("P10", {"vram_base_row": 4160}, "default"),  # O at element 266240, scratch past it: > 2^18
+    # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists P1-P11)
+    *COVERAGE_CASES,
 ]
 STRETCH_CASES = [
     (
@@ -90,12 +141,13 @@ RANGES = {
     "kv_layout": ["bshd", "sbhd"],
     "Wp": ["hkv*d", "M", 1024],  # restricted to Wp >= hkv*d
     "path": ["auto", "batched", "per_head"],  # batched only where legal
+    "kv_capacity": [None, "kv_len+M"],  # None = kv_len
+    "scale": [1e-4, 1e-2, 1.0, 2.0],  # flash_l is calibrated up to input scale 2 (§5.2)
     "cfg": ["default", "emu025", "small"],
 }
 
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
-    if p.get("Wp") == "M":
-        p["Wp"] = config.MLEN
+    resolve_sweep_values(p, config)
     return build_flash(NAME, p, config)

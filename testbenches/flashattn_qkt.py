@@ -13,7 +13,7 @@ from typing import Any
 
 from plena_sim.config import HardwareConfig
 
-from ._flashattn_common import build_scores
+from ._flashattn_common import build_scores, resolve_sweep_values
 from .harness import Case, CaseSpec
 from .shapes import hw
 
@@ -33,6 +33,7 @@ DEFAULTS = {
     "path": "auto",
     "vram_base_row": 0,
     "scale": 1.0,
+    "big_base": False,
     "seed": 0,
 }
 REQUIRED_CASES = [
@@ -64,6 +65,11 @@ REQUIRED_CASES = [
     ("d64_per_head", {"d": hw(1, "MLEN")}, "default"),
     ("emu025", {}, "emu025"),
     ("small", {"hq": 2, "q_len": 40, "kv_len": 70}, "small"),
+    # issue 21: a batch-2 bshd cache with kv_capacity > kv_len, per-head scores under BMM_SCALE != 1, hkv 4,
+    # and the scores region past VRAM element 2^18 with bit 11 set
+    ("capacity_b2", {"batch": 2, "kv_len": hw(2, "MLEN", 3), "kv_capacity": hw(3, "MLEN")}, "default"),
+    ("emu025_per_head", {"path": "per_head", "q_len": hw(1, "MLEN", -3)}, "emu025"),
+    ("hkv4_big_base", {"hq": 16, "hkv": 4, "kv_len": hw(1, "MLEN", 3), "big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
@@ -82,6 +88,5 @@ RANGES = {
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
-    if p.get("Wp") == "M":
-        p["Wp"] = config.MLEN
+    resolve_sweep_values(p, config)
     return build_scores(NAME, p, config)

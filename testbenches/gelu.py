@@ -13,11 +13,11 @@ from programs.common import rp
 from programs.hbm_tensors import preload_act
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "gelu"
 DESCRIPTION = "GELU (sigmoid approximation x*sigmoid(1.702x)) over CBM rows (act tolerance)"
-DEFAULTS = {"rows": hw(1, "RP"), "hidden": hw(2, "VLEN"), "scale": 3.0, "inplace": False, "seed": 0}
+DEFAULTS = {"rows": hw(1, "RP"), "hidden": hw(2, "VLEN"), "scale": 3.0, "inplace": False, "big_base": False, "seed": 0}
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
 REQUIRED_CASES = [
     ("default", {}, "default"),
@@ -25,11 +25,17 @@ REQUIRED_CASES = [
     ("rows9_h256_inplace", {"rows": hw(2, "RP", plus=1), "hidden": hw(4, "VLEN"), "inplace": True}, "default"),
     ("rows4_h64_inplace", {"rows": hw(1, "RP"), "hidden": hw(1, "VLEN"), "inplace": True}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
+    # issue 21: input magnitude (epsilon placement, max subtraction) and a VRAM base past 2^18 with bit 11 set
+    ("scale_1e-4", {"scale": 1e-4}, "default"),
+    ("scale_64", {"scale": 64.0}, "default"),
+    ("big_base", {"big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
     "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)],
     "hidden": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")],
+    "scale": [1e-4, 1e-2, 3.0, 8.0, 64.0],
+    "big_base": [False, True],
     "inplace": [False, True],
 }
 
@@ -40,6 +46,7 @@ def build_act(kind: str, name: str, params: Mapping[str, Any], config: HardwareC
     V = config.VLEN
     pitch = rp(config, rows)
     cb = CaseBuilder(name, p, config)
+    skip_to_big_base(cb, p, config)
     tx, X = cb.tensor("x", cb.randn((rows, hidden), p["scale"]), "act", alloc_rows=pitch)
     n = (hidden // V) * pitch
     rx = cb.alloc(n)

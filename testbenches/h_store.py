@@ -20,21 +20,26 @@ from programs.hbm_tensors import preload_act, store_act
 
 from .compare import bf16_decode, bf16_encode
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, HbmBytes, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "h_store"
 DESCRIPTION = "H_STORE_V round trip: HBM bytes equal the host MX encoding; re-prefetch equals decode(encode)"
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
-DEFAULTS = {"rows": hw(1, "RP"), "cols": hw(2, "VLEN"), "factor": 1.5, "scale": 1.0, "seed": 0}
+DEFAULTS = {"rows": hw(1, "RP"), "cols": hw(2, "VLEN"), "factor": 1.5, "scale": 1.0, "big_base": False, "seed": 0}
 REQUIRED_CASES = [
     ("default", {}, "default"),
     ("rows1_cols64", {"rows": 1, "cols": hw(1, "VLEN")}, "default"),
     ("rows6_cols256", {"rows": hw(1, "RP", plus=2), "cols": hw(4, "VLEN")}, "default"),
     ("rows4_cols64", {"rows": hw(1, "RP"), "cols": hw(1, "VLEN")}, "default"),
     ("small", {"rows": hw(1, "RP", plus=2), "cols": hw(2, "VLEN")}, "small"),
+    ("big_base", {"rows": hw(1, "RP", plus=2), "big_base": True}, "default"),  # issue 21: bit 11 set
 ]
 STRETCH_CASES: list[CaseSpec] = []
-RANGES = {"rows": [1, hw(1, "RP"), hw(1, "RP", plus=2)], "cols": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")]}
+RANGES = {
+    "rows": [1, hw(1, "RP"), hw(1, "RP", plus=2)],
+    "cols": [hw(1, "VLEN"), hw(2, "VLEN"), hw(4, "VLEN")],
+    "big_base": [False, True],
+}
 
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
@@ -43,6 +48,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     V = config.VLEN
     pitch = rp(config, rows)
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     tx, _x = cb.tensor("x", cb.randn((rows, cols), p["scale"]), "act", alloc_rows=pitch)
     to, po = cb.output_tensor("out", pitch, cols, "act")
     cb.set_fp(USER0=p["factor"])

@@ -24,6 +24,10 @@ REQUIRED_CASES = [
     ("mean_offset_inplace", {"offset": 16.0, "rows": hw(2, "RP", plus=1), "inplace": True, "beta": False}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
     ("small_offset", {"rows": hw(1, "RP"), "hidden": hw(4, "VLEN"), "offset": 16.0}, "small"),
+    # issue 21: input magnitude (epsilon placement, max subtraction) and a VRAM base past 2^18 with bit 11 set
+    ("scale_1e-4", {"scale": 1e-4}, "default"),
+    ("scale_64", {"scale": 64.0}, "default"),
+    ("big_base", {"big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = dict(_rms.RANGES, beta=[False, True], offset=[0.0, 16.0], cfg=["default", "small"])

@@ -8,14 +8,13 @@ from typing import Any
 import numpy as np
 
 from plena_sim.config import HardwareConfig
-from programs.asm import IMM18_LIMIT
 from programs.common import rp, vector_rows
 from programs.hbm_tensors import preload_act
 from programs.linear import emit_linear, plan_linear
 
 from .compare import abs_matmul
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "linear"
 DESCRIPTION = "Y = X @ W (+bias) with MRAM K chunks and bf16 split partial sums (linear tolerance)"
@@ -59,19 +58,13 @@ RANGES = {
 }
 
 
-def big_base_row(config: HardwareConfig) -> int:
-    """The first row of a big-base case: VRAM element addresses past 2^18 (row 4100 with V = 64)."""
-    return IMM18_LIMIT // config.VLEN + 4
-
-
 def build(params: Mapping[str, Any], config: HardwareConfig, *, name: str = NAME) -> Case:
     p = resolve_params(dict(DEFAULTS, **params), config)
     rows, K, N = p["rows"], p["K"], p["N"]
     V, M = config.VLEN, config.MLEN
     pitch = rp(config, rows)
     cb = CaseBuilder(name, p, config)
-    if p["big_base"]:
-        cb.skip_to(big_base_row(config))
+    skip_to_big_base(cb, p, config)
     tx, X = cb.tensor("x", cb.randn((rows, K), p["scale"]), "act", alloc_rows=pitch)
     # W as the float32 values the device sees (exact; numpy widens it in the float64 products below)
     tw, W = cb.tensor("w", cb.randn((K, N), 1.0 / np.sqrt(K)), "weight", as_float64=False)

@@ -33,7 +33,7 @@ from programs.moe import POLICIES, emit_moe_layer, moe_workspace_rows, plan_moe_
 from .compare import is_bf16_exact, moe_bound, tolerance
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, Check, FpWords, IntWords, VramCbm
 from .moe_topk import golden_topk
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "moe_layer"
 DESCRIPTION = "routed MoE: router linear, V_TOPK, per selected expert SwiGLU FFN, weighted combine (moe tolerance)"
@@ -49,6 +49,7 @@ DEFAULTS = {
     "fp_out": 16,
     "int_out": 0,
     "chunk": None,
+    "big_base": False,
     "seed": 0,
 }
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
@@ -61,6 +62,9 @@ REQUIRED_CASES = [
     ("small_policy1", {"policy": 1, "T": 5, "inter": hw(1, "MLEN")}, "small"),
     ("chunks_p1_T3_c2", {"T": 3, "chunk": 2, "policy": 1, "inter": hw(1, "MLEN"), "seed": 4}, "default"),
     ("chunks_bits", {"T": 3, "chunk": 2, "inter": hw(1, "MLEN"), "bit_identical": True}, "default"),
+    # issue 21: T % 4 != 0 for policy 0 without a K split; VRAM past 2^18 with bit 11 set
+    ("policy0_T7_i64", {"T": 7, "inter": hw(1, "MLEN")}, "default"),
+    ("policy1_T5_big_base", {"policy": 1, "T": 5, "inter": hw(1, "MLEN"), "big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 #: larger cases, run under ``-m slow`` (tests/testbench/test_moe_layer.py)
@@ -149,6 +153,7 @@ def _build(p: dict[str, Any], config: HardwareConfig) -> Case:
     Epad = round_up(E, M)
     pitch = rp(config, T)
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     tx, X = cb.tensor("x", cb.randn((T, hidden), p["scale"]), "act", alloc_rows=pitch)
     wr_host = router_weights(cb.rng, hidden, E, Epad)
     twr, Wr = cb.tensor("wr", wr_host, "weight")

@@ -21,10 +21,11 @@ from programs.hbm_tensors import preload_act, round_up
 from programs.moe import POLICIES, emit_router_topk, emit_topk, plan_router_topk, plan_topk
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, FpWords, IntWords
+from .shapes import skip_to_big_base
 
 NAME = "moe_topk"
 DESCRIPTION = "MoE router top-k (V_TOPK): exact indices, softmax weights of the selected logits (topk tol)"
-DEFAULTS = {"T": 4, "policy": 0, "variant": "A", "dup": False, "fp_out": 16, "int_out": 0, "seed": 0}
+DEFAULTS = {"T": 4, "policy": 0, "variant": "A", "dup": False, "fp_out": 16, "int_out": 0, "big_base": False, "seed": 0}
 REQUIRED_CASES = [
     ("A_policy0", {}, "default"),
     ("A_policy1", {"policy": 1}, "default"),
@@ -33,9 +34,14 @@ REQUIRED_CASES = [
     ("A_policy0_dup", {"dup": True}, "default"),
     ("B_policy1_dup", {"variant": "B", "policy": 1, "dup": True}, "default"),
     ("small_A_policy1", {"policy": 1}, "small"),
+    # issue 21: T % 4 != 0 for every policy and variant; the router's VRAM past 2^18 with bit 11 set
+    ("A_policy0_T7", {"T": 7}, "default"),
+    ("A_policy1_T7", {"policy": 1, "T": 7}, "default"),
+    ("B_policy0_T5", {"variant": "B", "T": 5}, "default"),
+    ("B_policy1_T7_big_base", {"variant": "B", "policy": 1, "T": 7, "big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
-RANGES = {"policy": [0, 1], "variant": ["A", "B"], "T": [1, 4, 5], "dup": [False, True]}
+RANGES = {"policy": [0, 1], "variant": ["A", "B"], "T": [1, 4, 5, 7], "dup": [False, True], "big_base": [False, True]}
 
 
 def value_pool() -> np.ndarray:
@@ -69,6 +75,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     E, k = POLICIES[policy]
     V, M = config.VLEN, config.MLEN
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     logits = make_logits(cb.rng, T, E, k, p["dup"])
     pitch = rp(config, T)
     nrow = -(-E // V)

@@ -1,4 +1,4 @@
-"""The oracle's teeth (kernels.md §6): every codegen mutation and the cases that must expose it.
+"""The oracle's teeth (kernels.md §6, and issue 21's second wave): every codegen mutation and its exposing cases.
 
 One table, used by the teeth tests and by ``plena-sim mutants``. A mutation is a fault hook of
 :mod:`programs.mutation_hooks`; enabling it must make EACH listed case fail -- through a check failure
@@ -18,7 +18,17 @@ from . import get as _get
 from .harness import Report, run_case
 from .shapes import hw
 
-__all__ = ["Exposure", "MUTATIONS", "DESCRIPTIONS", "exposures", "run_mutation", "how_caught", "ci_subset"]
+__all__ = [
+    "Exposure",
+    "MUTATIONS",
+    "DESCRIPTIONS",
+    "CLASSES",
+    "NEEDS_POISON",
+    "exposures",
+    "run_mutation",
+    "how_caught",
+    "ci_subset",
+]
 
 
 @dataclass(frozen=True)
@@ -138,7 +148,178 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     ),
 }
 
-DESCRIPTIONS: dict[str, str] = {**{h: d for h, (d, _) in _FLASH.items()}, **{h: d for h, (d, _) in _OTHER.items()}}
+_BIG_BASES = (
+    "D16 P20 flashattn_qkt:hkv4_big_base rms_norm:big_base layer_norm:big_base gelu:big_base silu:big_base "
+    "softmax:big_base rope:big_base embedding:big_base elementwise_add:big_base h_store:big_base bmm:big_base "
+    "ffn:big_base ffn_intermediate:big_base linear:big_base "
+    "moe_topk:B_policy1_T7_big_base moe_layer:policy1_T5_big_base"
+)
+
+#: the second wave (issue 21): hook -> (bug class, mutation, exposing required cases). A case is ``P*``/``D*``
+#: (flash prefill / decode) or ``testbench:case id``; the first one listed is the cheapest (the CI subset's).
+_WAVE2: dict[str, tuple[str, str, str]] = {
+    # addressing
+    "kv_capacity_ignored": (
+        "addressing",
+        "bshd batch base b*kv_len*Wp (kv_capacity ignored)",
+        "D8 P12 flashattn_qkt:capacity_b2",
+    ),
+    "sbhd_base_uses_capacity": ("addressing", "sbhd batch base b*S_cap*Wp (the bshd formula)", "D9 P13"),
+    "kv_head_offset_ratio": (
+        "addressing",
+        "K/V column g*ratio*d (the group's first q head, not kv head g)",
+        "D11 D12 P15 P16",
+    ),
+    "q_batch_offset_missing": ("addressing", "Q staged from batch 0 for every batch", "D8 D9 P12 P13"),
+    "norm_gamma_not_advanced": (
+        "addressing",
+        "gamma pointer fixed: every column block scaled by block 0",
+        "rms_norm:default layer_norm:default",
+    ),
+    "softmax_block_step_row": (
+        "addressing",
+        "softmax column-block step V (one row) instead of pitch*V",
+        "softmax:default softmax:L100_scale_64",
+    ),
+    # masking
+    "causal_mask_plus_one": ("masking", "causal mask allows c <= r + off + 1 (one future key)", "P15 P1 P12"),
+    "causal_mask_rows_shared": ("masking", "every MASK row built with row 0's n_r", "P15 P1"),
+    "keep_width_hlen": ("masking", "KEEP(HLEN) instead of KEEP(d): Q lanes >= HLEN of the head zeroed", "D13 P17 P6"),
+    "lane_mask_one_group_short": (
+        "masking",
+        "head lane mask one HLEN group short (last lanes never updated)",
+        "D1 P1 P17",
+    ),
+    # state init
+    "m_reset_skipped": (
+        "state init",
+        "m not reset per block (l is): a block starts from the last block's max",
+        "D8 P12 P13",
+    ),
+    "l_reset_skipped": (
+        "state init",
+        "l not reset per block (m is): the stale l times m_res ~ 6e-39 on tile 0",
+        "D1 P1",
+    ),
+    "neg_row_not_zeroed": ("state init", "NEG row = NaN scratch + (-inf): the zeroing shift skipped", "D1 P1"),
+    "keep_row_not_zeroed": ("state init", "KEEP row built on NaN scratch: the zeroing shift skipped", "D13 P17"),
+    "f_neg_not_loaded": ("state init", "f_neg never loaded from slot 0 (0.0: no masks, m reset to 0)", "D1 P1 P15"),
+    "rms_acc_not_reset": (
+        "state init",
+        "rms_norm sum of squares carried over from the previous row",
+        "rms_norm:scale_1e-4",
+    ),
+    "ln_mean_acc_not_reset": (
+        "state init",
+        "layer_norm mean accumulator carried over from the previous row",
+        "layer_norm:default layer_norm:scale_1e-4",
+    ),
+    # precision / scale
+    "per_head_bmm_scale_applied": (
+        "precision/scale",
+        "1/BMM_SCALE applied on the per-head path (M_TMM/M_TMV are unscaled)",
+        "D10 D13 P14 flashattn_qkt:emu025_per_head",
+    ),
+    "bmm_scale_applied_twice": ("precision/scale", "f_qk = FP[5]*FP[6]*FP[6] on the batched path", "D5 P7"),
+    "norm_eps_after_sqrt": (
+        "precision/scale",
+        "1/(sqrt(mean)+eps) instead of 1/sqrt(mean+eps)",
+        "rms_norm:scale_1e-4 layer_norm:scale_1e-4",
+    ),
+    "softmax_no_max_subtraction": (
+        "precision/scale",
+        "softmax exp(x) without the row max subtracted",
+        "softmax:L100_scale_64",
+    ),
+    "rms_eps_before_mean": (
+        "precision/scale",
+        "rms_norm eps added to the sum of squares: (sum + eps)/hidden",
+        "rms_norm:scale_1e-4",
+    ),
+    # loop bounds
+    "pv_row_blocks_floor": ("loop bounds", "P@V over floor(br/B) row blocks", "P14 P12 P16"),
+    "scores_row_blocks_floor": ("loop bounds", "per-head scores over floor(br/B) row blocks", "P14 P17"),
+    "normalize_rows_floor_blen": ("loop bounds", "normalize over floor(br/B)*B rows", "P12 P14 P16"),
+    "topk_tokens_multiple_of_4": (
+        "loop bounds",
+        "V_TOPK token loop over T rounded down to a multiple of 4",
+        "moe_topk:A_policy0_T7 moe_topk:A_policy1_T7 moe_topk:B_policy0_T5 moe_topk:B_policy1",
+    ),
+    "moe_tokens_floor_4": (
+        "loop bounds",
+        "MoE expert passes over T rounded down to a multiple of 4",
+        "moe_layer:policy0_T7_i64 moe_layer:policy1_T5_big_base moe_layer:h128_ksplit_T5",
+    ),
+    "rms_blocks_short": (
+        "loop bounds",
+        "rms_norm sum of squares over hidden/V - 1 blocks",
+        "rms_norm:default rms_norm:small",
+    ),
+    # register reuse
+    "l_reg_aliases_mres": (
+        "register reuse",
+        "online softmax loads l into m_res's register (l = l_old^2 + sum p)",
+        "D1 P1",
+    ),
+    "norm_gamma_pointer_not_reset": (
+        "register reuse",
+        "gamma pointer set once, not per row (row r reads past gamma)",
+        "rms_norm:default layer_norm:default",
+    ),
+    "rope_xr_reg_is_x": (
+        "register reuse",
+        "RoPE reads XR through X's pointer (y = x*cos + x*sin)",
+        "rope:default rope:d8_nh8",
+    ),
+    # immediates
+    "imm_lui_sign_extended": (
+        "immediates",
+        "load_imm split hi = (v + 0x800) >> 12 (RISC-V sign-extension habit)",
+        _BIG_BASES,
+    ),
+    "imm_low_11_bits": ("immediates", "load_imm low part v & 0x7FF (a signed 12-bit ADDI: bit 11 dropped)", _BIG_BASES),
+    # layout
+    "o_row_pitch_unpadded": ("layout", "O column-block pitch batch*q_len instead of rp(batch*q_len)", "P17 P16"),
+    "q_stride_kv_row": ("layout", "Q staging STRIDE hkv*d*eb (a K/V row) instead of hq*d*eb", "P1 P13"),
+    "pv_lane_dropped": (
+        "layout",
+        "P@V written at lane 0 for every head (O update reads the head's lanes)",
+        "D1 P1 P17",
+    ),
+    "rope_rotation_single_head": (
+        "layout",
+        "rotation tile with one Rd block (heads >= 1 of a row unrotated)",
+        "rope:d16 rope:d8_nh8",
+    ),
+    "embedding_out_row_major": (
+        "layout",
+        "embedding out written row-major (t*hidden/V + c) instead of CBM",
+        "embedding:default",
+    ),
+    "topk_row_step_pitch": (
+        "layout",
+        "V_TOPK row pointer steps pitch*V (a column block) per token",
+        "moe_topk:A_policy0_T7 moe_topk:A_policy0",
+    ),
+}
+
+#: second-wave mutations that only the harness's FP SRAM poisoning (issue 21, build item 1) can expose: with a
+#: zero-filled FP SRAM they are numerically invisible. They are run and reported, never counted as caught.
+NEEDS_POISON: dict[str, str] = {
+    "l_reset_skipped": (
+        "FP SRAM poisoning: the stale l is multiplied by m_res = exp(-inf - m) ~ 6e-39 on tile 0, so only a "
+        "NaN/Inf in the l slot (a poisoned FP SRAM) reaches O"
+    ),
+}
+
+#: the bug class of every second-wave mutation
+CLASSES: dict[str, str] = {h: c for h, (c, _, _) in _WAVE2.items()}
+
+DESCRIPTIONS: dict[str, str] = {
+    **{h: d for h, (d, _) in _FLASH.items()},
+    **{h: d for h, (d, _) in _OTHER.items()},
+    **{h: d for h, (_, d, _) in _WAVE2.items()},
+}
 
 
 def _required(tb: str, cid: str) -> Exposure:
@@ -148,15 +329,23 @@ def _required(tb: str, cid: str) -> Exposure:
     raise KeyError(f"{tb} has no required case {cid}")
 
 
+def _case(token: str) -> tuple[str, str]:
+    """``P3`` / ``D1`` (flash) or ``testbench:case id`` -> (testbench, case id)."""
+    tb, sep, cid = token.partition(":")
+    return (tb, cid) if sep else _fa(token)[0]
+
+
 def exposures(hook: str) -> list[Exposure]:
-    """The exposing cases of ``hook`` (kernels.md §6.2/§6.3), in table order."""
+    """The exposing cases of ``hook`` (kernels.md §6.2/§6.3, the second wave), in table order."""
     if hook in _FLASH:
         return [_required(tb, cid) for tb, cid in _fa(_FLASH[hook][1])]
+    if hook in _WAVE2:
+        return [_required(*_case(tok)) for tok in _WAVE2[hook][2].split()]
     return [Exposure(tb, "custom", dict(ov), "default") for tb, ov in _OTHER[hook][1]]
 
 
-#: every mutation of kernels.md §6.2 and §6.3 (table order)
-MUTATIONS: tuple[str, ...] = tuple(_FLASH) + tuple(_OTHER)
+#: every mutation of kernels.md §6.2 and §6.3, then the second wave (table order)
+MUTATIONS: tuple[str, ...] = tuple(_FLASH) + tuple(_OTHER) + tuple(_WAVE2)
 
 #: the cheapest exposing case per hook (index into exposures(hook)); the CI subset runs these. Chosen by
 #: the dynamic instruction counts of the clean cases (D* decode cases and small shapes first).

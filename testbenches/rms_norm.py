@@ -13,7 +13,7 @@ from programs.hbm_tensors import preload_act
 from programs.norms import emit_layer_norm, emit_rms_norm, plan_layer_norm, plan_rms_norm
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "rms_norm"
 DESCRIPTION = "RMSNorm x/sqrt(mean(x^2)+eps)*gamma over CBM rows (rms tolerance)"
@@ -25,6 +25,7 @@ DEFAULTS = {
     "inplace": False,
     "scale": 1.0,
     "offset": 0.0,
+    "big_base": False,
     "seed": 0,
 }
 # shapes in machine units (testbenches/shapes.py); the ids name their values on the reference machine
@@ -35,6 +36,10 @@ REQUIRED_CASES = [
     ("rows4_h4096_nogamma", {"rows": hw(1, "RP"), "hidden": hw(64, "VLEN"), "gamma": False}, "default"),
     ("rows9_h128_nogamma_inplace", {"rows": hw(2, "RP", plus=1), "gamma": False, "inplace": True}, "default"),
     ("small", {"rows": hw(2, "RP", plus=1), "hidden": hw(2, "VLEN")}, "small"),
+    # issue 21: input magnitude (epsilon placement, max subtraction) and a VRAM base past 2^18 with bit 11 set
+    ("scale_1e-4", {"scale": 1e-4}, "default"),
+    ("scale_64", {"scale": 64.0}, "default"),
+    ("big_base", {"big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
@@ -42,6 +47,8 @@ RANGES = {
     "rows": [1, hw(1, "RP"), hw(2, "RP", plus=1)],
     "gamma": [False, True],
     "inplace": [False, True],
+    "scale": [1e-4, 1e-2, 1.0, 8.0, 64.0],
+    "big_base": [False, True],
 }
 
 
@@ -54,6 +61,7 @@ def build_norm(
     pitch = rp(config, rows)
     ln = kind == "layer_norm"
     cb = CaseBuilder(name, p, config)
+    skip_to_big_base(cb, p, config)
     tx, X = cb.tensor("x", p["offset"] + cb.randn((rows, hidden), p["scale"]), "act", alloc_rows=pitch)
     vr = vector_rows(config, hidden)
     tg = tb = None

@@ -13,7 +13,7 @@ from programs.hbm_tensors import preload_act
 from programs.rope import emit_rope, plan_rope, rope_rotation_tile
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "rope"
 DESCRIPTION = "RoPE (HF rotate_half) with an MX-exact rotation tile or block permutation (rope tolerance)"
@@ -29,6 +29,7 @@ DEFAULTS = {
     "theta": 10000.0,
     "pos0": 0,
     "scale": 1.0,
+    "big_base": False,
     "seed": 0,
 }
 REQUIRED_CASES = [
@@ -38,11 +39,20 @@ REQUIRED_CASES = [
     ("d64_seq1_inplace", {"seq": 1, "inplace": True}, "default"),
     ("d16_seq5_inplace", {"d": D16, "seq": SEQ5, "inplace": True, "nh": 8}, "default"),
     ("small_d16", {"d": D32, "seq": SEQ5}, "small"),  # d = 16 on the small machine
+    # issue 21: eight heads per rotation tile (d = M/8) and a VRAM base past 2^18 with bit 11 set
+    ("d8_nh8", {"d": hw(1, "MLEN", div=8), "nh": 8, "seq": SEQ5}, "default"),
+    ("big_base", {"d": D16, "seq": SEQ5, "big_base": True}, "default"),
 ]
 STRETCH_CASES = [
     ("d128_block", {"d": hw(2, "MLEN"), "nh": 2, "pos0": 100}, "default"),
 ]
-RANGES = {"d": [D16, D32, D64], "seq": [1, SEQ5, hw(8, "RP")], "inplace": [False, True], "nh": [4, 8]}
+RANGES = {
+    "d": [hw(1, "MLEN", div=8), D16, D32, D64],
+    "seq": [1, SEQ5, hw(8, "RP")],
+    "inplace": [False, True],
+    "nh": [4, 8],
+    "big_base": [False, True],
+}
 
 
 def rotate_half(x: np.ndarray, d: int) -> np.ndarray:
@@ -59,6 +69,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     cols = nh * d
     pitch = rp(config, seq)
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     tx, X = cb.tensor("x", cb.randn((seq, cols), p["scale"]), "act", alloc_rows=pitch)
     pos = p["pos0"] + np.arange(seq)[:, None]
     inv = p["theta"] ** (-np.arange(0, d, 2) / d)

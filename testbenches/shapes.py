@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plena_sim.config import HardwareConfig
+from programs.asm import IMM18_LIMIT
 
 __all__ = ["Hw", "hw", "resolve", "resolve_params", "describe"]
 
@@ -83,3 +84,22 @@ def describe(value: Any, cfg: HardwareConfig | None = None) -> str:
     if isinstance(value, Hw):
         return f"{value} (={value.resolve(cfg)})" if cfg is not None else str(value)
     return repr(value)
+
+
+#: VRAM element address of a big-base case: past the 18-bit immediate (2^18) with bit 11 set, so every base
+#: a generator materialises takes the S_LUI_INT + S_ADDI_INT path with a low part >= 0x800 (a sign-extending
+#: LUI/ADDI split, the RISC-V habit, is off by 4096 there)
+BIG_BASE_ELEM = IMM18_LIMIT + (1 << 11)
+
+
+def big_base_row(cfg: HardwareConfig) -> int:
+    """The first VRAM row of a big-base case (element :data:`BIG_BASE_ELEM`, a multiple of every VLEN <= 2048)."""
+    if BIG_BASE_ELEM % cfg.VLEN:
+        raise ValueError(f"big_base: element {BIG_BASE_ELEM} is not a row boundary with VLEN={cfg.VLEN}")
+    return BIG_BASE_ELEM // cfg.VLEN
+
+
+def skip_to_big_base(cb: Any, params: Mapping[str, Any], cfg: HardwareConfig) -> None:
+    """With ``params["big_base"]``, let the case builder ``cb`` place every VRAM region from :func:`big_base_row`."""
+    if params.get("big_base"):
+        cb.skip_to(big_base_row(cfg))

@@ -13,7 +13,7 @@ from programs.hbm_tensors import preload_act, round_up
 from programs.softmax import emit_softmax, plan_softmax, softmax_scratch_rows
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, CaseSpec, VramCbm
-from .shapes import hw, resolve_params
+from .shapes import hw, resolve_params, skip_to_big_base
 
 NAME = "softmax"
 DESCRIPTION = "row softmax over L columns with tail mask and optional scale slot (softmax tolerance)"
@@ -26,6 +26,7 @@ DEFAULTS = {
     "scale_value": 0.35,
     "inplace": False,
     "scale": 2.0,
+    "big_base": False,
     "seed": 0,
 }
 REQUIRED_CASES = [
@@ -36,6 +37,10 @@ REQUIRED_CASES = [
     ("L100_scaled_inplace", {"L": L100, "scaled": True, "inplace": True, "rows": hw(1, "RP", plus=1)}, "default"),
     ("L1024_scaled", {"L": hw(16, "VLEN"), "scaled": True, "rows": hw(1, "RP")}, "default"),
     ("small_L100", {"L": hw(3, "VLEN", plus=4), "scaled": True}, "small"),  # L = 100 on the small machine
+    # issue 21: input magnitude (a softmax without the max subtraction overflows at 64), a big VRAM base
+    ("L100_scale_1e-4", {"L": L100, "scale": 1e-4}, "default"),
+    ("L100_scale_64", {"L": L100, "scale": 64.0}, "default"),
+    ("big_base", {"L": L100, "scaled": True, "big_base": True}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
@@ -43,6 +48,8 @@ RANGES = {
     "scaled": [False, True],
     "rows": [1, hw(2, "RP")],
     "inplace": [False, True],
+    "scale": [1e-4, 1e-2, 2.0, 8.0, 64.0],
+    "big_base": [False, True],
 }
 
 
@@ -53,6 +60,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     cols = round_up(L, V)
     pitch = rp(config, rows)
     cb = CaseBuilder(NAME, p, config)
+    skip_to_big_base(cb, p, config)
     x = np.zeros((rows, cols))
     x[:, :L] = cb.randn((rows, L), p["scale"])
     tx, X = cb.tensor("x", x, "act", alloc_rows=pitch)

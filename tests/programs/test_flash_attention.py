@@ -25,16 +25,17 @@ from programs import mutation_hooks  # noqa: E402
 from programs.asm import Asm  # noqa: E402
 from programs.hbm_tensors import HbmTensor, ceil_div, round_up, row_pad  # noqa: E402
 from testbenches import flashattn_decode, flashattn_prefill, flashattn_qkt, mutations  # noqa: E402
-from testbenches.shapes import resolve_params
+from testbenches._flashattn_common import resolve_sweep_values
+from testbenches.shapes import big_base_row, resolve_params
 from testbenches.variants import fixes_machine, get_config  # noqa: E402
 from tests.util import scalar_trace
 
 GP = tuple(range(1, 13))
 FP = tuple(range(1, 7))
 
-# kernels.md §6.2: hook -> the cases that must expose it (the one table in testbenches.mutations)
+# kernels.md §6.2 (and issue 21's flash mutations): hook -> its flash cases (the one table in testbenches.mutations)
 HOOK_CASES = {
-    h: " ".join(e.case_id for e in mutations.exposures(h))
+    h: " ".join(e.case_id for e in mutations.exposures(h) if e.testbench.startswith("flashattn"))
     for h in mutations.MUTATIONS
     if mutations.exposures(h)[0].testbench.startswith("flashattn")
 }
@@ -63,9 +64,9 @@ def tensors(cfg, sp, req):
 
 
 def shape(p: dict, cfg) -> dict:
+    p = dict(p)
+    resolve_sweep_values(p, cfg)  # Wp "M", kv_capacity "kv_len+M"
     wp = p.get("Wp")
-    if wp == "M":
-        wp = cfg.MLEN
     return dict(
         batch=p["batch"],
         hq=p["hq"],
@@ -122,7 +123,8 @@ def case_plan(case_id: str, hw: str | None = None, **extra):
     p, cfg, mod = case_params(case_id, hw)
     sp = shape(p, cfg)
     kernel = "attention_scores" if mod is flashattn_qkt else "flash_attention"
-    return make_plan(cfg, sp, kernel, int(p.get("vram_base_row", 0)), **extra)
+    base_row = big_base_row(cfg) if p.get("big_base") else int(p.get("vram_base_row", 0))
+    return make_plan(cfg, sp, kernel, base_row, **extra)
 
 
 def case_program(case_id: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 import testbenches
 from testbenches.harness import run_case
-from tests.testbench.catalogue_util import OTHER_TESTBENCHES
+from tests.testbench.catalogue_util import COVERAGE_CASES, OTHER_TESTBENCHES
 
 PRESETS = ("v80-128x64", "v80-256x64")
 
@@ -36,6 +36,8 @@ def _cases():
     out = []
     for tb in OTHER_TESTBENCHES:
         for cid, _ov, _var in testbenches.get(tb).REQUIRED_CASES:
+            if (tb, cid) in COVERAGE_CASES:
+                continue  # issue 21's coverage cases: every preset in test_coverage_cases.py (-m slow)
             for preset in PRESETS:
                 out.append(pytest.param(tb, cid, preset, id=f"{tb}[{cid}]@{preset}"))
     return out
