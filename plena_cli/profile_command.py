@@ -99,7 +99,7 @@ def line_profile(ran: SourceRun) -> list[LineCost]:
     ]
 
 
-def _pc_stalls(pc_extra) -> Any:
+def _pc_stalls(pc_extra: Any) -> Any:
     """Stall cycles per pc: the sum of the per-reason stall columns of the per-pc record."""
     import numpy as np
 

@@ -356,7 +356,7 @@ def cmd_mutants(args: argparse.Namespace, out: Console, err: Console) -> int:
     with status(err, "running mutants ...", args.json) as spinner:
         for h in hooks:
             rows += _mutant_rows(h, args, mut, spinner)
-    all_caught = all(r["caught"] or r["needs_poisoning"] for r in rows)
+    all_caught = all(r["caught"] for r in rows)
     if args.json:
         print_json(out, {"all_caught": all_caught, "mutants": rows})
     else:
@@ -383,15 +383,13 @@ def _mutant_rows(hook: str, args: argparse.Namespace, mut: ModuleType, spinner: 
             spinner.update(f"{hook} on {exp.label}")
         rep = mut.run_mutation(hook, exp, backend=args.backend)
         how = mut.how_caught(rep)
-        pending = mut.NEEDS_POISON.get(hook)
         rows.append(
             {
                 "mutation": hook,
                 "description": mut.DESCRIPTIONS[hook],
                 "case": exp.label,
                 "caught": bool(how),
-                "how": how or ("NOT CAUGHT (needs the harness's FP SRAM poisoning)" if pending else "NOT CAUGHT"),
-                "needs_poisoning": pending,
+                "how": how or "NOT CAUGHT",
                 "worst_err_over_tol": rep.worst_ratio if how == "mismatch" else None,
                 "detail": rep.summary,
             }
@@ -400,16 +398,14 @@ def _mutant_rows(hook: str, args: argparse.Namespace, mut: ModuleType, spinner: 
 
 
 def _render_mutants(out: Console, rows: list[dict[str, Any]]) -> None:
-    pending = sum(bool(r["needs_poisoning"]) and not r["caught"] for r in rows)
-    title = f"mutants: {sum(r['caught'] for r in rows)}/{len(rows)} caught"
-    t = Table(title=title + (f" ({pending} not caught until the harness poisons FP SRAM)" if pending else ""))
+    t = Table(title=f"mutants: {sum(r['caught'] for r in rows)}/{len(rows)} caught")
     for col in ("mutation", "exposing case", "caught", "how", "worst err/tol"):
         t.add_column(col)
     for r in rows:
         t.add_row(
             r["mutation"],
             r["case"],
-            "[green]yes[/]" if r["caught"] else ("[yellow]pending[/]" if r["needs_poisoning"] else "[red]NO[/]"),
+            "[green]yes[/]" if r["caught"] else "[red]NO[/]",
             r["how"],
             "" if r["worst_err_over_tol"] is None else f"{r['worst_err_over_tol']:.3g}",
         )

@@ -23,7 +23,6 @@ __all__ = [
     "MUTATIONS",
     "DESCRIPTIONS",
     "CLASSES",
-    "NEEDS_POISON",
     "exposures",
     "run_mutation",
     "how_caught",
@@ -151,7 +150,7 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
 _BIG_BASES = (
     "D16 P20 flashattn_qkt:hkv4_big_base rms_norm:big_base layer_norm:big_base gelu:big_base silu:big_base "
     "softmax:big_base rope:big_base embedding:big_base elementwise_add:big_base h_store:big_base bmm:big_base "
-    "ffn:big_base ffn_intermediate:big_base linear:big_base "
+    "ffn:big_base ffn_intermediate:big_base linear:big_base linear_loop:big_base "
     "moe_topk:B_policy1_T7_big_base moe_layer:policy1_T5_big_base"
 )
 
@@ -300,15 +299,6 @@ _WAVE2: dict[str, tuple[str, str, str]] = {
         "layout",
         "V_TOPK row pointer steps pitch*V (a column block) per token",
         "moe_topk:A_policy0_T7 moe_topk:A_policy0",
-    ),
-}
-
-#: second-wave mutations that only the harness's FP SRAM poisoning (issue 21, build item 1) can expose: with a
-#: zero-filled FP SRAM they are numerically invisible. They are run and reported, never counted as caught.
-NEEDS_POISON: dict[str, str] = {
-    "l_reset_skipped": (
-        "FP SRAM poisoning: the stale l is multiplied by m_res = exp(-inf - m) ~ 6e-39 on tile 0, so only a "
-        "NaN/Inf in the l slot (a poisoned FP SRAM) reaches O"
     ),
 }
 
