@@ -353,6 +353,34 @@ class PyTimingState:
         return ch, bk
 
 
+def _bank_open_py(bank: dict, row: int, t0: float, ps: dict) -> tuple[str, float, float]:
+    """``(kind, ready, t_act)`` of a request to DRAM ``row`` of ``bank`` (timing.md §5.4; t_act = None on a hit)."""
+    if bank["open_row"] == row:
+        return "row_hits", bank["col_ready"], None
+    if bank["open_row"] == -1:
+        t_act = t0
+        kind = "row_misses"
+    else:
+        t_act = max(t0, bank["pre_ok"]) + ps["tRP"]
+        kind = "row_conflicts"
+    return kind, t_act + ps["tRCD"], t_act
+
+
+def _pick_py(queues: dict, heads_ready: dict, ch: dict, t0: float, lat: float, ps: dict):
+    """FR-FCFS: the bank queue whose head is served next -- the earliest-listed head whose bank is ready by
+    the time the channel could issue it; if none is, the head with the earliest ready time."""
+    best = None
+    for key, q in queues.items():
+        row, seq, bg = q[0][0], q[0][1], key[0]
+        ccd = ps["tCCD_L"] if bg == ch["bg_last"] else ps["tCCD_S"]
+        slot = max(t0, ch["col_last"] + ccd, ch["bus_free"] - lat)
+        ready = heads_ready[key]
+        rank = (0, 0, row, seq) if ready <= slot else (1, ready, row, seq)
+        if best is None or rank < best[0]:
+            best = (rank, key)
+    return best[1]
+
+
 def schedule_py(
     params: TimingParams,
     state: PyTimingState,
@@ -362,51 +390,48 @@ def schedule_py(
     stats: dict | None = None,
 ) -> int:
     """Latency in cycles of one instruction issuing ``blocks`` (distinct block indices in generation
-    order) at ``t0_cycle`` -- timing.md §5.3/§5.4 transcribed literally. Updates ``state`` and, if
-    given, ``stats`` (keys as :func:`stats_dict`)."""
+    order) at ``t0_cycle`` -- timing.md §5.3/§5.4 (with the FR-FCFS erratum, docs/hbm.md) transcribed
+    literally. Updates ``state`` and, if given, ``stats`` (keys as :func:`stats_dict`)."""
     p = _params_of(params)
     ps = {k: getattr(p, k) * p.tCK_ps for k in TIMING_KEYS}
     t0 = t0_cycle * ACCEL_CYCLE_PS
-    reqs = []
+    by_channel: dict[int, list] = {}
     for seq, blk in enumerate(blocks):
         f = map_address(p, blk * p.burst_bytes)
-        reqs.append((f.channel, f.row, seq, f.bank_group, f.bank))
-    by_channel: dict[int, list] = {}
-    for r in reqs:
-        by_channel.setdefault(r[0], []).append(r)
+        by_channel.setdefault(f.channel, []).append((f.row, seq, f.bank_group, f.bank))
+    lat = ps["tCWL"] if is_write else ps["tCL"]
     end = t0
     for c in sorted(by_channel):
         ch = state.channels[c]
-        for _c, row, _seq, bg, b in sorted(by_channel[c], key=lambda r: (r[1], r[2])):
-            bank = state.banks[c][(bg, b)]
-            if bank["open_row"] == row:
-                kind = "row_hits"
-                ready = bank["col_ready"]
-            else:
-                if bank["open_row"] == -1:
-                    kind = "row_misses"
-                    t_act = t0
-                else:
-                    kind = "row_conflicts"
-                    t_pre = max(t0, bank["pre_ok"])
-                    t_act = t_pre + ps["tRP"]
-                ready = t_act + ps["tRCD"]
+        queues: dict[tuple[int, int], list] = {}  # per bank, in (row, first appearance) order
+        for req in sorted(by_channel[c]):
+            queues.setdefault((req[2], req[3]), []).append(req)
+        heads_ready = {key: _bank_open_py(state.banks[c][key], q[0][0], t0, ps)[1] for key, q in queues.items()}
+        while queues:
+            key = _pick_py(queues, heads_ready, ch, t0, lat, ps)
+            row, _seq, bg, _b = queues[key].pop(0)
+            bank = state.banks[c][key]
+            kind, ready, t_act = _bank_open_py(bank, row, t0, ps)
+            if t_act is not None:
                 bank["open_row"] = row
                 bank["col_ready"] = ready
                 bank["pre_ok"] = max(bank["pre_ok"], t_act + ps["tRAS"])
-            lat = ps["tCWL"] if is_write else ps["tCL"]
             ccd = ps["tCCD_L"] if bg == ch["bg_last"] else ps["tCCD_S"]
             t_col = max(t0, ready, ch["col_last"] + ccd, ch["bus_free"] - lat)
             d_end = t_col + lat + ps["tBL"]
             ch["col_last"], ch["bg_last"], ch["bus_free"] = t_col, bg, d_end
             bank["pre_ok"] = max(bank["pre_ok"], d_end + ps["tWR"] if is_write else t_col + ps["tRTP"])
             end = max(end, d_end)
+            if queues[key]:
+                heads_ready[key] = _bank_open_py(bank, queues[key][0][0], t0, ps)[1]
+            else:
+                del queues[key]
             if stats is not None:
                 stats[kind] += 1
                 stats["per_channel_requests"][c] += 1
     latency = max(1, -(-(end - t0) // ACCEL_CYCLE_PS))
     if stats is not None:
-        stats["write_requests" if is_write else "read_requests"] += len(reqs)
+        stats["write_requests" if is_write else "read_requests"] += len(blocks)
         stats["dma_instructions"] += 1
         stats["dma_cycles"] += latency
     return latency
@@ -570,6 +595,128 @@ def _sort_segment_by_row(order, tmp, rowv, s, e):
 
 
 @njit(cache=True)
+def _bank_queues(bankv, order, s, e, nxt, head, tail):
+    """Split the channel segment ``order[s:e]`` (already in (row, first appearance) order) into one queue per
+    bank, keeping that order: ``head[k]`` = the first position of queue k, ``nxt[j]`` = the next position of
+    the queue of position j (-1 = last); returns the number of queues (banks this channel touches)."""
+    nq = 0
+    for j in range(s, e):
+        bk = bankv[order[j]]
+        nxt[j] = -1
+        k = 0
+        while k < nq and bankv[order[tail[k]]] != bk:
+            k += 1
+        if k == nq:
+            head[k] = j
+            nq += 1
+        else:
+            nxt[tail[k]] = j
+        tail[k] = j
+    return nq
+
+
+@njit(cache=True)
+def _head_ready(p, bank_state, c, bk, row, t0):
+    """Time (ps) the column access of a request to DRAM ``row`` of bank ``bk`` of channel ``c`` can start
+    (timing.md §5.4: row hit, miss of a closed bank, or conflict: PRE then ACT), from the current bank state."""
+    open_row = bank_state[c, bk, BK_OPEN_ROW]
+    if open_row == row:
+        return bank_state[c, bk, BK_COL_READY]
+    if open_row == -1:
+        return t0 + p[PRM_TRCD_PS]
+    return max(t0, bank_state[c, bk, BK_PRE_OK]) + p[PRM_TRP_PS] + p[PRM_TRCD_PS]
+
+
+@njit(cache=True)
+def _pick_queue(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat):
+    """FR-FCFS: the queue whose head goes next -- the earliest-listed head whose bank is ready when the
+    channel could issue it (first ready, first come); if no head is ready, the one ready soonest."""
+    bpg = p[PRM_BANKS_PER_GROUP]
+    best = -1
+    best_ready = False
+    best_t = np.int64(0)
+    for k in range(nq):
+        j = head[k]
+        if j < 0:
+            continue
+        ccd = p[PRM_TCCD_L_PS] if bankv[order[j]] // bpg == bg_last else p[PRM_TCCD_S_PS]
+        slot = max(max(t0, col_last + ccd), bus_free - lat)
+        ready = hready[k] <= slot
+        if best < 0:
+            take = True
+        elif ready != best_ready:
+            take = ready
+        elif ready:
+            take = j < head[best]
+        else:
+            take = hready[k] < best_t or (hready[k] == best_t and j < head[best])
+        if take:
+            best = k
+            best_ready = ready
+            best_t = hready[k]
+    return best
+
+
+@njit(cache=True)
+def _serve_channel(p, c, s, e, ch_state, bank_state, bankv, rowv, order, work, t0, write):
+    """Serve channel ``c``'s requests ``order[s:e]`` FR-FCFS (timing.md §5.4 with the erratum of docs/hbm.md);
+    updates the channel and bank state; returns ``(end, hits, misses, conflicts)``."""
+    bpg = p[PRM_BANKS_PER_GROUP]
+    lat = p[PRM_TCWL_PS] if write else p[PRM_TCL_PS]
+    after = p[PRM_TWR_PS] if write else p[PRM_TRTP_PS]
+    nxt = work[W_SLOT]  # free here: W_SLOT and W_CH are dead once the channel sort is done
+    head = work[W_CH]
+    hready = work[W_TMP]  # the queue tails while the queues are built, then the heads' ready times
+    nq = _bank_queues(bankv, order, s, e, nxt, head, hready)
+    for k in range(nq):
+        i = order[head[k]]
+        hready[k] = _head_ready(p, bank_state, c, bankv[i], rowv[i], t0)
+    col_last = ch_state[c, CH_COL_LAST]
+    bg_last = ch_state[c, CH_BG_LAST]
+    bus_free = ch_state[c, CH_BUS_FREE]
+    end = t0
+    hits = np.int64(0)
+    misses = np.int64(0)
+    conflicts = np.int64(0)
+    for _ in range(s, e):
+        k = _pick_queue(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat)
+        i = order[head[k]]
+        bk = bankv[i]
+        bg = bk // bpg
+        row = rowv[i]
+        open_row = bank_state[c, bk, BK_OPEN_ROW]
+        pre_ok = bank_state[c, bk, BK_PRE_OK]
+        ready = hready[k]
+        if open_row == row:
+            hits += 1
+        else:
+            if open_row == -1:
+                misses += 1
+            else:
+                conflicts += 1
+            bank_state[c, bk, BK_OPEN_ROW] = row
+            bank_state[c, bk, BK_COL_READY] = ready
+            pre_ok = max(pre_ok, ready - p[PRM_TRCD_PS] + p[PRM_TRAS_PS])  # t_act + tRAS
+        ccd = p[PRM_TCCD_L_PS] if bg == bg_last else p[PRM_TCCD_S_PS]
+        t_col = max(max(t0, ready), max(col_last + ccd, bus_free - lat))
+        d_end = t_col + lat + p[PRM_TBL_PS]
+        col_last = t_col
+        bg_last = bg
+        bus_free = d_end
+        pre_ok = max(pre_ok, (d_end if write else t_col) + after)
+        bank_state[c, bk, BK_PRE_OK] = pre_ok
+        end = max(end, d_end)
+        head[k] = nxt[head[k]]
+        if head[k] >= 0:
+            j = order[head[k]]
+            hready[k] = _head_ready(p, bank_state, c, bk, rowv[j], t0)
+    ch_state[c, CH_COL_LAST] = col_last
+    ch_state[c, CH_BG_LAST] = bg_last
+    ch_state[c, CH_BUS_FREE] = bus_free
+    return end, hits, misses, conflicts
+
+
+@njit(cache=True)
 def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, stats, work):
     """Schedule one instruction's requests (timing.md §5.4); returns its latency in cycles."""
     t0_cycle = np.int64(t0_cycle)
@@ -577,14 +724,6 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     nch = p[PRM_CHANNELS]
     bpg = p[PRM_BANKS_PER_GROUP]
     write = is_write != 0
-    t_bl = p[PRM_TBL_PS]
-    t_rcd = p[PRM_TRCD_PS]
-    t_rp = p[PRM_TRP_PS]
-    t_ras = p[PRM_TRAS_PS]
-    t_ccd_s = p[PRM_TCCD_S_PS]
-    t_ccd_l = p[PRM_TCCD_L_PS]
-    lat = p[PRM_TCWL_PS] if write else p[PRM_TCL_PS]
-    after = p[PRM_TWR_PS] if write else p[PRM_TRTP_PS]
     chv = work[W_CH]
     bankv = work[W_BANK]
     rowv = work[W_ROW]
@@ -613,57 +752,21 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     for c in range(nch):
         _sort_segment_by_row(order, tmp, rowv, start[c], start[c + 1])
 
-    # 3. serve each channel in (row, first appearance) order
+    # 3. serve each channel: per-bank queues in (row, first appearance) order, FR-FCFS between the banks
     t0 = t0_cycle * ACCEL_CYCLE_PS
     end = t0
-    hits = np.int64(0)
-    misses = np.int64(0)
-    conflicts = np.int64(0)
     for c in range(nch):
         s = start[c]
         e = start[c + 1]
         if s == e:
             continue
-        col_last = ch_state[c, CH_COL_LAST]
-        bg_last = ch_state[c, CH_BG_LAST]
-        bus_free = ch_state[c, CH_BUS_FREE]
-        for j in range(s, e):
-            i = order[j]
-            bk = bankv[i]
-            bg = bk // bpg
-            row = rowv[i]
-            open_row = bank_state[c, bk, BK_OPEN_ROW]
-            pre_ok = bank_state[c, bk, BK_PRE_OK]
-            if open_row == row:
-                ready = bank_state[c, bk, BK_COL_READY]
-                hits += 1
-            else:
-                if open_row == -1:
-                    t_act = t0
-                    misses += 1
-                else:
-                    t_act = max(t0, pre_ok) + t_rp
-                    conflicts += 1
-                ready = t_act + t_rcd
-                bank_state[c, bk, BK_OPEN_ROW] = row
-                bank_state[c, bk, BK_COL_READY] = ready
-                pre_ok = max(pre_ok, t_act + t_ras)
-            ccd = t_ccd_l if bg == bg_last else t_ccd_s
-            t_col = max(max(t0, ready), max(col_last + ccd, bus_free - lat))
-            d_end = t_col + lat + t_bl
-            col_last = t_col
-            bg_last = bg
-            bus_free = d_end
-            if write:
-                pre_ok = max(pre_ok, d_end + after)
-            else:
-                pre_ok = max(pre_ok, t_col + after)
-            bank_state[c, bk, BK_PRE_OK] = pre_ok
-            if d_end > end:
-                end = d_end
-        ch_state[c, CH_COL_LAST] = col_last
-        ch_state[c, CH_BG_LAST] = bg_last
-        ch_state[c, CH_BUS_FREE] = bus_free
+        c_end, hits, misses, conflicts = _serve_channel(
+            p, c, s, e, ch_state, bank_state, bankv, rowv, order, work, t0, write
+        )
+        end = max(end, c_end)
+        stats[HST_ROW_HITS] += hits
+        stats[HST_ROW_MISSES] += misses
+        stats[HST_ROW_CONFLICTS] += conflicts
         stats[HST_CHANNEL_BASE + c] += e - s
 
     latency = (end - t0 + ACCEL_CYCLE_PS - 1) // ACCEL_CYCLE_PS
@@ -673,9 +776,6 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
         stats[HST_WRITE_REQUESTS] += n_blocks
     else:
         stats[HST_READ_REQUESTS] += n_blocks
-    stats[HST_ROW_HITS] += hits
-    stats[HST_ROW_MISSES] += misses
-    stats[HST_ROW_CONFLICTS] += conflicts
     stats[HST_DMA_INSTRUCTIONS] += 1
     stats[HST_DMA_CYCLES] += latency
     return latency
