@@ -353,7 +353,7 @@ class PyTimingState:
         return ch, bk
 
 
-def _bank_open_py(bank: dict, row: int, t0: float, ps: dict) -> tuple[str, float, float]:
+def _bank_open_py(bank: dict, row: int, t0: float, ps: dict) -> tuple[str, float, float | None]:
     """``(kind, ready, t_act)`` of a request to DRAM ``row`` of ``bank`` (timing.md §5.4; t_act = None on a hit)."""
     if bank["open_row"] == row:
         return "row_hits", bank["col_ready"], None
@@ -366,19 +366,18 @@ def _bank_open_py(bank: dict, row: int, t0: float, ps: dict) -> tuple[str, float
     return kind, t_act + ps["tRCD"], t_act
 
 
-def _pick_py(queues: dict, heads_ready: dict, ch: dict, t0: float, lat: float, ps: dict):
+def _pick_py(queues: dict, heads_ready: dict, ch: dict, t0: float, lat: float, ps: dict) -> tuple[int, int]:
     """FR-FCFS: the bank queue whose head is served next -- the earliest-listed head whose bank is ready by
     the time the channel could issue it; if none is, the head with the earliest ready time."""
-    best = None
-    for key, q in queues.items():
-        row, seq, bg = q[0][0], q[0][1], key[0]
-        ccd = ps["tCCD_L"] if bg == ch["bg_last"] else ps["tCCD_S"]
+
+    def rank(key: tuple[int, int]) -> tuple:
+        row, seq = queues[key][0][0], queues[key][0][1]
+        ccd = ps["tCCD_L"] if key[0] == ch["bg_last"] else ps["tCCD_S"]
         slot = max(t0, ch["col_last"] + ccd, ch["bus_free"] - lat)
         ready = heads_ready[key]
-        rank = (0, 0, row, seq) if ready <= slot else (1, ready, row, seq)
-        if best is None or rank < best[0]:
-            best = (rank, key)
-    return best[1]
+        return (0, 0, row, seq) if ready <= slot else (1, ready, row, seq)
+
+    return min(queues, key=rank)
 
 
 def schedule_py(
