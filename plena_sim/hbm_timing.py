@@ -593,15 +593,18 @@ def _sort_segment_by_row(order, tmp, rowv, s, e):
             order[j] = tmp[j]
 
 
+_LOW32 = np.int64((1 << 32) - 1)
+
+
 @njit(cache=True)
-def _bank_queues(bankv, order, s, e, nxt, head, tail):
+def _bank_queues(bankv, order, s, e, link, head, tail):
     """Split the channel segment ``order[s:e]`` (already in (row, first appearance) order) into one queue per
-    bank, keeping that order: ``head[k]`` = the first position of queue k, ``nxt[j]`` = the next position of
-    the queue of position j (-1 = last); returns the number of queues (banks this channel touches)."""
+    bank, keeping that order. ``head[k]`` = the first position of queue k; ``link[j] = (k << 32) | (next + 1)``
+    for position j of queue k (``next + 1 == 0``: the last one; a served position is set to -1). Returns the
+    number of queues (the banks the channel touches)."""
     nq = 0
     for j in range(s, e):
         bk = bankv[order[j]]
-        nxt[j] = -1
         k = 0
         while k < nq and bankv[order[tail[k]]] != bk:
             k += 1
@@ -609,38 +612,44 @@ def _bank_queues(bankv, order, s, e, nxt, head, tail):
             head[k] = j
             nq += 1
         else:
-            nxt[tail[k]] = j
+            link[tail[k]] += j + 1
+        link[j] = np.int64(k) << 32
         tail[k] = j
     return nq
 
 
 @njit(cache=True)
-def _head_ready(p, bank_state, c, bk, row, t0):
-    """Time (ps) the column access of a request to DRAM ``row`` of bank ``bk`` of channel ``c`` can start
-    (timing.md §5.4: row hit, miss of a closed bank, or conflict: PRE then ACT), from the current bank state."""
-    open_row = bank_state[c, bk, BK_OPEN_ROW]
+def _ready_time(open_row, col_ready, pre_ok, row, t0, t_rp, t_rcd):
+    """Time (ps) a column access to DRAM ``row`` of a bank in state (open_row, col_ready, pre_ok) can start
+    (timing.md §5.4: row hit; miss of a closed bank, ACT at t0; conflict, PRE at max(t0, pre_ok) then ACT)."""
     if open_row == row:
-        return bank_state[c, bk, BK_COL_READY]
+        return col_ready
     if open_row == -1:
-        return t0 + p[PRM_TRCD_PS]
-    return max(t0, bank_state[c, bk, BK_PRE_OK]) + p[PRM_TRP_PS] + p[PRM_TRCD_PS]
+        return t0 + t_rcd
+    return max(t0, pre_ok) + t_rp + t_rcd
 
 
 @njit(cache=True)
-def _pick_queue(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat):
-    """FR-FCFS: the queue whose head goes next -- the earliest-listed head whose bank is ready when the
-    channel could issue it (first ready, first come); if no head is ready, the one ready soonest."""
-    bpg = p[PRM_BANKS_PER_GROUP]
+def _slot(bg, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
+    """Earliest time (ps) the channel can issue a column access to bank group ``bg`` (tCCD, the data bus)."""
+    ccd = ccd_l if bg == bg_last else ccd_s
+    return max(max(t0, col_last + ccd), bus_free - lat)
+
+
+@njit(cache=True)
+def _pick_slow(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat):
+    """FR-FCFS when the earliest-listed head is not ready: the earliest-listed head whose bank is ready when the
+    channel could issue it; if no head is ready, the one ready soonest (ties: the earliest listed)."""
+    bb = p[PRM_BB]
     best = -1
     best_ready = False
     best_t = np.int64(0)
-    for k in range(nq):
-        j = head[k]
+    for q in range(nq):
+        j = head[q]
         if j < 0:
             continue
-        ccd = p[PRM_TCCD_L_PS] if bankv[order[j]] // bpg == bg_last else p[PRM_TCCD_S_PS]
-        slot = max(max(t0, col_last + ccd), bus_free - lat)
-        ready = hready[k] <= slot
+        bg = bankv[order[j]] >> bb
+        ready = hready[q] <= _slot(bg, bg_last, col_last, bus_free, t0, lat, p[PRM_TCCD_S_PS], p[PRM_TCCD_L_PS])
         if best < 0:
             take = True
         elif ready != best_ready:
@@ -648,28 +657,38 @@ def _pick_queue(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, 
         elif ready:
             take = j < head[best]
         else:
-            take = hready[k] < best_t or (hready[k] == best_t and j < head[best])
+            take = hready[q] < best_t or (hready[q] == best_t and j < head[best])
         if take:
-            best = k
+            best = q
             best_ready = ready
-            best_t = hready[k]
+            best_t = hready[q]
     return best
 
 
 @njit(cache=True)
-def _serve_channel(p, c, s, e, ch_state, bank_state, bankv, rowv, order, work, t0, write):
+def _serve_channel(p, c, s, e, ch_state, bank_state, bankv, rowv, order, link, head, hready, t0, write):
     """Serve channel ``c``'s requests ``order[s:e]`` FR-FCFS (timing.md §5.4 with the erratum of docs/hbm.md);
-    updates the channel and bank state; returns ``(end, hits, misses, conflicts)``."""
-    bpg = p[PRM_BANKS_PER_GROUP]
+    updates the channel and bank state; returns ``(end, hits, misses, conflicts)``. ``link``, ``head`` and
+    ``hready`` are scratch (``hready`` holds the queue tails while the queues are built). ``first`` is the
+    earliest unserved position: the head of its queue, and the FR-FCFS choice whenever it is ready (fast path)."""
+    bb = p[PRM_BB]
+    t_rp, t_rcd, t_ras, t_bl = p[PRM_TRP_PS], p[PRM_TRCD_PS], p[PRM_TRAS_PS], p[PRM_TBL_PS]
+    ccd_s, ccd_l = p[PRM_TCCD_S_PS], p[PRM_TCCD_L_PS]
     lat = p[PRM_TCWL_PS] if write else p[PRM_TCL_PS]
     after = p[PRM_TWR_PS] if write else p[PRM_TRTP_PS]
-    nxt = work[W_SLOT]  # free here: W_SLOT and W_CH are dead once the channel sort is done
-    head = work[W_CH]
-    hready = work[W_TMP]  # the queue tails while the queues are built, then the heads' ready times
-    nq = _bank_queues(bankv, order, s, e, nxt, head, hready)
+    nq = _bank_queues(bankv, order, s, e, link, head, hready)
     for k in range(nq):
         i = order[head[k]]
-        hready[k] = _head_ready(p, bank_state, c, bankv[i], rowv[i], t0)
+        bk = bankv[i]
+        hready[k] = _ready_time(
+            bank_state[c, bk, BK_OPEN_ROW],
+            bank_state[c, bk, BK_COL_READY],
+            bank_state[c, bk, BK_PRE_OK],
+            rowv[i],
+            t0,
+            t_rp,
+            t_rcd,
+        )
     col_last = ch_state[c, CH_COL_LAST]
     bg_last = ch_state[c, CH_BG_LAST]
     bus_free = ch_state[c, CH_BUS_FREE]
@@ -677,15 +696,19 @@ def _serve_channel(p, c, s, e, ch_state, bank_state, bankv, rowv, order, work, t
     hits = np.int64(0)
     misses = np.int64(0)
     conflicts = np.int64(0)
+    first = s
     for _ in range(s, e):
-        k = _pick_queue(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat)
-        i = order[head[k]]
+        k = link[first] >> 32
+        if hready[k] > _slot(bankv[order[first]] >> bb, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
+            k = _pick_slow(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat)
+        j = head[k]
+        i = order[j]
         bk = bankv[i]
-        bg = bk // bpg
+        bg = bk >> bb
         row = rowv[i]
-        open_row = bank_state[c, bk, BK_OPEN_ROW]
         pre_ok = bank_state[c, bk, BK_PRE_OK]
         ready = hready[k]
+        open_row = bank_state[c, bk, BK_OPEN_ROW]
         if open_row == row:
             hits += 1
         else:
@@ -695,20 +718,23 @@ def _serve_channel(p, c, s, e, ch_state, bank_state, bankv, rowv, order, work, t
                 conflicts += 1
             bank_state[c, bk, BK_OPEN_ROW] = row
             bank_state[c, bk, BK_COL_READY] = ready
-            pre_ok = max(pre_ok, ready - p[PRM_TRCD_PS] + p[PRM_TRAS_PS])  # t_act + tRAS
-        ccd = p[PRM_TCCD_L_PS] if bg == bg_last else p[PRM_TCCD_S_PS]
-        t_col = max(max(t0, ready), max(col_last + ccd, bus_free - lat))
-        d_end = t_col + lat + p[PRM_TBL_PS]
+            pre_ok = max(pre_ok, ready - t_rcd + t_ras)  # t_act + tRAS
+        t_col = max(ready, _slot(bg, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l))
+        d_end = t_col + lat + t_bl
         col_last = t_col
         bg_last = bg
         bus_free = d_end
         pre_ok = max(pre_ok, (d_end if write else t_col) + after)
         bank_state[c, bk, BK_PRE_OK] = pre_ok
         end = max(end, d_end)
-        head[k] = nxt[head[k]]
-        if head[k] >= 0:
-            j = order[head[k]]
-            hready[k] = _head_ready(p, bank_state, c, bk, rowv[j], t0)
+        # advance queue k; mark j served; move ``first`` past the served positions
+        nx = (link[j] & _LOW32) - 1
+        link[j] = -1
+        head[k] = nx
+        if nx >= 0:
+            hready[k] = _ready_time(row, ready, pre_ok, rowv[order[nx]], t0, t_rp, t_rcd)
+        while first < e and link[first] < 0:
+            first += 1
     ch_state[c, CH_COL_LAST] = col_last
     ch_state[c, CH_BG_LAST] = bg_last
     ch_state[c, CH_BUS_FREE] = bus_free
@@ -729,6 +755,7 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     order = work[W_ORDER]
     tmp = work[W_TMP]
     start = work[W_CHSTART]
+    link = work[W_SLOT]
 
     # 1. decode every request; count per channel
     for c in range(nch + 1):
@@ -751,7 +778,8 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     for c in range(nch):
         _sort_segment_by_row(order, tmp, rowv, start[c], start[c + 1])
 
-    # 3. serve each channel: per-bank queues in (row, first appearance) order, FR-FCFS between the banks
+    # 3. serve each channel: per-bank queues in (row, first appearance) order, FR-FCFS between the banks;
+    #    scratch rows W_SLOT, W_CH and W_TMP are free from here on (the channel sort is done)
     t0 = t0_cycle * ACCEL_CYCLE_PS
     end = t0
     for c in range(nch):
@@ -760,7 +788,7 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
         if s == e:
             continue
         c_end, hits, misses, conflicts = _serve_channel(
-            p, c, s, e, ch_state, bank_state, bankv, rowv, order, work, t0, write
+            p, c, s, e, ch_state, bank_state, bankv, rowv, order, link, chv, tmp, t0, write
         )
         end = max(end, c_end)
         stats[HST_ROW_HITS] += hits
