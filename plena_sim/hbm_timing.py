@@ -594,27 +594,35 @@ def _sort_segment_by_row(order, tmp, rowv, s, e):
 
 
 _LOW32 = np.int64((1 << 32) - 1)
+# scratch rows of ``work`` the FR-FCFS service uses once the channel sort is done (W_SLOT, W_CH, W_TMP are dead then)
+_W_LINK = W_SLOT  # per position j of a channel segment: (queue k << 32) | (next position of queue k + 1); -1 = served
+_W_HEAD = W_CH  # per queue k: its first unserved position (-1 = empty)
+_W_READY = W_TMP  # per queue k: the time its head's column access can start (ps); the queue tails while building
 
 
 @njit(cache=True)
-def _bank_queues(bankv, order, s, e, link, head, tail):
-    """Split the channel segment ``order[s:e]`` (already in (row, first appearance) order) into one queue per
-    bank, keeping that order. ``head[k]`` = the first position of queue k; ``link[j] = (k << 32) | (next + 1)``
-    for position j of queue k (``next + 1 == 0``: the last one; a served position is set to -1). Returns the
-    number of queues (the banks the channel touches)."""
+def _bank_queues(work, nch):
+    """Split every channel segment of ``W_ORDER`` (each already in (row, first appearance) order) into one queue
+    per bank, keeping that order (rows ``_W_LINK``, ``_W_HEAD``; the tails in ``_W_READY``). Queue numbers are
+    global and grow with the position of their first request, so channel c owns the queues whose first position
+    lies in its segment. Returns the number of queues."""
+    order, bankv, start = work[W_ORDER], work[W_BANK], work[W_CHSTART]
+    link, head, tail = work[_W_LINK], work[_W_HEAD], work[_W_READY]
     nq = 0
-    for j in range(s, e):
-        bk = bankv[order[j]]
-        k = 0
-        while k < nq and bankv[order[tail[k]]] != bk:
-            k += 1
-        if k == nq:
-            head[k] = j
-            nq += 1
-        else:
-            link[tail[k]] += j + 1
-        link[j] = np.int64(k) << 32
-        tail[k] = j
+    for c in range(nch):
+        k0 = nq
+        for j in range(start[c], start[c + 1]):
+            bk = bankv[order[j]]
+            k = k0
+            while k < nq and bankv[order[tail[k]]] != bk:
+                k += 1
+            if k == nq:
+                head[k] = j
+                nq += 1
+            else:
+                link[tail[k]] += j + 1
+            link[j] = np.int64(k) << 32
+            tail[k] = j
     return nq
 
 
@@ -637,18 +645,19 @@ def _slot(bg, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
 
 
 @njit(cache=True)
-def _pick_slow(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat):
+def _pick_slow(p, k0, k1, work, col_last, bg_last, bus_free, t0, lat):
     """FR-FCFS when the earliest-listed head is not ready: the earliest-listed head whose bank is ready when the
-    channel could issue it; if no head is ready, the one ready soonest (ties: the earliest listed)."""
-    bb = p[PRM_BB]
+    channel could issue it; if no head is ready, the one ready soonest (ties: the earliest listed). Queues k0..k1-1."""
+    head = work[_W_HEAD]
+    hready = work[_W_READY]
     best = -1
     best_ready = False
     best_t = np.int64(0)
-    for q in range(nq):
+    for q in range(k0, k1):
         j = head[q]
         if j < 0:
             continue
-        bg = bankv[order[j]] >> bb
+        bg = work[W_BANK, work[W_ORDER, j]] >> p[PRM_BB]
         ready = hready[q] <= _slot(bg, bg_last, col_last, bus_free, t0, lat, p[PRM_TCCD_S_PS], p[PRM_TCCD_L_PS])
         if best < 0:
             take = True
@@ -666,79 +675,62 @@ def _pick_slow(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t
 
 
 @njit(cache=True)
-def _serve_channel(p, c, s, e, ch_state, bank_state, bankv, rowv, order, link, head, hready, t0, write):
-    """Serve channel ``c``'s requests ``order[s:e]`` FR-FCFS (timing.md §5.4 with the erratum of docs/hbm.md);
-    updates the channel and bank state; returns ``(end, hits, misses, conflicts)``. ``link``, ``head`` and
-    ``hready`` are scratch (``hready`` holds the queue tails while the queues are built). ``first`` is the
-    earliest unserved position: the head of its queue, and the FR-FCFS choice whenever it is ready (fast path)."""
+def _serve_channels(p, ch_state, bank_state, work, t0, write, stats):
+    """Serve every channel's requests (segments ``W_CHSTART`` of ``W_ORDER``) FR-FCFS between its banks (timing.md
+    §5.4 with the erratum of docs/hbm.md); updates the channel and bank state and the hit/miss/conflict and
+    per-channel counts; returns the end (ps) of the last data transfer. ``first`` is the earliest unserved
+    position of the channel: the head of its queue, and the FR-FCFS choice whenever it is ready (fast path)."""
     bb = p[PRM_BB]
     t_rp, t_rcd, t_ras, t_bl = p[PRM_TRP_PS], p[PRM_TRCD_PS], p[PRM_TRAS_PS], p[PRM_TBL_PS]
     ccd_s, ccd_l = p[PRM_TCCD_S_PS], p[PRM_TCCD_L_PS]
     lat = p[PRM_TCWL_PS] if write else p[PRM_TCL_PS]
     after = p[PRM_TWR_PS] if write else p[PRM_TRTP_PS]
-    nq = _bank_queues(bankv, order, s, e, link, head, hready)
-    for k in range(nq):
-        i = order[head[k]]
-        bk = bankv[i]
-        hready[k] = _ready_time(
-            bank_state[c, bk, BK_OPEN_ROW],
-            bank_state[c, bk, BK_COL_READY],
-            bank_state[c, bk, BK_PRE_OK],
-            rowv[i],
-            t0,
-            t_rp,
-            t_rcd,
-        )
-    col_last = ch_state[c, CH_COL_LAST]
-    bg_last = ch_state[c, CH_BG_LAST]
-    bus_free = ch_state[c, CH_BUS_FREE]
+    bankv, rowv, order, start = work[W_BANK], work[W_ROW], work[W_ORDER], work[W_CHSTART]
+    link, head, hready = work[_W_LINK], work[_W_HEAD], work[_W_READY]
     end = t0
-    hits = np.int64(0)
-    misses = np.int64(0)
-    conflicts = np.int64(0)
-    first = s
-    for _ in range(s, e):
-        k = link[first] >> 32
-        if hready[k] > _slot(bankv[order[first]] >> bb, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
-            k = _pick_slow(p, nq, head, hready, order, bankv, col_last, bg_last, bus_free, t0, lat)
-        j = head[k]
-        i = order[j]
-        bk = bankv[i]
-        bg = bk >> bb
-        row = rowv[i]
-        pre_ok = bank_state[c, bk, BK_PRE_OK]
-        ready = hready[k]
-        open_row = bank_state[c, bk, BK_OPEN_ROW]
-        if open_row == row:
-            hits += 1
-        else:
-            if open_row == -1:
-                misses += 1
-            else:
-                conflicts += 1
-            bank_state[c, bk, BK_OPEN_ROW] = row
-            bank_state[c, bk, BK_COL_READY] = ready
-            pre_ok = max(pre_ok, ready - t_rcd + t_ras)  # t_act + tRAS
-        t_col = max(ready, _slot(bg, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l))
-        d_end = t_col + lat + t_bl
-        col_last = t_col
-        bg_last = bg
-        bus_free = d_end
-        pre_ok = max(pre_ok, (d_end if write else t_col) + after)
-        bank_state[c, bk, BK_PRE_OK] = pre_ok
-        end = max(end, d_end)
-        # advance queue k; mark j served; move ``first`` past the served positions
-        nx = (link[j] & _LOW32) - 1
-        link[j] = -1
-        head[k] = nx
-        if nx >= 0:
-            hready[k] = _ready_time(row, ready, pre_ok, rowv[order[nx]], t0, t_rp, t_rcd)
-        while first < e and link[first] < 0:
-            first += 1
-    ch_state[c, CH_COL_LAST] = col_last
-    ch_state[c, CH_BG_LAST] = bg_last
-    ch_state[c, CH_BUS_FREE] = bus_free
-    return end, hits, misses, conflicts
+    nq = _bank_queues(work, p[PRM_CHANNELS])
+    k1 = 0
+    for c in range(p[PRM_CHANNELS]):
+        s, e = start[c], start[c + 1]
+        k0 = k1
+        while k1 < nq and head[k1] < e:  # this channel's queues (their heads are still the first positions)
+            k1 += 1
+        for k in range(k0, k1):
+            bk = bankv[order[head[k]]]
+            ob, cr, po = bank_state[c, bk, BK_OPEN_ROW], bank_state[c, bk, BK_COL_READY], bank_state[c, bk, BK_PRE_OK]
+            hready[k] = _ready_time(ob, cr, po, rowv[order[head[k]]], t0, t_rp, t_rcd)
+        col_last, bg_last, bus_free = ch_state[c, CH_COL_LAST], ch_state[c, CH_BG_LAST], ch_state[c, CH_BUS_FREE]
+        first = s
+        for _ in range(s, e):
+            k = link[first] >> 32
+            if hready[k] > _slot(bankv[order[first]] >> bb, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
+                k = _pick_slow(p, k0, k1, work, col_last, bg_last, bus_free, t0, lat)
+            j = head[k]
+            bk, row, ready = bankv[order[j]], rowv[order[j]], hready[k]
+            pre_ok = bank_state[c, bk, BK_PRE_OK]
+            open_row = bank_state[c, bk, BK_OPEN_ROW]
+            kind = HST_ROW_HITS if open_row == row else (HST_ROW_MISSES if open_row == -1 else HST_ROW_CONFLICTS)
+            stats[kind] += 1
+            if open_row != row:
+                bank_state[c, bk, BK_OPEN_ROW] = row
+                bank_state[c, bk, BK_COL_READY] = ready
+                pre_ok = max(pre_ok, ready - t_rcd + t_ras)  # t_act + tRAS
+            t_col = max(ready, _slot(bk >> bb, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l))
+            col_last, bg_last, bus_free = t_col, bk >> bb, t_col + lat + t_bl
+            pre_ok = max(pre_ok, (bus_free if write else t_col) + after)
+            bank_state[c, bk, BK_PRE_OK] = pre_ok
+            end = max(end, bus_free)
+            # advance queue k, mark j served, move ``first`` past the served positions
+            nx = (link[j] & _LOW32) - 1
+            link[j] = -1
+            head[k] = nx
+            if nx >= 0:
+                hready[k] = _ready_time(row, ready, pre_ok, rowv[order[nx]], t0, t_rp, t_rcd)
+            while first < e and link[first] < 0:
+                first += 1
+        ch_state[c, CH_COL_LAST], ch_state[c, CH_BG_LAST], ch_state[c, CH_BUS_FREE] = col_last, bg_last, bus_free
+        stats[HST_CHANNEL_BASE + c] += e - s
+    return end
 
 
 @njit(cache=True)
@@ -755,7 +747,6 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     order = work[W_ORDER]
     tmp = work[W_TMP]
     start = work[W_CHSTART]
-    link = work[W_SLOT]
 
     # 1. decode every request; count per channel
     for c in range(nch + 1):
@@ -778,24 +769,9 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     for c in range(nch):
         _sort_segment_by_row(order, tmp, rowv, start[c], start[c + 1])
 
-    # 3. serve each channel: per-bank queues in (row, first appearance) order, FR-FCFS between the banks;
-    #    scratch rows W_SLOT, W_CH and W_TMP are free from here on (the channel sort is done)
+    # 3. serve each channel: per-bank queues in (row, first appearance) order, FR-FCFS between the banks
     t0 = t0_cycle * ACCEL_CYCLE_PS
-    end = t0
-    for c in range(nch):
-        s = start[c]
-        e = start[c + 1]
-        if s == e:
-            continue
-        c_end, hits, misses, conflicts = _serve_channel(
-            p, c, s, e, ch_state, bank_state, bankv, rowv, order, link, chv, tmp, t0, write
-        )
-        end = max(end, c_end)
-        stats[HST_ROW_HITS] += hits
-        stats[HST_ROW_MISSES] += misses
-        stats[HST_ROW_CONFLICTS] += conflicts
-        stats[HST_CHANNEL_BASE + c] += e - s
-
+    end = _serve_channels(p, ch_state, bank_state, work, t0, write, stats)
     latency = (end - t0 + ACCEL_CYCLE_PS - 1) // ACCEL_CYCLE_PS
     if latency < 1:
         latency = np.int64(1)
