@@ -151,3 +151,28 @@ def test_warm_small_dmas_exact_after_the_fix(points):
     assert [by["write", "random order", s] for s in B.SEEDS] == [36] * len(B.SEEDS)
     st = PyTimingState(B.bench_params(1))
     assert schedule_py(B.bench_params(1), st, B.warm_traffic(B.bench_params(1)), False, 0) == 28 + 2 * 16
+
+
+def test_hbm_bench_command(capsys):
+    # plena-sim hbm-bench: the docs tables (markdown) and the points (--json); an unknown preset is a usage error
+    import json
+
+    from plena_cli.main import main
+
+    assert main(["hbm-bench", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc) == len(B.measure_points())
+    first = doc[0]
+    assert (first["op"], first["state"], first["pattern"], first["channels"], first["nbytes"]) == (
+        "read",
+        "idle",
+        "contiguous",
+        1,
+        256,
+    )
+    assert first["cycles"] == first["closed_form"] == 14 + 14 + 4 * 2 and first["gbps"] == 256 / 36
+    assert main(["hbm-bench"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| ch | peak GB/s |") == 4 and "| 8 | 256 | 1 MiB | 4,124 | 4,124 (254.3) |" in out
+    assert main(["hbm-bench", "--preset", "NOPE"]) == 2
+    assert "unknown preset 'NOPE'" in capsys.readouterr().err
