@@ -40,7 +40,9 @@ Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
   are touched).
 * ``dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, stats, work) ->
   latency_cycles``: schedules the requests ``blocks[:n_blocks]`` (reads if ``is_write == 0``) of one
-  instruction starting at accelerator cycle ``t0_cycle`` (timing.md §5.4), updates ``ch_state``,
+  instruction starting at accelerator cycle ``t0_cycle`` (timing.md §5.4, with the FR-FCFS service order of
+  the erratum in docs/hbm.md: per-bank queues in (row, first appearance) order; the channel serves the
+  earliest-listed head whose bank is ready, else the head ready soonest), updates ``ch_state``,
   ``bank_state`` and ``stats`` in place and returns ``max(1, ceil((end - t0) / 1000))``.
   Preconditions: the blocks are distinct (as ``dma_requests`` produces them), ``t0_cycle >= 0``,
   ``n_blocks <= work.shape[1]`` (``blocks``/``work`` from one :func:`new_dma_scratch` call).
@@ -68,7 +70,8 @@ Array layouts (all int64, C-contiguous):
   ``HST_DMA_CYCLES`` (sum of returned latencies), then one request count per channel.
 * ``blocks[max_blocks]``; ``hset[T]`` with ``T`` a power of two >= 2*max_blocks, filled with ``EMPTY``;
   ``work[W_N, max(max_blocks, channels + 1)]`` (rows ``W_SLOT``, ``W_CH``, ``W_BANK``, ``W_ROW``,
-  ``W_ORDER``, ``W_TMP``, ``W_CHSTART``; contents are scratch, nothing persists between calls).
+  ``W_ORDER``, ``W_TMP``, ``W_CHSTART``; once the channel sort is done, ``W_SLOT``, ``W_CH`` and ``W_TMP``
+  hold the bank queues of the FR-FCFS service; contents are scratch, nothing persists between calls).
 * ``geom[G_N]``: ``G_ROWS``, ``G_ELEM_LEN``, ``G_SCALE_DIV``, ``G_SCALE_MUL``, ``G_SCALE_LEN`` (0 =
   Plain), ``G_IS_WRITE``.
 
