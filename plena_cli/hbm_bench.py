@@ -193,7 +193,7 @@ def ramulator2_peak_gbps(channels: int) -> float:
 
 
 def _fmt_size(nbytes: int) -> str:
-    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1024)):
         if nbytes >= div and nbytes % div == 0:
             return f"{nbytes // div} {unit}"
     return f"{nbytes} B"
