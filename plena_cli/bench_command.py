@@ -13,7 +13,7 @@ from .render import print_json
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["register", "cmd_bench"]
+__all__ = ["register", "cmd_bench", "cmd_hbm_bench"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +24,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_options(be)
     be.set_defaults(func=cmd_bench)
+    hb = sub.add_parser(
+        "hbm-bench", help="HBM microbenchmark: one DMA of N bytes per pattern, channels 1-8 (docs/hbm.md)"
+    )
+    hb.add_argument("--preset", default="HBM2", help="HBM timing preset (default HBM2)")
+    hb.add_argument("--json", action="store_true", help="print every measured point as one JSON document")
+    hb.set_defaults(func=cmd_hbm_bench)
 
 
 def cmd_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -44,3 +50,19 @@ def cmd_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         render(res, out)
     return EXIT_BUG if any("error" in w for w in res["workloads"].values()) else EXIT_OK
+
+
+def cmd_hbm_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from plena_sim.errors import ConfigError
+
+    from . import hbm_bench
+
+    try:
+        points = hbm_bench.measure_points(preset=args.preset)
+    except ConfigError as exc:
+        raise UsageError(f"--preset: {exc}") from None
+    if args.json:
+        print_json(out, [p.as_dict() for p in points])
+    else:
+        out.file.write(hbm_bench.markdown_report(points, args.preset))
+    return EXIT_OK

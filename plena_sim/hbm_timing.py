@@ -40,7 +40,9 @@ Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
   are touched).
 * ``dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, stats, work) ->
   latency_cycles``: schedules the requests ``blocks[:n_blocks]`` (reads if ``is_write == 0``) of one
-  instruction starting at accelerator cycle ``t0_cycle`` (timing.md §5.4), updates ``ch_state``,
+  instruction starting at accelerator cycle ``t0_cycle`` (timing.md §5.4, with the FR-FCFS service order of
+  the erratum in docs/hbm.md: per-bank queues in (row, first appearance) order; the channel serves the
+  earliest-listed head whose bank is ready, else the head ready soonest), updates ``ch_state``,
   ``bank_state`` and ``stats`` in place and returns ``max(1, ceil((end - t0) / 1000))``.
   Preconditions: the blocks are distinct (as ``dma_requests`` produces them), ``t0_cycle >= 0``,
   ``n_blocks <= work.shape[1]`` (``blocks``/``work`` from one :func:`new_dma_scratch` call).
@@ -68,7 +70,8 @@ Array layouts (all int64, C-contiguous):
   ``HST_DMA_CYCLES`` (sum of returned latencies), then one request count per channel.
 * ``blocks[max_blocks]``; ``hset[T]`` with ``T`` a power of two >= 2*max_blocks, filled with ``EMPTY``;
   ``work[W_N, max(max_blocks, channels + 1)]`` (rows ``W_SLOT``, ``W_CH``, ``W_BANK``, ``W_ROW``,
-  ``W_ORDER``, ``W_TMP``, ``W_CHSTART``; contents are scratch, nothing persists between calls).
+  ``W_ORDER``, ``W_TMP``, ``W_CHSTART``; once the channel sort is done, ``W_SLOT``, ``W_CH`` and ``W_TMP``
+  hold the bank queues of the FR-FCFS service; contents are scratch, nothing persists between calls).
 * ``geom[G_N]``: ``G_ROWS``, ``G_ELEM_LEN``, ``G_SCALE_DIV``, ``G_SCALE_MUL``, ``G_SCALE_LEN`` (0 =
   Plain), ``G_IS_WRITE``.
 
@@ -353,6 +356,33 @@ class PyTimingState:
         return ch, bk
 
 
+def _bank_open_py(bank: dict, row: int, t0: float, ps: dict) -> tuple[str, float, float | None]:
+    """``(kind, ready, t_act)`` of a request to DRAM ``row`` of ``bank`` (timing.md §5.4; t_act = None on a hit)."""
+    if bank["open_row"] == row:
+        return "row_hits", bank["col_ready"], None
+    if bank["open_row"] == -1:
+        t_act = t0
+        kind = "row_misses"
+    else:
+        t_act = max(t0, bank["pre_ok"]) + ps["tRP"]
+        kind = "row_conflicts"
+    return kind, t_act + ps["tRCD"], t_act
+
+
+def _pick_py(queues: dict, heads_ready: dict, ch: dict, t0: float, lat: float, ps: dict) -> tuple[int, int]:
+    """FR-FCFS: the bank queue whose head is served next -- the earliest-listed head whose bank is ready by
+    the time the channel could issue it; if none is, the head with the earliest ready time."""
+
+    def rank(key: tuple[int, int]) -> tuple:
+        row, seq = queues[key][0][0], queues[key][0][1]
+        ccd = ps["tCCD_L"] if key[0] == ch["bg_last"] else ps["tCCD_S"]
+        slot = max(t0, ch["col_last"] + ccd, ch["bus_free"] - lat)
+        ready = heads_ready[key]
+        return (0, 0, row, seq) if ready <= slot else (1, ready, row, seq)
+
+    return min(queues, key=rank)
+
+
 def schedule_py(
     params: TimingParams,
     state: PyTimingState,
@@ -362,51 +392,48 @@ def schedule_py(
     stats: dict | None = None,
 ) -> int:
     """Latency in cycles of one instruction issuing ``blocks`` (distinct block indices in generation
-    order) at ``t0_cycle`` -- timing.md §5.3/§5.4 transcribed literally. Updates ``state`` and, if
-    given, ``stats`` (keys as :func:`stats_dict`)."""
+    order) at ``t0_cycle`` -- timing.md §5.3/§5.4 (with the FR-FCFS erratum, docs/hbm.md) transcribed
+    literally. Updates ``state`` and, if given, ``stats`` (keys as :func:`stats_dict`)."""
     p = _params_of(params)
     ps = {k: getattr(p, k) * p.tCK_ps for k in TIMING_KEYS}
     t0 = t0_cycle * ACCEL_CYCLE_PS
-    reqs = []
+    by_channel: dict[int, list] = {}
     for seq, blk in enumerate(blocks):
         f = map_address(p, blk * p.burst_bytes)
-        reqs.append((f.channel, f.row, seq, f.bank_group, f.bank))
-    by_channel: dict[int, list] = {}
-    for r in reqs:
-        by_channel.setdefault(r[0], []).append(r)
+        by_channel.setdefault(f.channel, []).append((f.row, seq, f.bank_group, f.bank))
+    lat = ps["tCWL"] if is_write else ps["tCL"]
     end = t0
     for c in sorted(by_channel):
         ch = state.channels[c]
-        for _c, row, _seq, bg, b in sorted(by_channel[c], key=lambda r: (r[1], r[2])):
-            bank = state.banks[c][(bg, b)]
-            if bank["open_row"] == row:
-                kind = "row_hits"
-                ready = bank["col_ready"]
-            else:
-                if bank["open_row"] == -1:
-                    kind = "row_misses"
-                    t_act = t0
-                else:
-                    kind = "row_conflicts"
-                    t_pre = max(t0, bank["pre_ok"])
-                    t_act = t_pre + ps["tRP"]
-                ready = t_act + ps["tRCD"]
+        queues: dict[tuple[int, int], list] = {}  # per bank, in (row, first appearance) order
+        for req in sorted(by_channel[c]):
+            queues.setdefault((req[2], req[3]), []).append(req)
+        heads_ready = {key: _bank_open_py(state.banks[c][key], q[0][0], t0, ps)[1] for key, q in queues.items()}
+        while queues:
+            key = _pick_py(queues, heads_ready, ch, t0, lat, ps)
+            row, _seq, bg, _b = queues[key].pop(0)
+            bank = state.banks[c][key]
+            kind, ready, t_act = _bank_open_py(bank, row, t0, ps)
+            if t_act is not None:
                 bank["open_row"] = row
                 bank["col_ready"] = ready
                 bank["pre_ok"] = max(bank["pre_ok"], t_act + ps["tRAS"])
-            lat = ps["tCWL"] if is_write else ps["tCL"]
             ccd = ps["tCCD_L"] if bg == ch["bg_last"] else ps["tCCD_S"]
             t_col = max(t0, ready, ch["col_last"] + ccd, ch["bus_free"] - lat)
             d_end = t_col + lat + ps["tBL"]
             ch["col_last"], ch["bg_last"], ch["bus_free"] = t_col, bg, d_end
             bank["pre_ok"] = max(bank["pre_ok"], d_end + ps["tWR"] if is_write else t_col + ps["tRTP"])
             end = max(end, d_end)
+            if queues[key]:
+                heads_ready[key] = _bank_open_py(bank, queues[key][0][0], t0, ps)[1]
+            else:
+                del queues[key]
             if stats is not None:
                 stats[kind] += 1
                 stats["per_channel_requests"][c] += 1
     latency = max(1, -(-(end - t0) // ACCEL_CYCLE_PS))
     if stats is not None:
-        stats["write_requests" if is_write else "read_requests"] += len(reqs)
+        stats["write_requests" if is_write else "read_requests"] += len(blocks)
         stats["dma_instructions"] += 1
         stats["dma_cycles"] += latency
     return latency
@@ -569,6 +596,146 @@ def _sort_segment_by_row(order, tmp, rowv, s, e):
             order[j] = tmp[j]
 
 
+_LOW32 = np.int64((1 << 32) - 1)
+# scratch rows of ``work`` the FR-FCFS service uses once the channel sort is done (W_SLOT, W_CH, W_TMP are dead then)
+_W_LINK = W_SLOT  # per position j of a channel segment: (queue k << 32) | (next position of queue k + 1); -1 = served
+_W_HEAD = W_CH  # per queue k: its first unserved position (-1 = empty)
+_W_READY = W_TMP  # per queue k: the time its head's column access can start (ps); the queue tails while building
+
+
+@njit(cache=True)
+def _bank_queues(work, nch):
+    """Split every channel segment of ``W_ORDER`` (each already in (row, first appearance) order) into one queue
+    per bank, keeping that order (rows ``_W_LINK``, ``_W_HEAD``; the tails in ``_W_READY``). Queue numbers are
+    global and grow with the position of their first request, so channel c owns the queues whose first position
+    lies in its segment. Returns the number of queues."""
+    order, bankv, start = work[W_ORDER], work[W_BANK], work[W_CHSTART]
+    link, head, tail = work[_W_LINK], work[_W_HEAD], work[_W_READY]
+    nq = 0
+    for c in range(nch):
+        k0 = nq
+        for j in range(start[c], start[c + 1]):
+            bk = bankv[order[j]]
+            k = k0
+            while k < nq and bankv[order[tail[k]]] != bk:
+                k += 1
+            if k == nq:
+                head[k] = j
+                nq += 1
+            else:
+                link[tail[k]] += j + 1
+            link[j] = np.int64(k) << 32
+            tail[k] = j
+    return nq
+
+
+@njit(cache=True)
+def _ready_time(open_row, col_ready, pre_ok, row, t0, t_rp, t_rcd):
+    """Time (ps) a column access to DRAM ``row`` of a bank in state (open_row, col_ready, pre_ok) can start
+    (timing.md §5.4: row hit; miss of a closed bank, ACT at t0; conflict, PRE at max(t0, pre_ok) then ACT)."""
+    if open_row == row:
+        return col_ready
+    if open_row == -1:
+        return t0 + t_rcd
+    return max(t0, pre_ok) + t_rp + t_rcd
+
+
+@njit(cache=True)
+def _slot(bg, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
+    """Earliest time (ps) the channel can issue a column access to bank group ``bg`` (tCCD, the data bus)."""
+    ccd = ccd_l if bg == bg_last else ccd_s
+    return max(max(t0, col_last + ccd), bus_free - lat)
+
+
+@njit(cache=True)
+def _pick_slow(p, k0, k1, work, col_last, bg_last, bus_free, t0, lat):
+    """FR-FCFS when the earliest-listed head is not ready: the earliest-listed head whose bank is ready when the
+    channel could issue it; if no head is ready, the one ready soonest (ties: the earliest listed). Queues k0..k1-1."""
+    head = work[_W_HEAD]
+    hready = work[_W_READY]
+    best = -1
+    best_ready = False
+    best_t = np.int64(0)
+    for q in range(k0, k1):
+        j = head[q]
+        if j < 0:
+            continue
+        bg = work[W_BANK, work[W_ORDER, j]] >> p[PRM_BB]
+        ready = hready[q] <= _slot(bg, bg_last, col_last, bus_free, t0, lat, p[PRM_TCCD_S_PS], p[PRM_TCCD_L_PS])
+        if best < 0:
+            take = True
+        elif ready != best_ready:
+            take = ready
+        elif ready:
+            take = j < head[best]
+        else:
+            take = hready[q] < best_t or (hready[q] == best_t and j < head[best])
+        if take:
+            best = q
+            best_ready = ready
+            best_t = hready[q]
+    return best
+
+
+@njit(cache=True)
+def _serve_channels(p, ch_state, bank_state, work, t0, write, stats):
+    """Serve every channel's requests (segments ``W_CHSTART`` of ``W_ORDER``) FR-FCFS between its banks (timing.md
+    §5.4 with the erratum of docs/hbm.md); updates the channel and bank state and the hit/miss/conflict and
+    per-channel counts; returns the end (ps) of the last data transfer. ``first`` is the earliest unserved
+    position of the channel: the head of its queue, and the FR-FCFS choice whenever it is ready (fast path)."""
+    bb = p[PRM_BB]
+    t_rp, t_rcd, t_ras, t_bl = p[PRM_TRP_PS], p[PRM_TRCD_PS], p[PRM_TRAS_PS], p[PRM_TBL_PS]
+    ccd_s, ccd_l = p[PRM_TCCD_S_PS], p[PRM_TCCD_L_PS]
+    lat = p[PRM_TCWL_PS] if write else p[PRM_TCL_PS]
+    after = p[PRM_TWR_PS] if write else p[PRM_TRTP_PS]
+    bankv, rowv, order, start = work[W_BANK], work[W_ROW], work[W_ORDER], work[W_CHSTART]
+    link, head, hready = work[_W_LINK], work[_W_HEAD], work[_W_READY]
+    end = t0
+    nq = _bank_queues(work, p[PRM_CHANNELS])
+    k1 = 0
+    for c in range(p[PRM_CHANNELS]):
+        s, e = start[c], start[c + 1]
+        k0 = k1
+        while k1 < nq and head[k1] < e:  # this channel's queues (their heads are still the first positions)
+            k1 += 1
+        for k in range(k0, k1):
+            bk = bankv[order[head[k]]]
+            ob, cr, po = bank_state[c, bk, BK_OPEN_ROW], bank_state[c, bk, BK_COL_READY], bank_state[c, bk, BK_PRE_OK]
+            hready[k] = _ready_time(ob, cr, po, rowv[order[head[k]]], t0, t_rp, t_rcd)
+        col_last, bg_last, bus_free = ch_state[c, CH_COL_LAST], ch_state[c, CH_BG_LAST], ch_state[c, CH_BUS_FREE]
+        first = s
+        for _ in range(s, e):
+            k = link[first] >> 32
+            if hready[k] > _slot(bankv[order[first]] >> bb, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l):
+                k = _pick_slow(p, k0, k1, work, col_last, bg_last, bus_free, t0, lat)
+            j = head[k]
+            bk, row, ready = bankv[order[j]], rowv[order[j]], hready[k]
+            pre_ok = bank_state[c, bk, BK_PRE_OK]
+            open_row = bank_state[c, bk, BK_OPEN_ROW]
+            kind = HST_ROW_HITS if open_row == row else (HST_ROW_MISSES if open_row == -1 else HST_ROW_CONFLICTS)
+            stats[kind] += 1
+            if open_row != row:
+                bank_state[c, bk, BK_OPEN_ROW] = row
+                bank_state[c, bk, BK_COL_READY] = ready
+                pre_ok = max(pre_ok, ready - t_rcd + t_ras)  # t_act + tRAS
+            t_col = max(ready, _slot(bk >> bb, bg_last, col_last, bus_free, t0, lat, ccd_s, ccd_l))
+            col_last, bg_last, bus_free = t_col, bk >> bb, t_col + lat + t_bl
+            pre_ok = max(pre_ok, (bus_free if write else t_col) + after)
+            bank_state[c, bk, BK_PRE_OK] = pre_ok
+            end = max(end, bus_free)
+            # advance queue k, mark j served, move ``first`` past the served positions
+            nx = (link[j] & _LOW32) - 1
+            link[j] = -1
+            head[k] = nx
+            if nx >= 0:
+                hready[k] = _ready_time(row, ready, pre_ok, rowv[order[nx]], t0, t_rp, t_rcd)
+            while first < e and link[first] < 0:
+                first += 1
+        ch_state[c, CH_COL_LAST], ch_state[c, CH_BG_LAST], ch_state[c, CH_BUS_FREE] = col_last, bg_last, bus_free
+        stats[HST_CHANNEL_BASE + c] += e - s
+    return end
+
+
 @njit(cache=True)
 def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, stats, work):
     """Schedule one instruction's requests (timing.md §5.4); returns its latency in cycles."""
@@ -577,14 +744,6 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     nch = p[PRM_CHANNELS]
     bpg = p[PRM_BANKS_PER_GROUP]
     write = is_write != 0
-    t_bl = p[PRM_TBL_PS]
-    t_rcd = p[PRM_TRCD_PS]
-    t_rp = p[PRM_TRP_PS]
-    t_ras = p[PRM_TRAS_PS]
-    t_ccd_s = p[PRM_TCCD_S_PS]
-    t_ccd_l = p[PRM_TCCD_L_PS]
-    lat = p[PRM_TCWL_PS] if write else p[PRM_TCL_PS]
-    after = p[PRM_TWR_PS] if write else p[PRM_TRTP_PS]
     chv = work[W_CH]
     bankv = work[W_BANK]
     rowv = work[W_ROW]
@@ -613,59 +772,9 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
     for c in range(nch):
         _sort_segment_by_row(order, tmp, rowv, start[c], start[c + 1])
 
-    # 3. serve each channel in (row, first appearance) order
+    # 3. serve each channel: per-bank queues in (row, first appearance) order, FR-FCFS between the banks
     t0 = t0_cycle * ACCEL_CYCLE_PS
-    end = t0
-    hits = np.int64(0)
-    misses = np.int64(0)
-    conflicts = np.int64(0)
-    for c in range(nch):
-        s = start[c]
-        e = start[c + 1]
-        if s == e:
-            continue
-        col_last = ch_state[c, CH_COL_LAST]
-        bg_last = ch_state[c, CH_BG_LAST]
-        bus_free = ch_state[c, CH_BUS_FREE]
-        for j in range(s, e):
-            i = order[j]
-            bk = bankv[i]
-            bg = bk // bpg
-            row = rowv[i]
-            open_row = bank_state[c, bk, BK_OPEN_ROW]
-            pre_ok = bank_state[c, bk, BK_PRE_OK]
-            if open_row == row:
-                ready = bank_state[c, bk, BK_COL_READY]
-                hits += 1
-            else:
-                if open_row == -1:
-                    t_act = t0
-                    misses += 1
-                else:
-                    t_act = max(t0, pre_ok) + t_rp
-                    conflicts += 1
-                ready = t_act + t_rcd
-                bank_state[c, bk, BK_OPEN_ROW] = row
-                bank_state[c, bk, BK_COL_READY] = ready
-                pre_ok = max(pre_ok, t_act + t_ras)
-            ccd = t_ccd_l if bg == bg_last else t_ccd_s
-            t_col = max(max(t0, ready), max(col_last + ccd, bus_free - lat))
-            d_end = t_col + lat + t_bl
-            col_last = t_col
-            bg_last = bg
-            bus_free = d_end
-            if write:
-                pre_ok = max(pre_ok, d_end + after)
-            else:
-                pre_ok = max(pre_ok, t_col + after)
-            bank_state[c, bk, BK_PRE_OK] = pre_ok
-            if d_end > end:
-                end = d_end
-        ch_state[c, CH_COL_LAST] = col_last
-        ch_state[c, CH_BG_LAST] = bg_last
-        ch_state[c, CH_BUS_FREE] = bus_free
-        stats[HST_CHANNEL_BASE + c] += e - s
-
+    end = _serve_channels(p, ch_state, bank_state, work, t0, write, stats)
     latency = (end - t0 + ACCEL_CYCLE_PS - 1) // ACCEL_CYCLE_PS
     if latency < 1:
         latency = np.int64(1)
@@ -673,9 +782,6 @@ def dma_latency(p, ch_state, bank_state, blocks, n_blocks, is_write, t0_cycle, s
         stats[HST_WRITE_REQUESTS] += n_blocks
     else:
         stats[HST_READ_REQUESTS] += n_blocks
-    stats[HST_ROW_HITS] += hits
-    stats[HST_ROW_MISSES] += misses
-    stats[HST_ROW_CONFLICTS] += conflicts
     stats[HST_DMA_INSTRUCTIONS] += 1
     stats[HST_DMA_CYCLES] += latency
     return latency
