@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_options(be)
     be.set_defaults(func=cmd_bench)
     hb = sub.add_parser(
-        "hbm-bench", help="HBM microbenchmark: one DMA of N bytes per pattern, channels 1-8 (docs/hbm.md)"
+        "hbm-bench",
+        help="HBM microbenchmark: one DMA of N bytes per pattern, channels 1-8 (docs/hbm.md)",
+        **examples("plena-sim hbm-bench", "plena-sim hbm-bench --preset HBM3 --json"),
     )
     hb.add_argument("--preset", default="HBM2", help="HBM timing preset (default HBM2)")
     hb.add_argument("--json", action="store_true", help="print every measured point as one JSON document")

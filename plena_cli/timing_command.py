@@ -18,7 +18,7 @@ from .errors import EXIT_OK
 
 if TYPE_CHECKING:
     from plena_sim.config import HardwareConfig
-from .options import add_config_args, add_timing_arg, config_from_args
+from .options import add_config_args, add_timing_arg, config_from_args, examples
 from .render import print_json
 
 __all__ = ["register"]
@@ -27,7 +27,15 @@ _KEY = {"opcode": "mnemonic"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("timing", help="print the effective per-opcode timing table (ready, busy/II, unit)")
+    p = sub.add_parser(
+        "timing",
+        help="print the effective per-opcode timing table (ready, busy/II, unit)",
+        **examples(
+            "plena-sim timing --timing rtl",
+            "plena-sim timing --hw v80-128x64 --timing rtl --json",
+            "plena-sim timing --set BLEN=16 --timing overlap",
+        ),
+    )
     add_config_args(p)
     add_timing_arg(p, "the timing model whose table to print (default serial)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
