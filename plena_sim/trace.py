@@ -13,7 +13,9 @@ into rows a human or a tool can read.
   ``"read 0x0..+0x1200 (4608 B)"``)); ``filter(pc=(a, b), ops={..}, units={..}, last=N, around=(pc, N))``;
   ``opcode_summary()``; ``unit_busy()``; ``to_perfetto(stats=None) -> dict`` (Chrome Trace Event
   Format: one thread track per unit M/V/S/H/C with complete "X" events in microseconds = cycles/1000,
-  and a counter track ``HBM bandwidth`` in GB/s).
+  a track ``regions`` with the code regions as nested "X" slices (:meth:`Trace.region_slices`) and a counter
+  track ``HBM bandwidth`` in GB/s); ``region_slices()`` -> list of dicts (``path``, ``depth``, ``start``,
+  ``end``, ``instructions``).
 * :func:`render_table`, :func:`render_summary`, :func:`render_utilization` -- rich renderables.
 """
 
@@ -63,6 +65,7 @@ UNIT_ALIASES = {
     **{k.lower(): k for k in UNIT_LONG},
 }
 _TID = {u: k + 1 for k, u in enumerate(UNIT_NAMES)}
+_REGIONS_TID = len(UNIT_NAMES) + 1  # the track of the code regions, below the units
 
 
 def parse_units(text: str) -> set[str]:
@@ -230,6 +233,57 @@ class Trace:
             out[u] = int((r[m, RC_END] - r[m, RC_START]).sum())
         return out
 
+    def counter_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """int64 per record: the run's cycle counter (the largest end so far) before and after it retired. The
+        counter before the oldest record is 0 when none was dropped, else that record's start (an estimate)."""
+        r = self.records
+        if not len(r):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        c0 = 0 if self.dropped == 0 else int(r[0, RC_START])
+        after = np.maximum.accumulate(np.concatenate([[c0], r[:, RC_END].astype(np.int64)]))
+        return after[:-1], after[1:]
+
+    def region_slices(self) -> list[dict]:
+        """The code regions of the program over the records: one slice per *run* of a region (consecutive records
+        whose pc lies in the region's words), from the cycle counter before its first record to the counter after
+        its last (:meth:`counter_steps`). The counter never decreases, so the slices of nested regions nest and
+        those of one level never overlap; the slices of a path sum to its inclusive cycles (all records kept).
+        Slices of no cycles are left out. Ordered by start, outer before inner."""
+        regions = getattr(self.program, "regions", ()) or ()
+        before, after = self.counter_steps()
+        pcs = self.records[:, RC_PC] if len(self.records) else np.zeros(0, np.int64)
+        out = []
+        for r in regions:
+            inside = np.concatenate([[False], (pcs >= r.first) & (pcs < r.end), [False]])
+            edges = np.flatnonzero(inside[1:] != inside[:-1])  # run k: records edges[2k] .. edges[2k+1] - 1
+            for a, b in zip(edges[0::2], edges[1::2], strict=True):
+                start, end = int(before[a]), int(after[b - 1])
+                if end > start:
+                    out.append(
+                        {"path": r.path, "depth": r.path.count("/"), "start": start, "end": end, "instructions": b - a}
+                    )
+        out.sort(key=lambda d: (d["start"], -d["end"], d["depth"]))
+        return out
+
+    def _region_events(self) -> list[dict]:
+        meta = [
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": _REGIONS_TID, "args": {"name": "regions"}},
+            {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": _REGIONS_TID, "args": {"sort_index": 0}},
+        ]
+        return meta + [
+            {
+                "ph": "X",
+                "name": s["path"],
+                "cat": "region",
+                "pid": 1,
+                "tid": _REGIONS_TID,
+                "ts": s["start"] / 1000.0,
+                "dur": (s["end"] - s["start"]) / 1000.0,
+                "args": {"path": s["path"], "instructions": int(s["instructions"]), "cycles": s["end"] - s["start"]},
+            }
+            for s in self.region_slices()
+        ]
+
     def to_perfetto(self, name: str = "plena-sim") -> dict:
         """Chrome Trace Event Format (JSON object form), loadable by ui.perfetto.dev."""
         ev = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": name}}]
@@ -238,6 +292,7 @@ class Trace:
                 {"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": f"{u} ({UNIT_LONG[u]})"}}
             )
             ev.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+        ev += self._region_events()
         hbm_points = []
         for rec in self.records:
             row = self.row(rec)

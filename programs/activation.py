@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import LOOP_COUNT_MAX, Asm, load_imm
+from .asm import LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
@@ -69,28 +69,29 @@ def emit_activation(asm: Asm, plan: ActivationPlan, *, gp: Sequence[int], fp: Se
     V = plan.V
     lb = LoopBudget(asm, plan.cfg, KERNEL)
     asm.begin(KERNEL, kind=plan.kind, src=plan.src_base, dst=plan.dst_base, nrows=plan.nrows, t=plan.t_base)
-    asm.comment(f"{KERNEL}: constants")
-    asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
-    if plan.kind == "gelu":
-        asm.S_LD_FP(F(fAlpha), G(0), SLOT["ONE"] if mutation_hooks.active("gelu_alpha_one") else SLOT["GELU_ALPHA"])
-    load_imm(asm, gX, plan.src_base)
-    if plan.dst_base != plan.src_base:
-        load_imm(asm, gY, plan.dst_base)
-    else:
-        gY = gX
-    load_imm(asm, gT, plan.t_base)
-    asm.comment(f"{KERNEL}: rows loop ({plan.kind})")
-    with lb.loop(gL, plan.nrows, "rows"):
+    with region(asm, plan.kind):
+        asm.comment(f"{KERNEL}: constants")
+        asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
         if plan.kind == "gelu":
-            asm.V_MUL_VF(G(gT), G(gX), F(fAlpha), 0)
-            asm.V_SUB_VF(G(gT), G(gT), F(0), 0, 1)
+            asm.S_LD_FP(F(fAlpha), G(0), SLOT["ONE"] if mutation_hooks.active("gelu_alpha_one") else SLOT["GELU_ALPHA"])
+        load_imm(asm, gX, plan.src_base)
+        if plan.dst_base != plan.src_base:
+            load_imm(asm, gY, plan.dst_base)
         else:
-            asm.V_SUB_VF(G(gT), G(gX), F(0), 0, 1)
-        asm.V_EXP_V(G(gT), G(gT), 0)
-        asm.V_ADD_VF(G(gT), G(gT), F(fOne), 0)
-        asm.V_RECI_V(G(gT), G(gT), 0)
-        asm.V_MUL_VV(G(gY), G(gX), G(gT), 0)
-        asm.S_ADDI_INT(G(gX), G(gX), V)
-        if gY != gX:
-            asm.S_ADDI_INT(G(gY), G(gY), V)
+            gY = gX
+        load_imm(asm, gT, plan.t_base)
+        asm.comment(f"{KERNEL}: rows loop ({plan.kind})")
+        with region(asm, "rows"), lb.loop(gL, plan.nrows, "rows"):
+            if plan.kind == "gelu":
+                asm.V_MUL_VF(G(gT), G(gX), F(fAlpha), 0)
+                asm.V_SUB_VF(G(gT), G(gT), F(0), 0, 1)
+            else:
+                asm.V_SUB_VF(G(gT), G(gX), F(0), 0, 1)
+            asm.V_EXP_V(G(gT), G(gT), 0)
+            asm.V_ADD_VF(G(gT), G(gT), F(fOne), 0)
+            asm.V_RECI_V(G(gT), G(gT), 0)
+            asm.V_MUL_VV(G(gY), G(gX), G(gT), 0)
+            asm.S_ADDI_INT(G(gX), G(gX), V)
+            if gY != gX:
+                asm.S_ADDI_INT(G(gY), G(gY), V)
     asm.end(KERNEL)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import LOOP_COUNT_MAX, Asm, load_imm
+from .asm import LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import gp as G
 from .common import Region, check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
 
@@ -63,17 +63,18 @@ def emit_add_rows(asm: Asm, plan: AddRowsPlan, *, gp: Sequence[int], fp: Sequenc
     (gA, gB, gO, gC), _ = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
     V = plan.V
     asm.begin(KERNEL, nrows=plan.nrows, a=plan.a_base, b=plan.b_base, out=plan.out_base)
-    load_imm(asm, gA, plan.a_base)
-    load_imm(asm, gB, plan.b_base)
-    load_imm(asm, gO, plan.out_base)
-    asm.comment("add_rows: rows loop")
-    asm.C_LOOP_START(G(gC), plan.nrows)
-    asm.V_ADD_VV(G(gO), G(gA), G(gB), 0)
-    asm.S_ADDI_INT(G(gA), G(gA), V)
-    asm.S_ADDI_INT(G(gB), G(gB), V)
-    if not mutation_hooks.active("add_dst_not_advancing"):
-        asm.S_ADDI_INT(G(gO), G(gO), V)
-    asm.C_LOOP_END(G(gC))
+    with region(asm, KERNEL):
+        load_imm(asm, gA, plan.a_base)
+        load_imm(asm, gB, plan.b_base)
+        load_imm(asm, gO, plan.out_base)
+        asm.comment("add_rows: rows loop")
+        asm.C_LOOP_START(G(gC), plan.nrows)
+        asm.V_ADD_VV(G(gO), G(gA), G(gB), 0)
+        asm.S_ADDI_INT(G(gA), G(gA), V)
+        asm.S_ADDI_INT(G(gB), G(gB), V)
+        if not mutation_hooks.active("add_dst_not_advancing"):
+            asm.S_ADDI_INT(G(gO), G(gO), V)
+        asm.C_LOOP_END(G(gC))
     asm.end(KERNEL)
 
 
@@ -118,18 +119,19 @@ def emit_scale_rows(asm: Asm, plan: ScaleRowsPlan, *, gp: Sequence[int], fp: Seq
 
     V = plan.V
     asm.begin("scale_rows", nrows=plan.nrows, src=plan.src_base, dst=plan.dst_base, slot=plan.slot)
-    asm.S_LD_FP(F(fS), G(0), plan.slot)
-    load_imm(asm, gS, plan.src_base)
-    if plan.dst_base != plan.src_base:
-        load_imm(asm, gD, plan.dst_base)
-    else:
-        gD = gS
-    if plan.nrows > 1:
-        asm.C_LOOP_START(G(gC), plan.nrows)
-    asm.V_MUL_VF(G(gD), G(gS), F(fS), 0)
-    asm.S_ADDI_INT(G(gS), G(gS), V)
-    if gD != gS:
-        asm.S_ADDI_INT(G(gD), G(gD), V)
-    if plan.nrows > 1:
-        asm.C_LOOP_END(G(gC))
+    with region(asm, "scale_rows"):
+        asm.S_LD_FP(F(fS), G(0), plan.slot)
+        load_imm(asm, gS, plan.src_base)
+        if plan.dst_base != plan.src_base:
+            load_imm(asm, gD, plan.dst_base)
+        else:
+            gD = gS
+        if plan.nrows > 1:
+            asm.C_LOOP_START(G(gC), plan.nrows)
+        asm.V_MUL_VF(G(gD), G(gS), F(fS), 0)
+        asm.S_ADDI_INT(G(gS), G(gS), V)
+        if gD != gS:
+            asm.S_ADDI_INT(G(gD), G(gD), V)
+        if plan.nrows > 1:
+            asm.C_LOOP_END(G(gC))
     asm.end("scale_rows")

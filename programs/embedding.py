@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, areg, load_imm
+from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, areg, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import (
@@ -151,32 +151,33 @@ def emit_embedding(asm: Asm, plan: EmbeddingPlan, *, gp: Sequence[int], fp: Sequ
     direct = mutation_hooks.active("embedding_direct_prefetch")
     row_major = mutation_hooks.active("embedding_out_row_major")  # out[t] as hidden/V consecutive rows
     asm.begin(KERNEL, T=plan.T, vocab=plan.vocab, hidden=plan.hidden, ids=plan.ids_base, out=plan.out_base)
-    asm.comment(f"{KERNEL}: table SCALE/STRIDE, row bytes, constants")
-    load_imm(asm, gRow, t.scale_offset)
-    asm.C_SET_SCALE_REG(G(gRow))
-    load_imm(asm, gRow, plan.hidden * t.eb)
-    asm.C_SET_STRIDE_REG(G(gRow))
-    asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
-    load_imm(asm, gLand, plan.land_base)
-    load_imm(asm, gOut, plan.out_base)
-    asm.S_ADDI_INT(G(gIdx), G(0), 0)
-    next_block = step_adder(asm, regs[8:], step)  # a 9th register holds a step past 2^18
-    asm.comment(f"{KERNEL}: tokens loop")
-    with lb.loop(gL, plan.T, "tokens"):
-        asm.S_LD_INT(G(gId), G(gIdx), plan.ids_base)
-        asm.S_MUL_INT(G(gOff), G(gId), G(gRow))
-        asm.S_ADDI_INT(G(gOc), G(gOut), 0)
-        with lb.loop(gLc, plan.hidden // V, "column blocks"):
-            if direct:
-                asm.H_PREFETCH_V(G(gOc), G(gOff), areg(t.areg), 1, t.prec)
-            else:
-                asm.H_PREFETCH_V(G(gLand), G(gOff), areg(t.areg), 1, t.prec)
-                asm.V_MUL_VF(G(gOc), G(gLand), F(fOne), 0)
-            asm.S_ADDI_INT(G(gOff), G(gOff), V * t.eb)
-            if row_major:
-                asm.S_ADDI_INT(G(gOc), G(gOc), V)
-            else:
-                next_block(gOc)
-        asm.S_ADDI_INT(G(gIdx), G(gIdx), 1)
-        asm.S_ADDI_INT(G(gOut), G(gOut), V * (plan.hidden // V) if row_major else V)
+    with region(asm, KERNEL):
+        asm.comment(f"{KERNEL}: table SCALE/STRIDE, row bytes, constants")
+        load_imm(asm, gRow, t.scale_offset)
+        asm.C_SET_SCALE_REG(G(gRow))
+        load_imm(asm, gRow, plan.hidden * t.eb)
+        asm.C_SET_STRIDE_REG(G(gRow))
+        asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+        load_imm(asm, gLand, plan.land_base)
+        load_imm(asm, gOut, plan.out_base)
+        asm.S_ADDI_INT(G(gIdx), G(0), 0)
+        next_block = step_adder(asm, regs[8:], step)  # a 9th register holds a step past 2^18
+        asm.comment(f"{KERNEL}: tokens loop")
+        with region(asm, "gather"), lb.loop(gL, plan.T, "tokens"):
+            asm.S_LD_INT(G(gId), G(gIdx), plan.ids_base)
+            asm.S_MUL_INT(G(gOff), G(gId), G(gRow))
+            asm.S_ADDI_INT(G(gOc), G(gOut), 0)
+            with lb.loop(gLc, plan.hidden // V, "column blocks"):
+                if direct:
+                    asm.H_PREFETCH_V(G(gOc), G(gOff), areg(t.areg), 1, t.prec)
+                else:
+                    asm.H_PREFETCH_V(G(gLand), G(gOff), areg(t.areg), 1, t.prec)
+                    asm.V_MUL_VF(G(gOc), G(gLand), F(fOne), 0)
+                asm.S_ADDI_INT(G(gOff), G(gOff), V * t.eb)
+                if row_major:
+                    asm.S_ADDI_INT(G(gOc), G(gOc), V)
+                else:
+                    next_block(gOc)
+            asm.S_ADDI_INT(G(gIdx), G(gIdx), 1)
+            asm.S_ADDI_INT(G(gOut), G(gOut), V * (plan.hidden // V) if row_major else V)
     asm.end(KERNEL)

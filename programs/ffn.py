@@ -22,7 +22,7 @@ from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
 from .activation import ActivationPlan, emit_activation, plan_activation
-from .asm import Asm, load_imm
+from .asm import Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_disjoint, need_int, need_multiple, rp, take_regs
@@ -305,39 +305,43 @@ def _emit(asm: Asm, plan: FfnPlan, gp: Sequence[int], fp: Sequence[int], off: WO
         y=plan.y_base if plan.y_base is not None else "-",
         ws=plan.ws_base,
     )
-    asm.comment(f"{plan.kernel}: step 1 gate G = X @ Wg")
-    emit_linear_core(asm, plan.gate, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
-    asm.comment(f"{plan.kernel}: step 2 up U = X @ Wu")
-    emit_linear_core(asm, plan.up, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
-    n_blk = (plan.inter // V) * plan.pitch
-    act = plan.act
-    if mutation_hooks.active("silu_on_up"):
-        act = plan_activation(
-            plan.cfg, kind="silu", src_base=plan.u_base, dst_base=plan.u_base, nrows=n_blk, t_base=plan.t_base
-        )
-    asm.comment(f"{plan.kernel}: step 3 silu on the gate projection")
-    emit_activation(asm, act, gp=regs[: act.gp_needed], fp=fregs)
-    asm.comment(f"{plan.kernel}: step 4 G = G * U")
-    gG, gU, gL = regs[0], regs[1], regs[2]
-    load_imm(asm, gG, plan.g_base)
-    load_imm(asm, gU, plan.u_base)
-    with lb.loop(gL, n_blk, "gate*up rows"):
-        asm.V_MUL_VV(G(gG), G(gG), G(gU), 0)
-        asm.S_ADDI_INT(G(gG), G(gG), V)
-        asm.S_ADDI_INT(G(gU), G(gU), V)
-    if plan.kernel == "ffn_intermediate" and plan.h_base is not None:
-        asm.comment(f"{plan.kernel}: step 5 copy Hm -> h")
-        fOne = fregs[0]
-        asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+    with region(asm, plan.kernel):
+        asm.comment(f"{plan.kernel}: step 1 gate G = X @ Wg")
+        with region(asm, "gate"):
+            emit_linear_core(asm, plan.gate, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
+        asm.comment(f"{plan.kernel}: step 2 up U = X @ Wu")
+        with region(asm, "up"):
+            emit_linear_core(asm, plan.up, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
+        n_blk = (plan.inter // V) * plan.pitch
+        act = plan.act
+        if mutation_hooks.active("silu_on_up"):
+            act = plan_activation(
+                plan.cfg, kind="silu", src_base=plan.u_base, dst_base=plan.u_base, nrows=n_blk, t_base=plan.t_base
+            )
+        asm.comment(f"{plan.kernel}: step 3 silu on the gate projection")
+        emit_activation(asm, act, gp=regs[: act.gp_needed], fp=fregs)
+        asm.comment(f"{plan.kernel}: step 4 G = G * U")
+        gG, gU, gL = regs[0], regs[1], regs[2]
         load_imm(asm, gG, plan.g_base)
-        load_imm(asm, gU, plan.h_base)
-        with lb.loop(gL, n_blk, "copy rows"):
-            asm.V_MUL_VF(G(gU), G(gG), F(fOne), 0)
+        load_imm(asm, gU, plan.u_base)
+        with region(asm, "gate_mul_up"), lb.loop(gL, n_blk, "gate*up rows"):
+            asm.V_MUL_VV(G(gG), G(gG), G(gU), 0)
             asm.S_ADDI_INT(G(gG), G(gG), V)
             asm.S_ADDI_INT(G(gU), G(gU), V)
-    if plan.down is not None:
-        asm.comment(f"{plan.kernel}: step 6 down Y = Hm @ Wd")
-        emit_linear_core(asm, plan.down, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
+        if plan.kernel == "ffn_intermediate" and plan.h_base is not None:
+            asm.comment(f"{plan.kernel}: step 5 copy Hm -> h")
+            fOne = fregs[0]
+            asm.S_LD_FP(F(fOne), G(0), SLOT["ONE"])
+            load_imm(asm, gG, plan.g_base)
+            load_imm(asm, gU, plan.h_base)
+            with region(asm, "copy"), lb.loop(gL, n_blk, "copy rows"):
+                asm.V_MUL_VF(G(gU), G(gG), F(fOne), 0)
+                asm.S_ADDI_INT(G(gG), G(gG), V)
+                asm.S_ADDI_INT(G(gU), G(gU), V)
+        if plan.down is not None:
+            asm.comment(f"{plan.kernel}: step 6 down Y = Hm @ Wd")
+            with region(asm, "down"):
+                emit_linear_core(asm, plan.down, regs, lb, w_offset_reg=off.reg, w_offset_int=off.int_addr)
     asm.end(plan.kernel)
 
 

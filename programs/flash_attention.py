@@ -31,15 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, NamedTuple, NoReturn
+from functools import partial, wraps
+from typing import Any, Concatenate, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 import numpy as np
 
 from plena_sim.config import HardwareConfig, MxType
 
 from . import mutation_hooks
-from .asm import LOOP_COUNT_MAX, Asm, add_imm, areg, fp, gp, load_imm
+from .asm import LOOP_COUNT_MAX, Asm, add_imm, areg, fp, gp, load_imm, region
 from .common import Footprint, Region, check_disjoint, check_fp_range, take_regs
 from .flash_loops import IterRegs, Ix, Loops, NullSink, Tracker
 from .hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
@@ -1049,6 +1049,25 @@ def _coords(blk: Block) -> tuple[int, int, int, int]:
     return (blk.b, blk.g, blk.i, blk.heads[0])
 
 
+_E = TypeVar("_E", bound="_Base")
+_P = ParamSpec("_P")
+
+
+def _phase(name: str) -> Callable[[Callable[Concatenate[_E, _P], None]], Callable[Concatenate[_E, _P], None]]:
+    """Method decorator: every instruction the method emits lies in the region ``name`` (nested in the regions
+    open at the call: e.g. ``flash/kv_tile/softmax``); the markers are comments, the words stay the same."""
+
+    def wrap(method: Callable[Concatenate[_E, _P], None]) -> Callable[Concatenate[_E, _P], None]:
+        @wraps(method)
+        def phased(self: _E, *args: _P.args, **kw: _P.kwargs) -> None:
+            with region(self.a, name):
+                method(self, *args, **kw)
+
+        return phased
+
+    return wrap
+
+
 class _Base:
     """Shared pieces of flash attention and attention_scores: Q staging, K/V addressing, scores.
 
@@ -1206,6 +1225,7 @@ class _Base:
         b = 0 if mutation_hooks.active("q_batch_offset_missing") else blk.b
         return p.q_src(b, q0, h + g_off, c) * p.eb_q
 
+    @_phase("stage_q")
     def stage_q(self) -> None:
         p, a, L = self.p, self.a, self.L
         V, Pv = self.V, self.Pv
@@ -1255,6 +1275,7 @@ class _Base:
         stride = None if mutation_hooks.active("stale_stride") else p.R * p.eb_kv
         self.set_scale_stride(scale, stride)
 
+    @_phase("load_kv")
     def prefetch_kv(self, with_v: bool) -> None:
         a = self.a
         rs = 0 if mutation_hooks.active("contiguous_kv_prefetch") else 1
@@ -1284,6 +1305,7 @@ class _Base:
             return S + j * (M * M if mutation_hooks.active("decode_s_stride_tile") else V)
         return S + j * M * M
 
+    @_phase("qkt")
     def scores_batched(self) -> None:
         a, p = self.a, self.p
         self.li(self.p1, self.ktile(0))
@@ -1305,6 +1327,7 @@ class _Base:
         self.addi(self.t1, qq, c * self.M * self.V)
         return self.t0, self.t1
 
+    @_phase("qkt")
     def scores_per_head(self, br: int) -> None:
         """Head slot j's scores into S (M×M prefill rows < ceil(br/B)*B, or one decode row)."""
         a, p = self.a, self.p
@@ -1349,12 +1372,14 @@ class _FlashEmitter(_Base):
     def run(self) -> None:
         p, a = self.p, self.a
         a.comment(f"flash_attention begin {p.describe()}")
-        self.prologue()
-        for run in self.block_runs():
-            self.L.repeat("q", self.cQ, run, self.block, "blocks", split=True)
+        with region(a, "flash"):
+            self.prologue()
+            for run in self.block_runs():
+                self.L.repeat("q", self.cQ, run, self.block, "blocks", split=True)
         a.comment("flash_attention end")
 
     # ---- prologue (§3.6): NEG, KEEP, O zeroing, f_neg, f_qk
+    @_phase("prologue")
     def prologue(self) -> None:
         p, a = self.p, self.a
         V = self.V
@@ -1447,6 +1472,7 @@ class _FlashEmitter(_Base):
             )
         del p
 
+    @_phase("kv_tile")
     def tile_body(self, ts: TileStep, reset: bool) -> None:
         """One kv tile (``ts`` its structure): (state reset under the mutation,) MASK rows, K/V prefetch,
         scores, every head."""
@@ -1478,6 +1504,7 @@ class _FlashEmitter(_Base):
         if mutation_hooks.active("normalize_per_tile"):
             self.normalize()
 
+    @_phase("reset")
     def reset_state(self) -> None:
         a, p, Q = self.a, self.p, self.p.qrows
         blk = self.L.first("q")
@@ -1490,6 +1517,7 @@ class _FlashEmitter(_Base):
                     a.S_ST_FP(fp(0), gp(self.p1), 3 * Q * j + 2 * Q)
             a.S_ADDI_INT(gp(self.p1), gp(self.p1), 1)
 
+    @_phase("mask")
     def build_mask(self, ts: TileStep) -> None:
         """MASK row r = V_SHFT_V(NEG, n_r): one row loop per arithmetic run of the n_r."""
         a, p, V = self.a, self.p, self.V
@@ -1509,6 +1537,7 @@ class _FlashEmitter(_Base):
             held = n0 + rows * step
 
     # ---- online softmax (§3.7) over rows < br of head slot j
+    @_phase("softmax")
     def softmax(self, br: int, masked: bool) -> None:
         a, p, V = self.a, self.p, self.V
         step = 64 if mutation_hooks.active("hardcoded_tile_64") else V
@@ -1550,6 +1579,7 @@ class _FlashEmitter(_Base):
             return self.s_row(j)
         return self.p.rows["s"] + (j * self.M * self.M if mutation_hooks.active("per_head_p_offset") else 0)
 
+    @_phase("pv")
     def pv(self, br: int) -> None:
         a, p = self.a, self.p
         M, V, B, nc, d = self.M, self.V, self.B, p.nc, p.d
@@ -1600,6 +1630,7 @@ class _FlashEmitter(_Base):
         return h - blk.g * self.p.ratio if mutation_hooks.active("o_group_offset_missing") else h
 
     # ---- O = diag(m_res)·O + PV (§3.7)
+    @_phase("rescale")
     def o_update(self) -> None:
         a, p, M, V = self.a, self.p, self.M, self.V
         br = self.L.first("q").br
@@ -1625,6 +1656,7 @@ class _FlashEmitter(_Base):
                         a.S_ADDI_INT(gp(gSt), gp(gSt), 1)
 
     # ---- O *= 1/l once after the last kv tile (§3.7)
+    @_phase("normalize")
     def normalize(self) -> None:
         a, p, V = self.a, self.p, self.V
         br = self.L.first("q").br
@@ -1651,6 +1683,12 @@ class _ScoresEmitter(_Base):
     def run(self) -> None:
         p, a = self.p, self.a
         a.comment(f"attention_scores begin {p.describe()}")
+        with region(a, "attn_scores"):
+            self.scores_run()
+        a.comment("attention_scores end")
+
+    def scores_run(self) -> None:
+        p, a = self.p, self.a
         if p.path == "per_head" and p.d < self.V:
             a.S_LD_FP(fp(self.f_t), gp(0), 3)
             self.li(self.t0, self.V)
@@ -1664,7 +1702,6 @@ class _ScoresEmitter(_Base):
         a.S_LD_FP(fp(self.f_qk), gp(0), 6 if corrected else 3)
         for run in self.block_runs():
             self.L.repeat("q", self.cQ, run, self.block, "blocks", split=True)
-        a.comment("attention_scores end")
 
     def block(self) -> None:
         self.block_comment("block")
@@ -1672,6 +1709,7 @@ class _ScoresEmitter(_Base):
         self.kv_scale_stride()
         self.tile_levels(lambda ts: self.scores_tile())
 
+    @_phase("kv_tile")
     def scores_tile(self) -> None:
         """One kv tile: K prefetch, scores, each head's rows < br copied (scaled) to its output tile."""
         p = self.p

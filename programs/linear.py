@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import Asm, AsmSink, areg, load_imm
+from .asm import Asm, AsmSink, areg, load_imm, region
 from .asm import gp as G
 from .common import (
     Index,
@@ -348,7 +348,8 @@ class _LoopedLinear:
         if p.bias is not None:
             assert p.bias_base is not None  # plan_linear requires it with a bias
             asm.comment(f"{p.kernel}: load bias -> VRAM row {p.bias_base // p.V}")
-            load_vector(asm, p.cfg, p.bias, p.N, p.bias_base, [self.gT1, self.gT2, self.Lk, self.Lg])
+            with region(asm, "load_bias"):
+                load_vector(asm, p.cfg, p.bias, p.N, p.bias_base, [self.gT1, self.gT2, self.Lk, self.Lg])
         lb.repeat(self.Lbt, self.batch.count, "batches", self._batch)
 
     def _batch(self, bt: Index) -> None:
@@ -381,7 +382,8 @@ class _LoopedLinear:
             lb.asm.comment(f"{p.kernel}: Y[nt] += bias row nt")
             self._y_nt(self.gT1, bt, nt)
             lb.affine(self.gT2, p.bias_base, [(nt, p.V)], self.Lk)
-            self._add_rows(p.rows, bias=True)
+            with region(lb.asm, "bias"):
+                self._add_rows(p.rows, bias=True)
 
     def _chunk(self, bt: Index, nt: Index, nk: int, *, first: bool, more: bool) -> None:
         """Prefetch the chunk's ``nk`` W tiles, multiply (into Y or the split scratch), add the split to Y."""
@@ -396,7 +398,8 @@ class _LoopedLinear:
             if step:
                 lb.add(self.gW, p.M * p.M, self.Lg)
 
-        lb.run(self.Lj, nk, "W tiles", prefetch, step_last=False)
+        with region(lb.asm, "load_w"):
+            lb.run(self.Lj, nk, "W tiles", prefetch, step_last=False)
         lb.asm.comment(f"{p.kernel}: matmul -> {'Y' if first else 'split'}")
         if first:
             self._y_nt(self.gD, bt, nt)
@@ -404,12 +407,14 @@ class _LoopedLinear:
             assert p.split_base is not None  # plan_linear requires it for a K split
             load_imm(lb.asm, self.gD, p.split_base)
         load_imm(lb.asm, self.gW, self.tile0)
-        lb.repeat(self.Lj, p.M // p.B, "column blocks j", lambda _j: self._column_block(nk))
+        with region(lb.asm, "compute"):
+            lb.repeat(self.Lj, p.M // p.B, "column blocks j", lambda _j: self._column_block(nk))
         if not first and not mutation_hooks.active("ksplit_partial_dropped"):
             lb.asm.comment(f"{p.kernel}: Y[nt] += split")
             self._y_nt(self.gT1, bt, nt)
             load_imm(lb.asm, self.gT2, p.split_base or 0)
-            self._add_rows(p.y_rows, bias=False)
+            with region(lb.asm, "accumulate"):
+                self._add_rows(p.y_rows, bias=False)
         if more:
             lb.add(self.gX, nk * self.xk, self.Lj)
 
@@ -449,7 +454,8 @@ class _LoopedLinear:
             else:
                 for k in range(nk - 1):
                     tile(k < nk - 2)
-        lb.asm.M_MM_WO(G(self.gD), G(0), 0)
+        with region(lb.asm, "writeout"):
+            lb.asm.M_MM_WO(G(self.gD), G(0), 0)
 
     def _add_rows(self, n: int, *, bias: bool) -> None:
         """``Y[r] += S[r]`` (split) or ``Y[r] += S`` (bias row) for ``r < n``: Y at gT1, S at gT2."""
@@ -485,7 +491,8 @@ def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudg
     if plan.bias is not None:
         assert plan.bias_base is not None  # plan_linear requires it with a bias
         asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
-        load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2, gTmp, gLg])
+        with region(asm, "load_bias"):
+            load_vector(asm, plan.cfg, plan.bias, N, plan.bias_base, [gT1, gT2, gTmp, gLg])
     asm.comment(f"{plan.kernel}: W SCALE/STRIDE")
     _set_scale_stride(asm, w, N * eb, gT1)
     for nt in range(N // M):
@@ -493,36 +500,51 @@ def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudg
         w_offset_reg = _runtime_offset(asm, off, gTmp)
         for ci, chunk in enumerate(plan.chunks):
             asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} prefetch W tiles {chunk[0]}..{chunk[-1]}")
-            for kk, kt in enumerate(chunk):
-                row_term = 0 if mutation_hooks.active("weight_tile_row_ignored") else kt * M * N
-                load_imm(asm, gT1, tile0 + kk * M * M)
-                load_imm(asm, gT2, (plan.w_offset + row_term + nt * M) * eb)
-                if w_offset_reg is not None:
-                    asm.S_ADD_INT(G(gT2), G(gT2), G(w_offset_reg))
-                asm.H_PREFETCH_M(G(gT1), G(gT2), areg(w.areg), 1, 0)
+            with region(asm, "load_w"):
+                for kk, kt in enumerate(chunk):
+                    row_term = 0 if mutation_hooks.active("weight_tile_row_ignored") else kt * M * N
+                    load_imm(asm, gT1, tile0 + kk * M * M)
+                    load_imm(asm, gT2, (plan.w_offset + row_term + nt * M) * eb)
+                    if w_offset_reg is not None:
+                        asm.S_ADD_INT(G(gT2), G(gT2), G(w_offset_reg))
+                    asm.H_PREFETCH_M(G(gT1), G(gT2), areg(w.areg), 1, 0)
             if ci == 0:
                 dst = y_nt
             else:
                 assert plan.split_base is not None  # plan_linear requires it for a K split
                 dst = plan.split_base
             x0 = plan.x_base + chunk[0] * plan.x_pitch * V
-            xk = plan.x_pitch * V
             asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} matmul -> {'Y' if ci == 0 else 'split'}")
-            for j in range(M // B):
-                for g in range(plan.y_rows // B):
-                    for kk in range(len(chunk)):
-                        load_imm(asm, gT1, tile0 + kk * M * M + j * col_step)
-                        load_imm(asm, gT2, x0 + kk * xk + g * B * V)
-                        asm.M_MM(0, G(gT1), G(gT2))
-                    load_imm(asm, gT1, dst + g * B * V + j * B)
-                    asm.M_MM_WO(G(gT1), G(0), 0)
+            with region(asm, "compute"):
+                _unrolled_blocks(asm, plan, tile0, x0, dst, len(chunk), col_step, (gT1, gT2))
             if ci > 0 and not mutation_hooks.active("ksplit_partial_dropped"):
                 asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} Y += split")
-                _add_rows(asm, plan, y_nt, dst, V, plan.y_rows, gT1, gT2)
+                with region(asm, "accumulate"):
+                    _add_rows(asm, plan, y_nt, dst, V, plan.y_rows, gT1, gT2)
         if plan.bias is not None:
             assert plan.bias_base is not None
             asm.comment(f"{plan.kernel}: nt={nt} Y += bias row {nt}")
-            _add_rows(asm, plan, y_nt, plan.bias_base + nt * V, 0, plan.rows, gT1, gT2)
+            with region(asm, "bias"):
+                _add_rows(asm, plan, y_nt, plan.bias_base + nt * V, 0, plan.rows, gT1, gT2)
+
+
+def _unrolled_blocks(
+    asm: Asm, plan: LinearPlan, tile0: int, x0: int, dst: int, nk: int, col_step: int, regs: tuple[int, int]
+) -> None:
+    """The unrolled matmul of one chunk (``nk`` W tiles from ``tile0``, X from ``x0``) into ``dst``: per column
+    block j and row block g the ``M_MM`` over the tiles, then ``M_MM_WO`` (the region ``writeout``)."""
+    M, V, B = plan.M, plan.V, plan.B
+    gT1, gT2 = regs
+    xk = plan.x_pitch * V
+    for j in range(M // B):
+        for g in range(plan.y_rows // B):
+            for kk in range(nk):
+                load_imm(asm, gT1, tile0 + kk * M * M + j * col_step)
+                load_imm(asm, gT2, x0 + kk * xk + g * B * V)
+                asm.M_MM(0, G(gT1), G(gT2))
+            load_imm(asm, gT1, dst + g * B * V + j * B)
+            with region(asm, "writeout"):
+                asm.M_MM_WO(G(gT1), G(0), 0)
 
 
 def _add_rows(asm: Asm, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int, gY: int, gS: int) -> None:
@@ -556,7 +578,8 @@ def emit_linear(
         chunks=plan.n_chunks,
         loops=int(plan.loops),
     )
-    emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg, w_offset_int=w_offset_int)
+    with region(asm, "linear"):
+        emit_linear_core(asm, plan, regs, lb, w_offset_reg=w_offset_reg, w_offset_int=w_offset_int)
     asm.end(plan.kernel)
 
 
@@ -651,9 +674,11 @@ def emit_batched_matmul(asm: Asm, plan: BmmPlan, *, gp: Sequence[int], fp: Seque
         p1 = plan.parts[-1] if plan.nb > 1 else p0
         steps = [(b - a) // max(1, plan.nb - 1) for a, b in ((p0.x_base, p1.x_base), (p0.y_base, p1.y_base))]
         batch = Batch(plan.nb, steps[0], steps[1], (p1.w_offset - p0.w_offset) // max(1, plan.nb - 1) * p0.w.eb)
-        emit_linear_core(asm, p0, regs, LoopBudget(asm, p0.cfg, "batched_matmul"), batch)
+        with region(asm, "bmm"):
+            emit_linear_core(asm, p0, regs, LoopBudget(asm, p0.cfg, "batched_matmul"), batch)
     else:
         for bt, part in enumerate(plan.parts):
             asm.comment(f"batched_matmul: batch {bt}")
-            emit_linear_core(asm, part, regs, LoopBudget(asm, part.cfg, "batched_matmul"))
+            with region(asm, "bmm"):
+                emit_linear_core(asm, part, regs, LoopBudget(asm, part.cfg, "batched_matmul"))
     asm.end("batched_matmul")

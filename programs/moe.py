@@ -230,7 +230,8 @@ def emit_topk(asm: Asm, plan: TopkPlan, *, gp: Sequence[int], fp: Sequence[int])
     asm.begin(
         plan.kernel, T=plan.T, policy=plan.policy, logits=plan.logits_base, fp_out=plan.fp_out, int_out=plan.int_out
     )
-    _emit_topk_core(asm, plan, regs, fOne, lb)
+    with region(asm, plan.kernel):
+        _emit_topk_core(asm, plan, regs, fOne, lb)
     asm.end(plan.kernel)
 
 
@@ -329,10 +330,13 @@ def emit_router_topk(asm: Asm, plan: RouterPlan, *, gp: Sequence[int], fp: Seque
     regs, (fOne,) = take_regs("router_topk", gp, fp, plan.gp_needed, plan.fp_needed)
     lb = LoopBudget(asm, plan.cfg, "router_topk")
     asm.begin("router_topk", T=plan.T, hidden=plan.hidden, E=plan.E, Epad=plan.Epad, policy=plan.topk.policy)
-    asm.comment("router_topk: step 1 logits = X @ Wr")
-    emit_linear_core(asm, plan.linear, regs, lb)
-    asm.comment("router_topk: step 2 top-k per token")
-    _emit_topk_core(asm, plan.topk, regs, fOne, lb)
+    with region(asm, "router_topk"):
+        asm.comment("router_topk: step 1 logits = X @ Wr")
+        with region(asm, "router"):
+            emit_linear_core(asm, plan.linear, regs, lb)
+        asm.comment("router_topk: step 2 top-k per token")
+        with region(asm, "topk"):
+            _emit_topk_core(asm, plan.topk, regs, fOne, lb)
     asm.end("router_topk")
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, load_imm
+from .asm import IMM18_LIMIT, LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import (
@@ -160,13 +160,8 @@ def plan_layer_norm(
 
 
 def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> None:
+    """The kernel frame and its region (named after the kernel) around :func:`_emit_body`."""
     regs, fregs = take_regs(plan.kernel, gp, fp, plan.gp_needed, plan.fp_needed)
-    gX, gY, gXc, gYc, gGc, gBc, gT, gL, gLc = regs[:9]
-    fa, fmu, fq, fEps, fInvH, fk = fregs
-    V, nb, cfg = plan.V, plan.nb, plan.cfg
-    step = plan.pitch * V
-    ln = plan.kernel == "layer_norm"
-    lb = LoopBudget(asm, cfg, plan.kernel)
     asm.begin(
         plan.kernel,
         rows=plan.rows,
@@ -177,14 +172,28 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
         gamma=int(plan.gamma is not None),
         beta=int(plan.beta is not None),
     )
+    with region(asm, plan.kernel):
+        _emit_body(asm, plan, regs, fregs)
+    asm.end(plan.kernel)
+
+
+def _emit_body(asm: Asm, plan: NormPlan, regs: Sequence[int], fregs: Sequence[int]) -> None:
+    gX, gY, gXc, gYc, gGc, gBc, gT, gL, gLc = regs[:9]
+    fa, fmu, fq, fEps, fInvH, fk = fregs
+    V, nb, cfg = plan.V, plan.nb, plan.cfg
+    step = plan.pitch * V
+    ln = plan.kernel == "layer_norm"
+    lb = LoopBudget(asm, cfg, plan.kernel)
     if plan.gamma is not None:
         asm.comment(f"{plan.kernel}: load gamma")
         assert plan.gamma_base is not None  # _plan requires it with gamma
-        load_vector(asm, cfg, plan.gamma, plan.hidden, plan.gamma_base, [gX, gY, gL, gLc, gT])
+        with region(asm, "load_gamma"):
+            load_vector(asm, cfg, plan.gamma, plan.hidden, plan.gamma_base, [gX, gY, gL, gLc, gT])
     if plan.beta is not None:
         asm.comment(f"{plan.kernel}: load beta")
         assert plan.beta_base is not None  # _plan requires it with beta
-        load_vector(asm, cfg, plan.beta, plan.hidden, plan.beta_base, [gX, gY, gL, gLc, gT])
+        with region(asm, "load_beta"):
+            load_vector(asm, cfg, plan.beta, plan.hidden, plan.beta_base, [gX, gY, gL, gLc, gT])
     asm.comment(f"{plan.kernel}: constants EPS, INV_HIDDEN")
     swapped = mutation_hooks.active("norm_slots_swapped")
     asm.S_LD_FP(F(fEps), G(0), SLOT["INV_HIDDEN"] if swapped else SLOT["EPS"])
@@ -194,7 +203,7 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
 
     def blocks(name: str, body: Callable[[], None]) -> None:
         short = name == "sum of squares" and nb > 1 and mutation_hooks.active("rms_blocks_short")
-        with lb.loop(gLc, nb - 1 if short else nb, name):
+        with region(asm, name.replace(" ", "_")), lb.loop(gLc, nb - 1 if short else nb, name):
             body()
 
     load_imm(asm, gX, plan.x_base)
@@ -320,7 +329,6 @@ def _emit(asm: Asm, plan: NormPlan, gp: Sequence[int], fp: Sequence[int]) -> Non
         asm.S_ADDI_INT(G(gX), G(gX), V)
         if gY != gX:
             asm.S_ADDI_INT(G(gY), G(gY), V)
-    asm.end(plan.kernel)
 
 
 def _reset_acc(asm: Asm, f: int, hook: str) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import IMM18_LIMIT, Asm, areg, load_imm
+from .asm import IMM18_LIMIT, Asm, areg, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import (
@@ -210,32 +210,35 @@ def emit_rope(asm: Asm, plan: RopePlan, *, gp: Sequence[int], fp: Sequence[int])
     asm.begin(
         KERNEL, rows=plan.rows, nh=nh, d=d, x=plan.x_base, y=plan.y_base, path="block" if plan.block_path else "matrix"
     )
-    asm.comment(f"{KERNEL}: load cos and sin tables")
-    preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB, gL, gL2, gT])
-    preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB, gL, gL2, gT])
-    if not plan.block_path:
-        _rotate_matrix(asm, plan, lb, regs)
-    else:
-        _rotate_blocks(asm, plan, lb, regs, fOne)
-    asm.comment(f"{KERNEL}: Y = X*cos + XR*sin")
-    load_imm(asm, gX, plan.x_base)
-    load_imm(asm, gA, plan.cos_base)
-    load_imm(asm, gB, plan.sin_base)
-    load_imm(asm, gW, plan.xr_base)
-    load_imm(asm, gT, plan.t_base)
-    inplace = plan.y_base == plan.x_base
-    if not inplace:
-        load_imm(asm, gY, plan.y_base)
-    yr = gX if inplace else gY
-    with lb.loop(gL, plan.nblk * pitch, "rows"):
-        asm.V_MUL_VV(G(yr), G(gX), G(gA), 0)
-        asm.V_MUL_VV(G(gT), G(gX if mutation_hooks.active("rope_xr_reg_is_x") else gW), G(gB), 0)
-        if mutation_hooks.active("rope_sign_flipped"):
-            asm.V_SUB_VV(G(yr), G(yr), G(gT), 0)
-        else:
-            asm.V_ADD_VV(G(yr), G(yr), G(gT), 0)
-        for r in (gX, gA, gB, gW) + (() if inplace else (gY,)):
-            asm.S_ADDI_INT(G(r), G(r), V)
+    with region(asm, KERNEL):
+        asm.comment(f"{KERNEL}: load cos and sin tables")
+        with region(asm, "load_tables"):
+            preload_act(asm, cfg, plan.cos, plan.rows, cols, plan.cos_base, pitch, [gA, gB, gL, gL2, gT])
+            preload_act(asm, cfg, plan.sin, plan.rows, cols, plan.sin_base, pitch, [gA, gB, gL, gL2, gT])
+        with region(asm, "rotate"):
+            if not plan.block_path:
+                _rotate_matrix(asm, plan, lb, regs)
+            else:
+                _rotate_blocks(asm, plan, lb, regs, fOne)
+        asm.comment(f"{KERNEL}: Y = X*cos + XR*sin")
+        load_imm(asm, gX, plan.x_base)
+        load_imm(asm, gA, plan.cos_base)
+        load_imm(asm, gB, plan.sin_base)
+        load_imm(asm, gW, plan.xr_base)
+        load_imm(asm, gT, plan.t_base)
+        inplace = plan.y_base == plan.x_base
+        if not inplace:
+            load_imm(asm, gY, plan.y_base)
+        yr = gX if inplace else gY
+        with region(asm, "combine"), lb.loop(gL, plan.nblk * pitch, "rows"):
+            asm.V_MUL_VV(G(yr), G(gX), G(gA), 0)
+            asm.V_MUL_VV(G(gT), G(gX if mutation_hooks.active("rope_xr_reg_is_x") else gW), G(gB), 0)
+            if mutation_hooks.active("rope_sign_flipped"):
+                asm.V_SUB_VV(G(yr), G(yr), G(gT), 0)
+            else:
+                asm.V_ADD_VV(G(yr), G(yr), G(gT), 0)
+            for r in (gX, gA, gB, gW) + (() if inplace else (gY,)):
+                asm.S_ADDI_INT(G(r), G(r), V)
     asm.end(KERNEL)
 
 

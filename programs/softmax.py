@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from plena_sim.config import HardwareConfig
 
 from . import mutation_hooks
-from .asm import LOOP_COUNT_MAX, Asm, load_imm
+from .asm import LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
@@ -95,6 +95,17 @@ def plan_softmax(
 
 def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
     regs, fregs = take_regs(KERNEL, gp, fp, plan.gp_needed, plan.fp_needed)
+    scaled = plan.scale_slot is not None
+    asm.begin(
+        KERNEL, rows=plan.rows, L=plan.L, x=plan.x_base, y=plan.y_base, scale_slot=plan.scale_slot if scaled else "-"
+    )
+    with region(asm, KERNEL):
+        _emit_body(asm, plan, regs, fregs)
+    asm.end(KERNEL)
+
+
+def _emit_body(asm: Asm, plan: SoftmaxPlan, regs: Sequence[int], fregs: Sequence[int]) -> None:
+    """The kernel inside its frame: the tail's NEG / MASK rows, then per row: max, exp, sum, scale."""
     gX, gY, gXc, gYc, gMask, gStep, gL, gLc, gT = regs
     fm, fs, fsum = fregs
     V, nb, cfg = plan.V, plan.nb, plan.cfg
@@ -104,22 +115,20 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
     scaled = plan.scale_slot is not None
     inplace = plan.x_base == plan.y_base
     nfull = nb - 1 if plan.tail else nb
-    asm.begin(
-        KERNEL, rows=plan.rows, L=plan.L, x=plan.x_base, y=plan.y_base, scale_slot=plan.scale_slot if scaled else "-"
-    )
     if plan.tail:
-        asm.comment(f"{KERNEL}: NEG row and MASK({plan.tail}) row")
-        assert plan.scratch_base is not None  # plan_softmax sets it whenever there is a tail
-        neg, mask = plan.scratch_base, plan.scratch_base + V
-        load_imm(asm, gMask, neg)
-        load_imm(asm, gT, V)
-        asm.V_SHFT_V(G(gMask), G(gMask), G(gT))
-        asm.S_LD_FP(F(fm), G(0), SLOT["NEG_INF"])
-        asm.V_ADD_VF(G(gMask), G(gMask), F(fm), 0)
-        load_imm(asm, gT, plan.tail)
-        load_imm(asm, gXc, mask)
-        asm.V_SHFT_V(G(gXc), G(gMask), G(gT))
-        load_imm(asm, gMask, mask)
+        with region(asm, "mask"):
+            asm.comment(f"{KERNEL}: NEG row and MASK({plan.tail}) row")
+            assert plan.scratch_base is not None  # plan_softmax sets it whenever there is a tail
+            neg, mask = plan.scratch_base, plan.scratch_base + V
+            load_imm(asm, gMask, neg)
+            load_imm(asm, gT, V)
+            asm.V_SHFT_V(G(gMask), G(gMask), G(gT))
+            asm.S_LD_FP(F(fm), G(0), SLOT["NEG_INF"])
+            asm.V_ADD_VF(G(gMask), G(gMask), F(fm), 0)
+            load_imm(asm, gT, plan.tail)
+            load_imm(asm, gXc, mask)
+            asm.V_SHFT_V(G(gXc), G(gMask), G(gT))
+            load_imm(asm, gMask, mask)
     if scaled:
         asm.S_LD_FP(F(fs), G(0), plan.scale_slot)
     step = V if mutation_hooks.active("softmax_block_step_row") else plan.pitch * V  # column block = one row
@@ -146,43 +155,44 @@ def emit_softmax(asm: Asm, plan: SoftmaxPlan, *, gp: Sequence[int], fp: Sequence
         asm.comment(f"{KERNEL}: row max")
         asm.S_LD_FP(F(fm), G(0), SLOT["NEG_INF"])
         ptrs()
-        if nfull:
-            with lb.loop(gLc, nfull, "max blocks"):
+        with region(asm, "max"):
+            if nfull:
+                with lb.loop(gLc, nfull, "max blocks"):
+                    if scaled:
+                        asm.V_MUL_VF(G(yc), G(gXc), F(fs), 0)
+                    asm.V_RED_MAX(F(fm), G(yc if scaled else gXc), 0)
+                    adv(*both)
+            if plan.tail:
+                src = gXc
                 if scaled:
                     asm.V_MUL_VF(G(yc), G(gXc), F(fs), 0)
-                asm.V_RED_MAX(F(fm), G(yc if scaled else gXc), 0)
-                adv(*both)
-        if plan.tail:
-            src = gXc
-            if scaled:
-                asm.V_MUL_VF(G(yc), G(gXc), F(fs), 0)
-                src = yc
-            if masked:
-                asm.V_ADD_VV(G(yc), G(src), G(gMask), 0)
-                src = yc
-            asm.V_RED_MAX(F(fm), G(src), 0)
+                    src = yc
+                if masked:
+                    asm.V_ADD_VV(G(yc), G(src), G(gMask), 0)
+                    src = yc
+                asm.V_RED_MAX(F(fm), G(src), 0)
         asm.comment(f"{KERNEL}: exp(x - max)")
         ptrs()
-        if nfull:
-            with lb.loop(gLc, nfull, "exp blocks"):
-                asm.V_SUB_VF(G(yc), G(yc if scaled else gXc), F(fmax), 0, 0)
+        with region(asm, "exp"):
+            if nfull:
+                with lb.loop(gLc, nfull, "exp blocks"):
+                    asm.V_SUB_VF(G(yc), G(yc if scaled else gXc), F(fmax), 0, 0)
+                    asm.V_EXP_V(G(yc), G(yc), 0)
+                    adv(*both)
+            if plan.tail:
+                asm.V_SUB_VF(G(yc), G(yc if (scaled or masked) else gXc), F(fmax), 0, 0)
                 asm.V_EXP_V(G(yc), G(yc), 0)
-                adv(*both)
-        if plan.tail:
-            asm.V_SUB_VF(G(yc), G(yc if (scaled or masked) else gXc), F(fmax), 0, 0)
-            asm.V_EXP_V(G(yc), G(yc), 0)
         asm.comment(f"{KERNEL}: normalise")
         asm.S_ADD_FP(F(fsum), F(0), F(0))
         asm.S_ADDI_INT(G(yc), G(gY), 0)
-        with lb.loop(gLc, nb, "sum blocks"):
+        with region(asm, "sum"), lb.loop(gLc, nb, "sum blocks"):
             asm.V_RED_SUM(F(fsum), G(yc), 0)
             adv(yc)
         asm.S_RECI_FP(F(fsum), F(fsum))
         asm.S_ADDI_INT(G(yc), G(gY), 0)
-        with lb.loop(gLc, nb, "scale blocks"):
+        with region(asm, "scale"), lb.loop(gLc, nb, "scale blocks"):
             asm.V_MUL_VF(G(yc), G(yc), F(fsum), 0)
             adv(yc)
         asm.S_ADDI_INT(G(gX), G(gX), V)
         if not inplace:
             asm.S_ADDI_INT(G(gY), G(gY), V)
-    asm.end(KERNEL)
