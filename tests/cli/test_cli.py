@@ -6,13 +6,7 @@ import sys
 
 import pytest
 
-from plena_cli.main import main
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.util.cli import run
 
 
 def test_asm_three_mistakes_three_located_errors(tmp_path, capsys):

@@ -8,15 +8,10 @@ import json
 
 import pytest
 
-from plena_cli.main import build_parser, main
+from plena_cli.main import build_parser
+from tests.util.cli import run
 
 PROG = "S_ADDI_INT gp1, gp0, 64\nS_ADDI_INT gp2, gp0, 3\nV_ADD_VV gp2, gp2, gp2\n"
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

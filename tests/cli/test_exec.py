@@ -5,16 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from plena_cli.main import main
 from plena_sim.config import default_config
 from plena_sim.image import ImageBuilder
 from plena_sim.rtl_timing import STALL_REASONS
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.util.cli import run
 
 
 @pytest.fixture

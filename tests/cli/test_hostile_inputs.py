@@ -14,15 +14,9 @@ from pathlib import Path
 import pytest
 
 from isa.safetext import finite_json, json_text
-from plena_cli.main import main
+from tests.util.cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _cli(*argv, env=None, timeout=60):

@@ -4,13 +4,7 @@ import json
 
 import numpy as np
 
-from plena_cli.main import main
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.util.cli import run
 
 
 def test_hw_lists_presets_and_shows_sources(capsys):

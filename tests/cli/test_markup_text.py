@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from plena_cli.main import main
+from tests.util.cli import run
 
 COMMENT = "; O[b,h] q[i] [/h] [bold]"
 PROG = f"""\
@@ -18,12 +18,6 @@ H_PREFETCH_V gp2, gp0, a0, 0, 0
 S_ADDI_INT gp3, gp0, 7 ; [red]x[/red]
 V_ADD_VV gp3, gp3, gp3
 """
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import testbenches
-from plena_cli.main import main
 from plena_cli.model_command import clock_of, layer_figures, merge_regions
 from programs.model import presets as model_presets
+from tests.util.cli import run
 
 RUN_FIELDS = {
     "verdict",
@@ -31,12 +31,6 @@ RUN_FIELDS = {
     "preset",
 }
 RUN_SUMMARY_FIELDS = {"testbench", "params", "verdict", "cycles", "instructions", "wall_s", "summary", "error", "fault"}
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_clean_line(err: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plena_cli.main import main
+from tests.util.cli import run
 from tests.util.hostile import child, hostile_targets, leftovers, snapshot, spawn
 
 PROGRAM = "S_ADDI_INT gp1, gp0, 64\nV_ADD_VV gp1, gp1, gp1\n"
@@ -30,12 +30,6 @@ WHY = {
     "dangling-symlink": "dangling symlink",
     "symlink-loop": "symbolic links",
 }
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from plena_cli.main import main
+from tests.util.cli import run
 
 PROG = """\
 ; a comment line holds no instruction
@@ -20,12 +20,6 @@ M_MM 0, gp0, gp0
 C_LOOP_END gp3
 H_PREFETCH_V gp2, gp0, a0, 0, 0 ; [red]x[/red]
 """
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

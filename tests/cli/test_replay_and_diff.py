@@ -12,15 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plena_cli.main import main
+from tests.util.cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _replay(folder: Path) -> subprocess.CompletedProcess:

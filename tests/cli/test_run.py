@@ -5,15 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from plena_cli.main import main
 from programs import mutation_hooks
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
+from tests.util.cli import run
 
 JSON_FIELDS = {
     "testbench",

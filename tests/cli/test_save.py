@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plena_cli.main import main
 from programs import mutation_hooks
+from tests.util.cli import run
 from tests.util.hostile import child, hostile_targets, leftovers, snapshot, spawn
 
 #: a save's set: the run's files and its replay set (plena_cli/replay.py; hbm/ and vram/ are directories)
@@ -26,12 +26,6 @@ SET = sorted(
     + ["config.toml", "replay.sh", "fp_sram.bin", "int_sram.bin", "hbm", "vram"]
 )
 LINEAR = ["run", "linear", "--variant", "small"]
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def contents(d: Path) -> dict[str, bytes]:

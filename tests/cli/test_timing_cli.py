@@ -4,14 +4,8 @@ and the resource / stall tables of the panel)."""
 import json
 
 from isa.table import INSTRUCTIONS
-from plena_cli.main import main
 from plena_sim.rtl_timing import RESOURCES, STALL_REASONS
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.util.cli import run
 
 
 def _row(doc, mnemonic):

@@ -4,14 +4,7 @@ import json
 
 import pytest
 
-from plena_cli.main import main
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
+from tests.util.cli import run
 
 PROG = """\
 S_ADDI_INT gp1, gp0, 256

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from plena_cli.main import main
 from plena_sim.machine import Machine
 from plena_sim.trace import render_table
+from tests.util.cli import run
 
 PROG = """\
 S_ADDI_INT gp1, gp0, 256
@@ -24,12 +24,6 @@ S_ADDI_INT gp3, gp0, 7
 V_ADD_VV gp3, gp3, gp3
 """
 MNEMONICS = ("S_ADDI_INT", "C_SET_SCALE_REG", "H_PREFETCH_V", "S_LD_FP", "V_ADD_VV")
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
