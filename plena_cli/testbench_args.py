@@ -77,7 +77,9 @@ def build_case(
         raise
     except (ValueError, AssertionError, KeyError) as exc:
         raise UsageError(f"{name}: unsupported parameters: {exc}") from None
-    case.case_id = args.case or "custom"
+    # the label: the --case id; "default" for the testbench's defaults; "custom" once --set / --seed change them
+    changed = bool(getattr(args, "set", None)) or getattr(args, "seed", None) is not None
+    case.case_id = args.case or ("custom" if changed else "default")
     case.variant = args.variant or ""
     return case
 

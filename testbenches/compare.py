@@ -127,7 +127,11 @@ class Tolerance:
     def describe(self) -> str:
         if self.exact:
             return f"{self.name}: exact"
-        ea = "array" if isinstance(self.eps_a, np.ndarray) else f"{self.eps_a:.4g}"
+        ea = (
+            f"{float(np.min(self.eps_a)):.4g}..{float(np.max(self.eps_a)):.4g} (per element)"
+            if isinstance(self.eps_a, np.ndarray)
+            else f"{self.eps_a:.4g}"
+        )
         return f"{self.name}: eps_a={ea} eps_g={self.eps_g:.4g} rho={self.rho}" + (
             f" abs={self.abs_term:.4g}" if self.abs_term is not None else ""
         )

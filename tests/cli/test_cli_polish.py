@@ -123,3 +123,21 @@ def test_every_command_help_has_examples():
         assert "examples:\n" in text, name
         lines = text.split("examples:\n", 1)[1].splitlines()
         assert 2 <= len(lines) <= 3 and all(line.startswith(f"  plena-sim {name}") for line in lines), name
+
+
+def test_run_panel_is_clean(capsys, monkeypatch):
+    """Issue 19 item 6: the run panel names the timing model, prints the counts once, shows no ``array`` repr and
+    no max rel err (meaningless where a golden is ~0), and labels the defaults ``[default]``."""
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _err = run(capsys, "run", "flashattn_prefill", "--timing", "overlap")
+    doc_code, doc_out, _ = run(capsys, "run", "flashattn_prefill", "--timing", "overlap", "--json")
+    doc = json.loads(doc_out)
+    assert code == doc_code == 0
+    text = " ".join(out.split())
+    assert "flashattn_prefill[default]" in text and text.count("PASS") == 1
+    assert f"{doc['instructions']:,} instructions, {doc['cycles']:,} cycles (overlap timing)" in text
+    assert text.count(f"{doc['instructions']:,}") == 1 and str(doc["instructions"]) not in text
+    assert "array" not in text and "max rel err" not in text
+    assert "eps_a=0.01562..0.02862 (per element)" in text
+    code, out, _err = run(capsys, "run", "softmax", "--set", "seed=3")
+    assert code == 0 and "softmax[custom]" in out
