@@ -18,7 +18,7 @@ from typing import SupportsInt
 import numpy as np
 
 from .fileio import atomic_write
-from .program import Program, SourceMap, read_only
+from .program import DisassemblyTexts, Program, SourceMap, read_only
 from .readers import MAX_PROGRAM_BYTES, MAX_PROGRAM_WORDS, InputFileError, read_input
 from .safetext import printable
 
@@ -36,22 +36,13 @@ def format_mem(words: Iterable[SupportsInt]) -> str:
     return "".join(f"0x{int(w) & 0xFFFFFFFF:08X}\n" for w in words)
 
 
-class MemTexts:
+class MemTexts(DisassemblyTexts):
     """The source-map text of each word of a ``.mem`` program (its disassembly and the word), made on request."""
 
-    __slots__ = ("_words",)
-
-    def __init__(self, words: np.ndarray):
-        self._words = words
-
-    def __len__(self) -> int:
-        return len(self._words)
+    __slots__ = ()
 
     def __getitem__(self, k: int) -> str:
-        from .disasm import disassemble_word
-
-        w = int(self._words[k])
-        return f"{disassemble_word(w)}   (word 0x{w:08X})"
+        return f"{super().__getitem__(k)}   (word 0x{int(self._words[k]):08X})"
 
     def all(self) -> list[str]:
         return [self[k] for k in range(len(self))]

@@ -89,12 +89,9 @@ def add_allow_unknown_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _program_limit(text: str) -> int:
-    try:
-        v = int(text.replace("_", ""), 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    v = int_arg(text, "--max-program")
     if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+        raise UsageError(f"--max-program: {text!r} must be >= 1")
     return v
 
 
@@ -186,12 +183,9 @@ def _budget(text: str) -> int:
 
 
 def _capacity(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""), 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = int_arg(text, "--capacity")
     if not 0 < value <= MAX_CAPACITY:
-        raise argparse.ArgumentTypeError(f"{value} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
+        raise UsageError(f"--capacity: {value} must be > 0 and at most 2^32 ({MAX_CAPACITY}) records")
     return value
 
 
