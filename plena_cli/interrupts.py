@@ -11,6 +11,11 @@ imports anything heavy, so a Ctrl-C during the imports is handled too.
   boundary (:mod:`plena_sim.stop`: the Numba loop polls a flag the kernel sets when the signal arrives) and the
   exception carries the instructions it retired. After the first stop request further signals are ignored, so
   that the clean-up they would interrupt finishes.
+* A stop raised where Python cannot propagate it -- the handler ran inside a ctypes callback (Numba's compiler
+  calls back into Python while it compiles), a ``__del__`` or a weakref callback, whose exceptions Python prints
+  as "Exception ignored" and drops -- is not lost: the guard's ``sys.unraisablehook`` recognises its own stop,
+  prints nothing, and has it raised again a millisecond later (a one-shot ``ITIMER_REAL``), until it lands in
+  code that unwinds. A command that still returns normally with a stop on record raises it at its end.
 * A closed stdout (``plena-sim run NAME | head -1``) is not an error: exit 0, nothing more printed.
 * Handlers are installed only by :func:`plena_cli.main.main` in the main thread of a ``plena-sim`` process; an
   in-process caller of :func:`plena_cli.boundary.run_cli` (a sweep worker thread) has none, and ``--timeout`` is a
@@ -149,12 +154,16 @@ class Guard:
         self._previous: dict[int, Any] = {}
         self._flag: Any = None  # plena_sim.stop.StopFlag while a command runs
         self._timeout = 0.0
+        self._lost = False  # the stop was raised where Python drops exceptions: raise it again
+        self._in_hook = False
+        self._previous_hook: Any = None
         self.active = threading.current_thread() is threading.main_thread()
 
     def __enter__(self) -> Guard:
         if self.active:
             for sig in _SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,12 +173,36 @@ class Guard:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        sys.unraisablehook = self._previous_hook
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.stop is not None:  # a stop is unwinding: let its clean-up finish
+        if self.stop is None:
+            self.stop = TimeLimit(self._timeout) if signum == signal.SIGALRM else Interrupted(signum)
+            raise self.stop
+        if self._lost and self._in_hook:  # ran inside the hook itself: try again later
+            self._raise_again_soon()
+        elif self._lost:
+            self._lost = False
+            raise self.stop
+        # else a stop is unwinding: let its clean-up finish
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """``sys.unraisablehook``: our own stop dropped (raised inside a ctypes callback, ``__del__``, ...) is
+        raised again soon, silently; anything else goes to the previous hook."""
+        if self.stop is None or unraisable.exc_value is not self.stop:
+            self._previous_hook(unraisable)
             return
-        self.stop = TimeLimit(self._timeout) if signum == signal.SIGALRM else Interrupted(signum)
-        raise self.stop
+        self._in_hook = True
+        try:
+            self._lost = True
+            self._raise_again_soon()
+        finally:
+            self._in_hook = False
+
+    def _raise_again_soon(self) -> None:
+        """A one-shot SIGALRM in 1 ms (the ``--timeout`` no longer matters once a stop is on record)."""
+        self._previous.setdefault(signal.SIGALRM, signal.signal(signal.SIGALRM, self._handle))
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
 
     @contextlib.contextmanager
     def command(self, timeout: float | None) -> Iterator[None]:
@@ -184,6 +217,8 @@ class Guard:
                 if timeout is not None:
                     self._arm_timer(timeout)
                 yield
+            if self.stop is not None:  # requested, then dropped where no exception propagates, and never raised
+                raise self.stop
         finally:
             self._disarm_timer()
             if self._flag is not None:

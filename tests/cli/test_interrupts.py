@@ -10,6 +10,7 @@ warm JIT cache. A child counts as "running" once its SIGTERM handler is installe
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -20,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from plena_cli import interrupts
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
@@ -118,6 +121,73 @@ def test_ctrl_c_during_startup_never_prints_a_traceback(tmp_path):
         assert child.handlers_installed() < 5.0
         time.sleep(rng.uniform(0.0, 0.35))
         stopped(child, signal.SIGINT, 130, "interrupted (SIGINT)")
+
+
+# ----------------------------------------------------------- a stop raised where Python drops exceptions
+
+
+def _ctypes_callback_that_gets_sigterm(reached: list[str]):
+    """A C-called Python function inside which SIGTERM's handler runs (as in llvmlite's object-cache notify
+    callback while Numba compiles): an exception raised there is printed as "Exception ignored" and dropped."""
+
+    def callback() -> None:
+        reached.append("callback")
+        signal.raise_signal(signal.SIGTERM)  # the Python handler runs right after this call, inside the callback
+        reached.append("after the signal")
+
+    return ctypes.CFUNCTYPE(None)(callback)
+
+
+def test_a_stop_dropped_inside_a_ctypes_callback_is_raised_again_silently():
+    """CI failure (a cold JIT cache): SIGTERM's handler ran inside llvmlite's ctypes callback, the exception was
+    printed with a traceback and dropped, and the command went on to write its output. The guard must claim its
+    dropped stop (nothing printed) and raise it again in code that unwinds, within milliseconds."""
+    reached: list[str] = []
+    dropped: list[object] = []
+    callback = _ctypes_callback_that_gets_sigterm(reached)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, dropped.append
+    try:
+        with interrupts.Guard() as guard, pytest.raises(interrupts.Interrupted) as caught, guard.command(None):
+            callback()
+            assert reached == ["callback"]  # the handler raised inside the callback, and Python dropped it
+            returned = time.monotonic()
+            while time.monotonic() < returned + 5.0:
+                time.sleep(0.0002)
+        waited = time.monotonic() - returned
+        assert sys.unraisablehook == dropped.append  # the guard gave the hook back
+    finally:
+        sys.unraisablehook = previous_hook
+    assert caught.value is guard.stop and caught.value.signum == signal.SIGTERM
+    assert caught.value.exit_code == 143
+    assert dropped == []  # the guard's hook claimed it: no "Exception ignored ... Traceback"
+    assert waited < 0.5
+    assert signal.getsignal(signal.SIGTERM) is not guard._handle  # handlers restored
+
+
+def test_a_dropped_stop_ends_a_command_that_returns_before_it_is_raised_again():
+    """The command returns right after the callback (before the 1 ms re-raise): its end raises the stop."""
+    reached: list[str] = []
+    callback = _ctypes_callback_that_gets_sigterm(reached)
+    with interrupts.Guard() as guard, pytest.raises(interrupts.Interrupted) as caught, guard.command(None):
+        callback()
+    assert reached == ["callback"] and caught.value is guard.stop
+
+
+def test_an_exception_the_guard_does_not_own_still_reaches_the_previous_hook():
+    """Only the guard's own stop is silenced: any other dropped exception is reported as before."""
+    seen: list[object] = []
+
+    def failing() -> None:
+        raise ValueError("not a stop")
+
+    callback = ctypes.CFUNCTYPE(None)(failing)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        with interrupts.Guard() as guard, guard.command(None):
+            callback()
+    finally:
+        sys.unraisablehook = previous_hook
+    assert [type(u.exc_value) for u in seen] == [ValueError]  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------------- D4: a run that never ends
