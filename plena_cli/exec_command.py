@@ -24,7 +24,7 @@ from .options import (
     read_program_arg,
 )
 from .paths import distinct_outputs, out_path, save_npy, write_hbm_dump
-from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines, wrote
+from .render import compile_core, print_fault, print_json, print_plain, run_summary, upstream_lines, warn, wrote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,7 +75,11 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     dumps = _dumps(args, cfg)
     m = loaded_machine(args, cfg)
     compile_core(err, args.json)
+    loaded_end = m.state.hbm.high_water
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
+    unwritten = m.state.hbm.unwritten_read
+    if unwritten is not None:
+        warn(err, _unwritten_text(unwritten, loaded_end))
     _write_dumps(m, dumps)  # even after a fault (post-mortem), each atomically
     for path in [p for _a, _n, p in dumps.vram + dumps.hbm] + ([dumps.fp_sram] if dumps.fp_sram else []):
         wrote(err, path)
@@ -89,6 +93,7 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
             program=str(args.program),
             partial=faulted,
             fault=dict(fault.to_dict(), message=str(fault)) if fault is not None else None,
+            hbm_unwritten_read=unwritten,
         )
         print_json(out, doc, sort_keys=True)
     else:
@@ -101,6 +106,15 @@ def cmd_exec(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not faulted:  # with --json the upstream lines go to stderr
         print_plain(err if args.json else out, upstream_lines(res.stats))
     return EXIT_FAULT if faulted else EXIT_OK
+
+
+def _unwritten_text(addr: int, loaded_end: int) -> str:
+    """The warning of a run whose DMA read HBM bytes that nothing wrote (they read as 0)."""
+    loaded = f"the images loaded end at {loaded_end:#x}" if loaded_end else "no --hbm image was loaded"
+    return (
+        f"the program read HBM byte {addr:#x}, which no --hbm image or store wrote: it read as 0 ({loaded}; "
+        "this is the first such read)"
+    )
 
 
 def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:

@@ -8,7 +8,7 @@ import contextlib
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from isa.fileio import (
     DirTransaction,
@@ -146,6 +146,7 @@ def save_npz(path: Path, arrays: Mapping[str, npt.ArrayLike], what: str = "outpu
     write_out(path, npz_bytes(arrays), what)
 
 
-def write_perfetto(path: Path, trace: Trace, what: str = "--perfetto") -> None:
-    """The trace as Chrome/Perfetto trace JSON at a checked output path."""
-    write_out(path, json_text(trace.to_perfetto()).encode(), what)
+def write_perfetto(path: Path, trace: Trace, what: str = "--perfetto", fault: dict[str, Any] | None = None) -> None:
+    """The trace as Chrome/Perfetto trace JSON at a checked output path (``fault``: its marker, see
+    :meth:`plena_sim.trace.Trace.to_perfetto`)."""
+    write_out(path, json_text(trace.to_perfetto(fault=fault)).encode(), what)

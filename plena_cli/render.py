@@ -107,14 +107,18 @@ def wrote(err: Console, path: object) -> None:
     err.print(f"wrote {path}", markup=False, highlight=False)
 
 
+def warn(err: Console, text: str) -> None:
+    """``warning: TEXT`` on ``err`` (the text verbatim, never markup)."""
+    err.print("[yellow]warning:[/] ", end="")
+    err.print(text, markup=False, highlight=False)
+
+
 def warn_truncated(err: Console, trace: Trace, what: str = "the trace") -> None:
     """Say on ``err`` that the trace ring kept only the newest records, and the ``--capacity`` that keeps all."""
-    err.print("[yellow]warning:[/] ", end="")
-    err.print(
+    warn(
+        err,
         f"{what} holds only the newest {len(trace):,} of {trace.total:,} instructions "
         f"(the trace ring's capacity); --capacity {trace.total} keeps them all",
-        markup=False,
-        highlight=False,
     )
 
 

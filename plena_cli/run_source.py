@@ -9,6 +9,7 @@ the harness prepares (:func:`testbenches.harness.prepare_machine`), without judg
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from .testbench_args import add_machine_args, build_case, case_params_and_config
 
 if TYPE_CHECKING:
     from isa.program import Program
+    from plena_sim.config import HardwareConfig as Config
     from plena_sim.faults import SimFault
     from plena_sim.machine import RunResult
 
@@ -52,6 +54,10 @@ def check_source_args(args: argparse.Namespace) -> None:
     memory = memory_inputs_given(args)
     if args.testbench and memory:
         raise UsageError(f"{', '.join(memory)}: the inputs of a PROGRAM, not of --testbench (it builds its own)")
+    case_flags = {"--case": args.case, "--mutation": args.mutation, "--seed": args.seed, "--variant": args.variant}
+    given = [flag for flag, value in case_flags.items() if value is not None]
+    if args.program is not None and given:
+        raise UsageError(f"{', '.join(given)}: options of --testbench NAME, not of a PROGRAM")
 
 
 @dataclass
@@ -61,27 +67,32 @@ class SourceRun:
     result: RunResult
     program: Program
     title: str
+    cfg: Config
 
 
-def run_source(args: argparse.Namespace, trace: int = 0) -> SourceRun:
-    """Run what the arguments name (``trace``: the trace ring's capacity, 0 none), faults returned, not raised."""
-    return _run_testbench(args, trace) if args.testbench else _run_program(args, trace)
+def run_source(args: argparse.Namespace, trace: int = 0, check: Callable[[Config], None] | None = None) -> SourceRun:
+    """Run what the arguments name (``trace``: the trace ring's capacity, 0 none), faults returned, not raised;
+    ``check(cfg)`` is called with the machine's config before the run (it raises UsageError on a bad flag)."""
+    check = check or (lambda _cfg: None)
+    return _run_testbench(args, trace, check) if args.testbench else _run_program(args, trace, check)
 
 
-def _run_program(args: argparse.Namespace, trace: int) -> SourceRun:
+def _run_program(args: argparse.Namespace, trace: int, check: Callable[[Config], None]) -> SourceRun:
     args.set = list(args.set or []) + list(args.set_hw or [])
     cfg = config_from_args(args)
+    check(cfg)
     prog = read_program_arg(args.program, args.max_program)
     m = loaded_machine(args, cfg)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=trace)
-    return SourceRun(res, prog, f"{args.program} ({args.timing})")
+    return SourceRun(res, prog, f"{args.program} ({args.timing})", cfg)
 
 
-def _run_testbench(args: argparse.Namespace, trace: int) -> SourceRun:
+def _run_testbench(args: argparse.Namespace, trace: int, check: Callable[[Config], None]) -> SourceRun:
     from testbenches.harness import prepare_machine
 
     mod = get_testbench(args.testbench)
     params, cfg = case_params_and_config(mod, args.testbench, args)
+    check(cfg)
     case = build_case(mod, args.testbench, params, cfg, args)
     prog = case.assembled()
     m = prepare_machine(case, args.backend)
@@ -93,11 +104,12 @@ def _run_testbench(args: argparse.Namespace, trace: int) -> SourceRun:
         name=f"{case.testbench}.asm",
         timing=args.timing,
     )
-    return SourceRun(res, prog, f"{args.testbench} [{case.case_id}] ({args.timing})")
+    return SourceRun(res, prog, f"{args.testbench} [{case.case_id}] ({args.timing})", cfg)
 
 
 def fault_row(fault: SimFault) -> dict[str, Any]:
     """The faulting instruction as a row of a trace: pc, source line number, text and the message."""
     tail = str(fault.where).rpartition(":")[2]
     line = int(tail) if tail.isdigit() else None
-    return {"pc": fault.pc, "line": line, "text": fault.text, "message": f"{fault.detail} [{fault.rule}]"}
+    message = f"{fault.detail} [{fault.rule}]"
+    return {"pc": fault.pc, "line": line, "text": fault.text, "rule": fault.rule, "message": message}

@@ -9,6 +9,7 @@ against the default), then ``--seed``; shapes in machine units are resolved on t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,11 @@ def add_machine_args(p: argparse.ArgumentParser, variant_help: str) -> None:
     p.add_argument("--set-hw", action="append", metavar="KEY=VALUE", help="override one hardware key")
     add_allow_unknown_arg(p)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--mutation",
+        metavar="NAME",
+        help="generate the program with this codegen bug of `plena-sim mutants` injected (to study a failure)",
+    )
 
 
 def get_testbench(name: str) -> ModuleType:
@@ -72,7 +78,8 @@ def build_case(
     from programs.asm import GeneratorError
 
     try:
-        case = mod.build(params, cfg)
+        with _mutation(getattr(args, "mutation", None)):
+            case = mod.build(params, cfg)
     except GeneratorError:
         raise
     except (ValueError, AssertionError, KeyError) as exc:
@@ -80,8 +87,22 @@ def build_case(
     # the label: the --case id; "default" for the testbench's defaults; "custom" once --set / --seed change them
     changed = bool(getattr(args, "set", None)) or getattr(args, "seed", None) is not None
     case.case_id = args.case or ("custom" if changed else "default")
+    if getattr(args, "mutation", None):
+        case.case_id += f":{args.mutation}"
     case.variant = args.variant or ""
     return case
+
+
+def _mutation(name: str | None) -> contextlib.AbstractContextManager[None]:
+    """``--mutation NAME``: the generators run with that codegen bug injected (UsageError naming the valid ones)."""
+    if name is None:
+        return contextlib.nullcontext()
+    from programs import mutation_hooks
+    from testbenches.mutations import MUTATIONS
+
+    if name not in MUTATIONS:
+        raise UsageError(f"--mutation: unknown mutation {name!r} (valid: {', '.join(MUTATIONS)})")
+    return mutation_hooks.inject(name)
 
 
 def _case(mod: ModuleType, name: str, args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:

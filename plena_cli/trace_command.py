@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a program or testbench with tracing and show the trace",
         **examples(
             "plena-sim trace kernel.asm --hbm weights.bin --last 20",
-            "plena-sim trace --testbench linear --op M_MM,H_PREFETCH_M --json",
+            "plena-sim trace --testbench flashattn_decode --vram 40:4 --op V_EXP_V,M_MM_WO --json",
             "plena-sim trace kernel.asm --pc 10:40 --wide --perfetto trace.json",
         ),
     )
@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr.add_argument("--pc", metavar="A:B", help="only pcs A..B (inclusive)")
     tr.add_argument("--op", metavar="OP[,OP]", help="only these mnemonics")
     tr.add_argument("--unit", metavar="U[,U]", help="only these units: dma matrix vector scalar control or H M V S C")
+    for flag, form, what in _WATCH_FLAGS:
+        tr.add_argument(flag, metavar=form, help=f"only instructions that read or write {what}")
     tr.add_argument(
         "--last", type=int, default=None, metavar="N", help=f"only the last N rows (default {DEFAULT_LAST})"
     )
@@ -68,15 +70,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr.set_defaults(func=cmd_trace)
 
 
+#: the watch filters: (flag, metavar, what they select), the trace JSON ``mem[].space`` of each by its flag
+_WATCH_FLAGS = (
+    ("--vram", "ROW[:N]", "VRAM rows ROW..ROW+N-1 (rows of VLEN elements)"),
+    ("--mram", "ADDR[:LEN]", "MRAM elements ADDR..ADDR+LEN-1"),
+    ("--fpsram", "ADDR[:LEN]", "FP SRAM words ADDR..ADDR+LEN-1"),
+    ("--intsram", "ADDR[:LEN]", "INT SRAM words ADDR..ADDR+LEN-1"),
+    ("--hbm-range", "ADDR:LEN", "HBM bytes ADDR..ADDR+LEN-1"),
+)
+_WATCH_SPACES = {"--vram": "vram", "--mram": "mram", "--fpsram": "fpsram", "--intsram": "intsram", "--hbm-range": "hbm"}
+
+
 @dataclass
 class _Filters:
     pc: tuple[int, int] | None
     ops: set[str] | None
     units: set[str] | None
+    watch: dict[str, tuple[int, int]]  # space -> (start, length): see _WATCH_FLAGS
 
     @property
     def any(self) -> bool:
-        return bool(self.pc or self.ops or self.units)
+        return bool(self.pc or self.ops or self.units or self.watch)
 
 
 @dataclass
@@ -106,11 +120,12 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
     if perfetto is not None:
         distinct_outputs([("--perfetto", perfetto)], input_files(args))
     compile_core(err, bool(args.json))
-    run = _Traced.of(run_source(args, trace=int(args.capacity)))
+    run = _Traced.of(run_source(args, trace=int(args.capacity), check=lambda cfg: _check_watch(filters.watch, cfg)))
     trace = run.trace
-    sel = trace.filter(pc=filters.pc, ops=filters.ops, units=filters.units, last=_last(args, run, filters))
+    selected = trace.filter(pc=filters.pc, ops=filters.ops, units=filters.units, touching=filters.watch)
+    sel = selected.filter(last=_last(args, run, filters))
     if perfetto is not None:
-        write_perfetto(perfetto, trace)
+        write_perfetto(perfetto, trace, fault=run.fault_row)
         wrote(err, perfetto)
         if trace.dropped:
             warn_truncated(err, trace, "the Perfetto export")
@@ -133,7 +148,8 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
         )
         return EXIT_FAULT if faulted else EXIT_OK
     what = f" (partial: faulted at pc {run.fault_pc}, not retired)" if faulted else ""
-    title = f"{run.title}: {len(sel)} of {trace.total} instructions{what}"
+    shown = f"{len(sel)} of {len(selected)} selected" if len(sel) < len(selected) else f"{len(sel)} of {trace.total}"
+    title = f"{run.title}: {shown} instructions{what}"
     render_trace(out, sel, run.stats, title=title, full=trace, wide=args.wide, fault=run.fault_row)
     if trace.dropped:
         warn_truncated(err, trace)
@@ -143,8 +159,9 @@ def cmd_trace(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _json_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A trace row of ``--json``: the register change as ``regs`` only (an object), not also as text."""
-    return {k: v for k, v in row.items() if k != "reg"}
+    """A trace row of ``--json``: the register change as ``regs`` and the memory accesses as ``mem`` only
+    (structured), not also as text."""
+    return {k: v for k, v in row.items() if k not in ("reg", "mem_text", "hbm")}
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -168,7 +185,42 @@ def _filters(args: argparse.Namespace) -> _Filters:
         units = parse_units(args.unit) if args.unit else None
     except ValueError as exc:
         raise UsageError(f"--unit: {exc}") from None
-    return _Filters(pc_range, _mnemonics(args.op) if args.op else None, units)
+    return _Filters(pc_range, _mnemonics(args.op) if args.op else None, units, _watch(args))
+
+
+def _watch(args: argparse.Namespace) -> dict[str, tuple[int, int]]:
+    """``--vram ROW[:N]`` ... ``--hbm-range ADDR:LEN`` -> {space: (start, length)} (length >= 1)."""
+    out = {}
+    for flag, form, _what in _WATCH_FLAGS:
+        text = getattr(args, flag[2:].replace("-", "_"))
+        if text is None:
+            continue
+        a, sep, n = text.partition(":")
+        if not a or (sep and not n) or (flag == "--hbm-range" and not sep):
+            raise UsageError(f"{flag}: {text!r} must look like {form}")
+        length = int_arg(n, f"{flag} length") if sep else 1
+        if length < 1:
+            raise UsageError(f"{flag}: {text!r} is an empty range (the length must be >= 1)")
+        out[_WATCH_SPACES[flag]] = (int_arg(a, flag), length)
+    return out
+
+
+def _check_watch(watch: dict[str, tuple[int, int]], cfg: Any) -> None:
+    """Each watched range must lie inside its memory of the machine ``cfg``."""
+    sizes = {
+        "vram": (cfg.VECTOR_SRAM_SIZE, "VRAM rows"),
+        "mram": (cfg.mram_tiles * cfg.MLEN * cfg.MLEN, "MRAM elements"),
+        "fpsram": (cfg.FP_SRAM_SIZE, "FP SRAM words"),
+        "intsram": (cfg.INT_SRAM_SIZE, "INT SRAM words"),
+        "hbm": (cfg.HBM_SIZE, "HBM bytes"),
+    }
+    flags = {space: flag for flag, space in _WATCH_SPACES.items()}
+    for space, (start, length) in watch.items():
+        size, what = sizes[space]
+        if start + length > size:
+            raise UsageError(
+                f"{flags[space]}: {start}..{start + length - 1} is outside the machine's {size} {what} (0..{size - 1})"
+            )
 
 
 def _mnemonics(text: str) -> set[str]:

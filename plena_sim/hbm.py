@@ -14,8 +14,9 @@ The whole state is three numpy arrays, owned by :class:`Hbm` and passed as-is to
 * ``pages``: ``uint8[capacity, PAGE_SIZE]`` -- the page pool.  Rows ``0 .. meta[0]-1`` are in use; the
   remaining rows are spare capacity.  It is created with ``np.zeros``, so spare rows cost no host
   memory until written (the OS maps zero pages lazily) and every fresh row reads as zeros.
-* ``meta``: ``int64[3]`` -- ``[pages_used, high_water, size]``: rows in use, one past the highest byte
-  ever written (the end of a saved raw image), and ``HBM_SIZE``.
+* ``meta``: ``int64[4]`` -- ``[pages_used, high_water, size, unwritten_read]``: rows in use, one past the
+  highest byte ever written (the end of a saved raw image), ``HBM_SIZE``, and the first byte a DMA read
+  (:func:`hbm_note_read`) past the high water, i.e. never written (-1: none).
 
 Kernels (``@njit(cache=True)``), all returning an int64 status:
 
@@ -69,6 +70,7 @@ NO_PAGE = 0
 _META_USED = 0
 _META_HIGH = 1
 _META_SIZE = 2
+_META_UNWRITTEN = 3  # the first byte a run's DMA read that was never written (-1: none yet)
 
 
 class HbmBoundsError(IndexError):
@@ -124,6 +126,15 @@ def hbm_missing_pages_after(page_index, addr, n, last):
         if page_index[p] == NO_PAGE:
             missing += 1
     return missing, max(last, p1)
+
+
+@njit(cache=True)
+def hbm_note_read(meta, addr, n):
+    """Before a DMA reads ``[addr, addr+n)``: if no earlier read did, note in ``meta`` its first byte past the
+    high water (never written: past every image and store), so that a run reading past the images it was given
+    can say so. Gaps below the high water are not noticed: an image's all-zero pages are not stored either."""
+    if meta[_META_UNWRITTEN] < 0 and n > 0 and addr + n > meta[_META_HIGH]:
+        meta[_META_UNWRITTEN] = max(addr, meta[_META_HIGH])
 
 
 @njit(cache=True)
@@ -236,7 +247,7 @@ class Hbm:
         except MemoryError:
             raise HbmTooLarge(f"{size} bytes: cannot allocate its page table of {table >> 20} MiB") from None
         self.pages = np.zeros((max(0, int(initial_pages)), PAGE_SIZE), dtype=np.uint8)
-        self.meta = np.array([0, 0, size], dtype=np.int64)
+        self.meta = np.array([0, 0, size, -1], dtype=np.int64)
 
     # ---- introspection
     @property
@@ -252,6 +263,16 @@ class Hbm:
     def high_water(self) -> int:
         """One past the highest byte ever written (0 if nothing was written)."""
         return int(self.meta[_META_HIGH])
+
+    @property
+    def unwritten_read(self) -> int | None:
+        """The first byte past the high water a DMA read since :meth:`forget_reads` (None: none)."""
+        first = int(self.meta[_META_UNWRITTEN])
+        return None if first < 0 else first
+
+    def forget_reads(self) -> None:
+        """Start noting :attr:`unwritten_read` afresh (at the start of a run)."""
+        self.meta[_META_UNWRITTEN] = -1
 
     def __repr__(self) -> str:
         return f"Hbm(size={self.size}, pages_used={self.pages_used}, high_water={self.high_water:#x})"

@@ -343,6 +343,7 @@ class Machine:
         cap = 0 if trace is False or trace is None else (DEFAULT_TRACE_CAPACITY if trace is True else int(trace))
         st = self.state
         if not resume:
+            st.hbm.forget_reads()
             st.ctrl[CTRL_PC] = 0
             st.ctrl[CTRL_LOOP_DEPTH] = 0
             st.loop_start[:] = 0

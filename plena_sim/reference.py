@@ -62,6 +62,7 @@ from . import faults as F
 from .budget import work_table
 from .config import MxType
 from .errors import RunStopped
+from .hbm import hbm_note_read
 from .latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
 from .numerics import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
 from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
@@ -858,9 +859,12 @@ def _dma_setup(r: _Run, f: Fields, unit: str):
 
 def _decode_row(r: _Run, T, E, Mt, eb, mx, L, e_start, s_start, row_bytes, scale_len) -> np.ndarray:
     out = np.empty(L, dtype=np.float32)
-    elem = r.st.hbm.read(e_start, row_bytes)
+    hbm = r.st.hbm
+    hbm_note_read(hbm.meta, e_start, row_bytes)
+    elem = hbm.read(e_start, row_bytes)
     if mx:
-        mx_decode_row(elem, r.st.hbm.read(s_start, scale_len), E, Mt, T.block, out)
+        hbm_note_read(hbm.meta, s_start, scale_len)
+        mx_decode_row(elem, hbm.read(s_start, scale_len), E, Mt, T.block, out)
     else:
         plain_decode_row(elem, E, Mt, eb, out)
     return out
@@ -1191,45 +1195,42 @@ def execute(
                 run.counters["hbm_payload_read"] += run.hbm_bytes
             before = int(tm.ts[T_CYCLES])
             g = (g_rd, g_rs1, g_rs2)
+            stall0 = pcx[pc, T.X_STALL : T.X_STALL + 8].copy() if tm.trace_capacity else None
             issue, lat, unit, is_h = _timing_step(tm, st, f, g, aux, table, (rr, wr), pc, pcx, rpc)
             pc_count[pc] += 1
             pc_cycles[pc] += int(tm.ts[T_CYCLES]) - before
             if tm.trace_capacity:
-                _nr, nw = T.resources_py(
-                    f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g_rd, g_rs1, g_rs2, aux, tm.cv, rr, wr
-                )
-                haddr = hspan = hbytes = 0
-                if is_h:
-                    geom = _dma_geom(st.cfg, f)
-                    pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
-                    haddr = int(st.areg[f.rs2]) + g_rs1
-                    hspan = (geom.rows - 1) * pitch + geom.elem_len
-                    hbytes = (
-                        tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0
-                    ) * tm.params.burst_bytes
-                T.trace_record_py(
-                    tm.tbuf,
-                    tm.tcount,
-                    retired - 1,
-                    pc,
-                    f.opcode,
-                    unit,
-                    issue,
-                    lat,
-                    rkind,
-                    ridx,
-                    rold,
-                    _reg_value(st, rkind, ridx),
-                    nw,
-                    wr,
-                    tm.cv,
-                    haddr,
-                    hspan,
-                    hbytes,
-                )
+                before_trace = (rkind, ridx, rold, req0, stall0)
+                _trace_record(tm, st, f, pc, retired - 1, (issue, lat, unit, is_h), g, aux, (rr, wr), before_trace, pcx)
             st.ctrl[CTRL_PC] = run.next_pc
     cycles = int(tm.ts[T_CYCLES]) - cyc0
     return Outcome(retired, fault, by_opcode, cycles, dict(run.counters), pc_count, pc_cycles, pcx)
+
+
+def _trace_record(tm, st, f, pc, seq, timed, g, aux, sets, before, pcx) -> None:
+    """Append the trace record of a retired instruction, as the core's ``trace_after`` does: ``timed`` =
+    (issue, latency, unit, is_dma), ``before`` = (register kind, index, old value, HBM requests, pc's stall
+    columns) taken before it ran."""
+    from . import timing as T
+
+    issue, lat, unit, is_h = timed
+    rkind, ridx, rold, req0, stall0 = before
+    rr, wr = sets
+    nr, nw = T.resources_py(
+        f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g[0], g[1], g[2], aux, tm.cv, rr, wr
+    )
+    hbm = (0, 0, 0, 0, 0)
+    if is_h:
+        geom = _dma_geom(st.cfg, f)
+        pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
+        moved = (tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0) * tm.params.burst_bytes
+        hbm = (int(st.areg[f.rs2]) + g[1], geom.rows, pitch, geom.elem_len, moved)
+    grew = pcx[pc, T.X_STALL : T.X_STALL + 8] - stall0
+    stall = (int(grew.sum()), int(np.argmax(grew)) if grew.max() > 0 else 0)
+    reg = (rkind, ridx, rold, _reg_value(st, rkind, ridx))
+    sram = (st.vram, st.fp_sram, st.int_sram)
+    sets4 = (nr, rr, nw, wr)
+    T.trace_record_py(tm.tbuf, tm.tcount, seq, pc, f.opcode, unit, issue, lat, reg, sets4, hbm, stall, tm.cv, sram)
 
 
 def _rtl_costs(tm, words: list[int]) -> np.ndarray | None:

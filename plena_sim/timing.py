@@ -203,6 +203,12 @@ _VF = np.array(
 SCRATCH_CAP = 1 << 16
 
 # ---- trace record slots
+#: memory ranges a record keeps (the most any instruction touches is 3: V_*_VV reads two rows, writes one)
+MEM_SLOTS = 4
+#: the fields of one memory slot: space (MEM_*), op (0 read, 1 write), first index, count, step
+MEM_SLOT_FIELDS = ("space", "op", "start", "count", "step")
+#: leading values of the first VRAM row / FP SRAM / INT SRAM range written (raw bits: bf16, bf16, u32)
+VAL_SLOTS = 4
 REC_FIELDS = (
     "seq",
     "pc",
@@ -215,45 +221,40 @@ REC_FIELDS = (
     "reg_idx",
     "reg_old",
     "reg_new",
-    "m1_kind",
-    "m1_start",
-    "m1_count",
-    "m2_kind",
-    "m2_start",
-    "m2_count",
+    *(f"m{k}_{f}" for k in range(MEM_SLOTS) for f in MEM_SLOT_FIELDS),
+    "mem_more",
     "hbm_addr",
-    "hbm_span",
+    "hbm_rows",
+    "hbm_pitch",
+    "hbm_elem",
     "hbm_bytes",
+    "stall_cycles",
+    "stall_reason",
+    "val_space",
+    "val_count",
+    *(f"val{k}" for k in range(VAL_SLOTS)),
 )
 REC_N = len(REC_FIELDS)
-(
-    RC_SEQ,
-    RC_PC,
-    RC_OP,
-    RC_UNIT,
-    RC_ISSUE,
-    RC_START,
-    RC_END,
-    RC_RKIND,
-    RC_RIDX,
-    RC_ROLD,
-    RC_RNEW,
-    RC_M1K,
-    RC_M1S,
-    RC_M1C,
-    RC_M2K,
-    RC_M2S,
-    RC_M2C,
-    RC_HADDR,
-    RC_HSPAN,
-    RC_HBYTES,
-) = range(REC_N)
+_F = {name: k for k, name in enumerate(REC_FIELDS)}
+RC_SEQ, RC_PC, RC_OP, RC_UNIT, RC_ISSUE, RC_START, RC_END = (_F[n] for n in REC_FIELDS[:7])
+RC_RKIND, RC_RIDX, RC_ROLD, RC_RNEW = _F["reg_kind"], _F["reg_idx"], _F["reg_old"], _F["reg_new"]
+#: slot k's field f is at RC_MEM + MEM_SLOT_N * k + MS_*
+RC_MEM, MEM_SLOT_N = _F["m0_space"], len(MEM_SLOT_FIELDS)
+MS_SPACE, MS_OP, MS_START, MS_COUNT, MS_STEP = range(MEM_SLOT_N)
+RC_MEM_MORE = _F["mem_more"]
+RC_HADDR, RC_HROWS, RC_HPITCH, RC_HELEM, RC_HBYTES = (
+    _F["hbm_" + n] for n in ("addr", "rows", "pitch", "elem", "bytes")
+)
+RC_STALL, RC_STALL_REASON = _F["stall_cycles"], _F["stall_reason"]
+RC_VSPACE, RC_VCOUNT, RC_VAL = _F["val_space"], _F["val_count"], _F["val0"]
 #: register kinds of a trace record
 REG_NONE, REG_GP, REG_FP, REG_A, REG_SCALE, REG_STRIDE, REG_VMASK = range(7)
 REG_KIND_NAMES = ("", "gp", "f", "a", "SCALE", "STRIDE", "V_MASK")
 #: memory kinds of a trace record
 MEM_NONE, MEM_VROW, MEM_MTILE, MEM_FPW, MEM_INTW = range(5)
 MEM_KIND_NAMES = ("", "VRAM rows", "MRAM tiles", "FP SRAM words", "INT SRAM words")
+#: the ``--vram/--mram/--fpsram/--intsram`` spaces of a memory kind (trace JSON ``mem[].space``)
+MEM_SPACES = ("", "vram", "mram", "fpsram", "intsram")
 
 #: opcode -> unit code (M V S H C = 0..4; -1 not an instruction)
 UNIT_OF = opcode_units().astype(np.int64)
@@ -579,10 +580,12 @@ def dest_reg_py(o, rd, aux):
     return (REG_FP if kind == RK_F else REG_GP), idx
 
 
-def trace_record_py(
-    tbuf, tcount, seq, pc, o, unit, issue, lat, rkind, ridx, old, new, nw, wr, cv, hbm_addr, hbm_span, hbm_bytes
-):
-    """Append one record (REC_FIELDS) to the ring ``tbuf``; ``wr[:nw]`` = the instruction's write set."""
+def trace_record_py(tbuf, tcount, seq, pc, o, unit, issue, lat, reg, sets, hbm, stall, cv, sram):
+    """Append one record (REC_FIELDS) to the ring ``tbuf``. ``reg`` = (kind, index, old, new) of the register
+    written; ``sets`` = (nr, rr, nw, wr): the read and write sets (:func:`resources_py`), whose memory ranges
+    fill the memory slots, reads first; ``hbm`` = (address, rows, pitch, row bytes, bytes moved) of an H_*;
+    ``stall`` = (cycles, STALL_REASONS index); ``sram`` = (vram, fp_sram, int_sram) after the instruction:
+    the leading values of the first VRAM row / FP SRAM / INT SRAM range it wrote."""
     cap = tbuf.shape[0]
     r = tbuf[tcount[0] % cap]
     tcount[0] += 1
@@ -595,35 +598,71 @@ def trace_record_py(
     r[RC_ISSUE] = issue
     r[RC_START] = issue
     r[RC_END] = issue + lat
-    r[RC_RKIND] = rkind
-    r[RC_RIDX] = ridx
-    r[RC_ROLD] = old
-    r[RC_RNEW] = new
-    slot = 0
-    for i in range(nw):
-        idx = wr[i, 0]
-        k = MEM_NONE
-        s = 0
-        if idx >= cv[TC_INTW_BASE]:
-            k = MEM_INTW
-            s = idx - cv[TC_INTW_BASE]
-        elif idx >= cv[TC_FPW_BASE]:
-            k = MEM_FPW
-            s = idx - cv[TC_FPW_BASE]
-        elif idx >= cv[TC_MTILE_BASE]:
-            k = MEM_MTILE
-            s = idx - cv[TC_MTILE_BASE]
-        elif idx >= cv[TC_VROW_BASE]:
-            k = MEM_VROW
-            s = idx - cv[TC_VROW_BASE]
-        if k != MEM_NONE and slot < 2:
-            r[RC_M1K + 3 * slot] = k
-            r[RC_M1S + 3 * slot] = s
-            r[RC_M1C + 3 * slot] = wr[i, 1] if wr[i, 2] == 1 else -wr[i, 1]
-            slot += 1
-    r[RC_HADDR] = hbm_addr
-    r[RC_HSPAN] = hbm_span
-    r[RC_HBYTES] = hbm_bytes
+    r[RC_RKIND], r[RC_RIDX], r[RC_ROLD], r[RC_RNEW] = reg[0], reg[1], reg[2], reg[3]
+    nr, rr, nw, wr = sets
+    slot = _record_ranges(r, 0, 0, rr, nr, cv)
+    _record_ranges(r, slot, 1, wr, nw, cv)
+    for k in range(5):
+        r[RC_HADDR + k] = hbm[k]
+    r[RC_STALL], r[RC_STALL_REASON] = stall[0], stall[1]
+    _record_values(r, sram)
+
+
+@njit(cache=True)
+def _record_ranges(r, slot, op, rs, n, cv):
+    """The memory ranges of ``rs[:n]`` (reads: op 0, writes: op 1) into the record's slots from ``slot``;
+    returns the next free slot (ranges past the last slot are counted in ``mem_more``)."""
+    for i in range(n):
+        kind, start = _mem_kind(rs[i, 0], cv)
+        if kind == MEM_NONE:
+            continue
+        if slot == MEM_SLOTS:
+            r[RC_MEM_MORE] += 1
+            continue
+        base = RC_MEM + MEM_SLOT_N * slot
+        r[base + MS_SPACE], r[base + MS_OP], r[base + MS_START] = kind, op, start
+        r[base + MS_COUNT], r[base + MS_STEP] = rs[i, 1], rs[i, 2]
+        slot += 1
+    return slot
+
+
+@njit(cache=True)
+def _mem_kind(idx, cv):
+    """(MEM_* kind, index in its memory) of a resource index (MEM_NONE: a register or an accumulator)."""
+    if idx >= cv[TC_INTW_BASE]:
+        return MEM_INTW, idx - cv[TC_INTW_BASE]
+    if idx >= cv[TC_FPW_BASE]:
+        return MEM_FPW, idx - cv[TC_FPW_BASE]
+    if idx >= cv[TC_MTILE_BASE]:
+        return MEM_MTILE, idx - cv[TC_MTILE_BASE]
+    if idx >= cv[TC_VROW_BASE]:
+        return MEM_VROW, idx - cv[TC_VROW_BASE]
+    return MEM_NONE, 0
+
+
+@njit(cache=True)
+def _record_values(r, sram):
+    """The leading values (raw bits) of the first VRAM row / FP SRAM / INT SRAM range the record writes."""
+    vram, fp_sram, int_sram = sram
+    for s in range(MEM_SLOTS):
+        base = RC_MEM + MEM_SLOT_N * s
+        kind, start = r[base + MS_SPACE], r[base + MS_START]
+        if r[base + MS_OP] != 1 or kind in (MEM_MTILE, MEM_NONE):
+            continue
+        if kind == MEM_VROW:
+            n = min(VAL_SLOTS, vram.shape[1])
+            for k in range(n):
+                r[RC_VAL + k] = vram[start, k]
+        elif kind == MEM_FPW:
+            n = min(VAL_SLOTS, r[base + MS_COUNT], fp_sram.shape[0] - start)
+            for k in range(n):
+                r[RC_VAL + k] = fp_sram[start + k]
+        else:
+            n = min(VAL_SLOTS, r[base + MS_COUNT], int_sram.shape[0] - start)
+            for k in range(n):
+                r[RC_VAL + k] = int_sram[start + k]
+        r[RC_VSPACE], r[RC_VCOUNT] = kind, n
+        return
 
 
 resources_nb = njit(cache=True)(resources_py)

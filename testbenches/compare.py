@@ -364,10 +364,11 @@ class CheckResult:
             if self.worst:
                 w = self.worst
                 parts.append(
-                    f"worst {w['at']} sim={w['sim']:.6g} golden={w['golden']:.6g} err={w['err']:.4g} tol={w['tol']:.4g}"
+                    f"worst {w['at']}{_where(w)} sim={w['sim']:.6g} golden={w['golden']:.6g} err={w['err']:.4g} "
+                    f"tol={w['tol']:.4g}"
                 )
             if self.first:
-                parts.append(f"first {self.first['at']}")
+                parts.append(f"first {self.first['at']}{_where(self.first)}")
             if self.worst is None and self.reason:
                 parts = [f"{self.name}: {self.reason}"]
         if self.rho is not None and not self.exact and self.rel_rms > self.rho:
@@ -379,6 +380,11 @@ class CheckResult:
                     w = self.worst
                     parts.append(f"every element within its envelope (largest err/tol {w['ratio']:.3g} at {w['at']})")
         return "; ".join(parts)
+
+
+def _where(elem: Mapping[str, Any]) -> str:
+    """`` at VRAM row R lane L`` when the harness located the element (VRAM readbacks), else ""."""
+    return f" at VRAM row {elem['vram_row']} lane {elem['lane']}" if "vram_row" in elem else ""
 
 
 def _rms_worst_text(worst: Mapping[str, list[dict[str, Any]]] | None) -> list[str]:

@@ -208,6 +208,28 @@ def _vram_bf16(machine: Machine, row0: int, nrows: int) -> np.ndarray:
     return bf16.decode(np.asarray(bits[row0 : row0 + nrows]))
 
 
+def _vram_addresses(row0: int, nrows: int, V: int) -> np.ndarray:
+    """float64[nrows, V]: the element address (row * V + lane) of each element of VRAM rows ``row0 ..``."""
+    return (np.arange(row0, row0 + nrows, dtype=np.float64)[:, None] * V) + np.arange(V, dtype=np.float64)
+
+
+def locate_elements(read: object, machine: Machine, sim: np.ndarray) -> np.ndarray | None:
+    """The VRAM element addresses (int64, the shape of ``sim``) of a VRAM readback's elements, None for other
+    readbacks or when the addresses do not give back ``sim`` bit for bit (a ``post`` that is no pure selection)."""
+    locate = getattr(read, "locate", None)
+    if locate is None:
+        return None
+    addr = np.asarray(locate(machine))
+    V, bits = machine.cfg.VLEN, machine.vram.bits
+    if addr.shape != sim.shape or not np.array_equal(addr, np.round(addr)):
+        return None
+    flat = addr.astype(np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= bits.shape[0] * V):
+        return None
+    values = bf16.decode(np.asarray(bits[flat // V, flat % V]))
+    return flat if np.array_equal(values, sim, equal_nan=True) else None
+
+
 class Readback(Protocol):
     """A readback spec: what a check reads from the machine after the run."""
 
@@ -228,8 +250,20 @@ class VramCbm:
         V = machine.cfg.VLEN
         if self.base % V or self.cols % V:
             raise ValueError(f"VramCbm: base {self.base} and cols {self.cols} must be multiples of V={V}")
+        return self._arrange(_vram_bf16(machine, self.base // V, self._rows(V)), V)
+
+    def locate(self, machine: Machine) -> np.ndarray:
+        """The VRAM element address (row * VLEN + lane) of every element :meth:`read` returns (float64, exact)."""
+        V = machine.cfg.VLEN
+        return self._arrange(_vram_addresses(self.base // V, self._rows(V), V), V)
+
+    def _rows(self, V: int) -> int:
+        return self.cols // V * self.pitch
+
+    def _arrange(self, rows: np.ndarray, V: int) -> np.ndarray:
+        """``[rows, cols]`` (then ``post``) from the ``[nb * pitch, V]`` VRAM rows of the CBM layout."""
         nb = self.cols // V
-        raw = _vram_bf16(machine, self.base // V, nb * self.pitch).reshape(nb, self.pitch, V)
+        raw = rows.reshape(nb, self.pitch, V)
         out = raw[:, : self.rows, :].transpose(1, 0, 2).reshape(self.rows, self.cols)
         return self.post(out) if self.post else out
 
@@ -243,6 +277,12 @@ class VramRows:
     def read(self, machine: Machine) -> np.ndarray:
         V = machine.cfg.VLEN
         out = _vram_bf16(machine, self.base // V, self.nrows)
+        return self.post(out) if self.post else out
+
+    def locate(self, machine: Machine) -> np.ndarray:
+        """The VRAM element address of every element :meth:`read` returns (float64, exact)."""
+        V = machine.cfg.VLEN
+        out = _vram_addresses(self.base // V, self.nrows, V)
         return self.post(out) if self.post else out
 
 
@@ -1037,9 +1077,20 @@ def _judge(
             rep.checks.append(CheckResult(name=chk.name, passed=False, reason=f"readback error: {exc}"))
             continue
         sims[chk.name] = sim
-        rep.checks.append(_compare_check(chk, sim, np.asarray(golden), A, tol))
+        result = _compare_check(chk, sim, np.asarray(golden), A, tol)
+        _add_locations(result, locate_elements(chk.read, m, sim), m.cfg.VLEN)
+        rep.checks.append(result)
     rep.checks.append(_constants(case, m))
     return companion_sims
+
+
+def _add_locations(result: CheckResult, addr: np.ndarray | None, V: int) -> None:
+    """The VRAM row and lane of the first and worst failing elements (``vram_row`` / ``lane`` in their dicts)."""
+    if addr is None:
+        return
+    for elem in (result.first, result.worst):
+        if elem is not None and "index" in elem:
+            elem["vram_row"], elem["lane"] = divmod(int(addr[tuple(elem["index"])]), V)
 
 
 def _compare_check(

@@ -151,32 +151,58 @@ def account_dma(pc, o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, r
     return issue, lat
 
 
+assert len(RT.STALL_REASONS) == 8  # the stall columns trace_before snapshots (written out: no tuple in a loop)
+
+
 @njit(cache=True)
-def trace_before(o, rd, aux, regs, tim):
-    """(kind, index, value before, HBM requests so far) of the register the instruction writes."""
+def trace_before(pc, o, rd, aux, regs, tim, pcx):
+    """(kind, index, value before, HBM requests so far, pc's 8 stall columns so far) of the instruction at ``pc``:
+    what :func:`trace_after` subtracts."""
     gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
     hstats = tim[5][4]
     rkind, ridx = TM.dest_reg_nb(o, rd, aux)
     requests = hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS]
-    return rkind, ridx, reg_value(rkind, ridx, gp, fp, areg, ctrl), requests
+    x = pcx[pc, TM.X_STALL : TM.X_STALL + 8]
+    old = np.int64(reg_value(rkind, ridx, gp, fp, areg, ctrl))
+    head = (np.int64(rkind), np.int64(ridx), old, np.int64(requests))
+    return head + (x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7])
 
 
 @njit(cache=True)
-def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, tim):
-    """Append the trace record of a retired instruction (timing.REC_FIELDS); H_*: with its HBM span.
-    ``reg`` = :func:`trace_before`'s (kind, index, value before, HBM requests before)."""
+def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, tim, mem, pcx):
+    """Append the trace record of a retired instruction (timing.REC_FIELDS): its register change, read and
+    write sets, stall (cycles and main reason: the pc's stall columns grown since :func:`trace_before`, whose
+    tuple ``reg`` is), H_*: its HBM rows and bytes; the leading values it wrote."""
     gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
     cv, tbuf, tcount, rr, wr = tim[3], tim[6], tim[7], tim[8], tim[9]
     hp, geom, hstats = tim[5][0], tim[5][1], tim[5][4]
     new = reg_value(reg[0], reg[1], gp, fp, areg, ctrl)
-    _nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
-    haddr, hspan, hbytes = np.int64(0), np.int64(0), np.int64(0)
+    nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
+    hbm = (np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
     if fam == FAM_DMA:
         gr = _geom_row(alu, f[4], geom)
         pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[HT.G_ELEM_LEN]
-        haddr = np.int64(areg[f[2]]) + g[1]
-        hspan = (gr[HT.G_ROWS] - 1) * pitch + gr[HT.G_ELEM_LEN]
-        hbytes = (hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS] - reg[3]) * hp[HT.PRM_BURST_BYTES]
+        moved = (hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS] - reg[3]) * hp[HT.PRM_BURST_BYTES]
+        hbm = (np.int64(areg[f[2]]) + g[1], gr[HT.G_ROWS], np.int64(pitch), gr[HT.G_ELEM_LEN], moved)
+    stall, reason = np.int64(0), np.int64(0)
+    for k in range(8):
+        grew = pcx[pc, TM.X_STALL + k] - reg[4 + k]
+        stall += grew
+        if grew > pcx[pc, TM.X_STALL + reason] - reg[4 + reason]:
+            reason = np.int64(k)
     TM.trace_record_nb(
-        tbuf, tcount, seq, pc, o, unit, issue, lat, reg[0], reg[1], reg[2], new, nw, wr, cv, haddr, hspan, hbytes
+        tbuf,
+        tcount,
+        seq,
+        pc,
+        o,
+        unit,
+        issue,
+        lat,
+        (reg[0], reg[1], reg[2], new),
+        (nr, rr, nw, wr),
+        hbm,
+        (stall, reason),
+        cv,
+        (mem[0], mem[2], mem[3]),
     )

@@ -14,7 +14,7 @@ from numba import njit
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, ALU_STORE_V
 
 from ..faults import R_AL_MTILE, R_AL_MX, R_AL_VROW, R_BD_HBM, R_BD_MTILE, R_BD_VROW
-from ..hbm import hbm_missing_pages_after, hbm_read, hbm_write
+from ..hbm import hbm_missing_pages_after, hbm_note_read, hbm_read, hbm_write
 from ..numerics import (
     bf16_bits_to_f32,
     f32_to_bf16_bits,
@@ -196,8 +196,10 @@ def _load(
         if stop_requested(stopf):
             return RUN_STOP
         oi = off0 + i * pitch
+        hbm_note_read(meta, base + oi, row_bytes)
         hbm_read(page_index, pages, meta, base + oi, eb_row)
         if is_mx:
+            hbm_note_read(meta, base + scale_reg + oi // blk, nsc)
             hbm_read(page_index, pages, meta, base + scale_reg + oi // blk, sb_row)
             mx_decode_row(eb_row, sb_row, E, Mt, kb, f_row)
         else:

@@ -63,7 +63,10 @@ def test_trace_program_filters(capsys, prog, tmp_path):
     assert [r["pc"] for r in json.loads(out)["rows"]] == [0, 1]
     code, out, _ = run(capsys, "trace", prog, "--last", "1", "--json")
     rows = json.loads(out)["rows"]
-    assert len(rows) == 1 and rows[0]["mem"] == "VRAM rows 16..19"
+    assert len(rows) == 1 and rows[0]["mem"] == [  # M_MM_WO merges lanes: reads the rows it writes
+        {"space": "vram", "op": "read", "start": 16, "count": 4, "unit": "row"},
+        {"space": "vram", "op": "write", "start": 16, "count": 4, "unit": "row"},
+    ]
     perf = tmp_path / "t.json"
     code, out, _ = run(capsys, "trace", prog, "--perfetto", perf)
     assert code == 0 and "per-opcode summary" in out and "unit utilization" in out

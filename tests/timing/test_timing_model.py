@@ -222,7 +222,7 @@ def _core_stats(res):
     return s
 
 
-@pytest.mark.parametrize("timing", ["serial", "overlap"])
+@pytest.mark.parametrize("timing", ["serial", "overlap", "rtl"])
 def test_backends_agree_and_runs_repeat(timing):
     regs = {"gp6": 2048, "gp8": 16}
     _, a = run(LOOP_PROG, timing, "numba", trace=True, **regs)
