@@ -3,7 +3,7 @@
 Kinds (the data: :mod:`plena_sim.trace_series`, exact integers per time bin): ``utilization`` -- per unit (M V S
 H C) the busy fraction of each time bin (the union of the unit's instruction spans: never above 1);
 ``bandwidth`` -- HBM bytes read and written per cycle (= GB/s) in each bin, each DMA's bytes spread uniformly
-over its span; ``regions`` -- a horizontal bar per code region path (nested ones indented): its inclusive
+over its span; ``regions`` -- a horizontal bar per code region path (coloured by its depth): its inclusive
 cycles. Default output ``DIR/plot-K.png`` and ``DIR/plot-K.svg`` (a trace file's directory when one is given;
 the files belong to the save set: the next ``run --save DIR`` replaces them); ``-o OUT.png|OUT.svg`` writes
 that one file. Every file is written atomically and named on stderr. ``--json`` prints the series as one JSON

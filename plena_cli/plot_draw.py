@@ -42,15 +42,7 @@ def _utilization(s: dict[str, Any]) -> Figure:
         ax.set_ylim(0, 1.05)
         ax.set_ylabel(f"{unit}\n{UNIT_LONG[unit]}", rotation=0, ha="right", va="center", fontsize="small")
         busy = int(u["busy_cycles"].sum())
-        ax.text(
-            0.995,
-            0.9,
-            f"busy {busy:,} cycles ({100 * busy / span:.1f}%)",
-            transform=ax.transAxes,
-            ha="right",
-            va="top",
-            fontsize="x-small",
-        )
+        ax.set_title(f"busy {busy:,} cycles ({100 * busy / span:.1f}%)", loc="right", fontsize="x-small", pad=2)
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel(f"{X_LABEL} ({len(s['width'])} bins; busy fraction per bin)")
     return fig
@@ -79,7 +71,7 @@ def _regions(s: dict[str, Any]) -> Figure:
     fig = Figure(figsize=(9, 1.2 + 0.3 * max(len(shown), 1)), layout="constrained")
     ax = fig.subplots()
     total = max(int(s["total_cycles"]), 1)
-    labels = [_text("    " * d + p) for p, d, _c in shown]
+    labels = [_text(p) for p, _d, _c in shown]
     cycles = [c for _p, _d, c in shown]
     bars = ax.barh(range(len(shown)), cycles, color=[f"C{d % 10}" for _p, d, _c in shown])
     ax.bar_label(bars, labels=[f"{c:,} ({100 * c / total:.1f}%)" for c in cycles], fontsize="x-small", padding=2)
