@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import EXIT_OK, UsageError
 from .options import examples, int_arg
 from .paths import distinct_outputs, out_path, write_out
-from .render import print_json, wrote
+from .render import print_json, warn_truncated, wrote
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -86,6 +86,8 @@ def cmd_plot(args: argparse.Namespace, out: Console, err: Console) -> int:
     for path in outputs:
         write_out(path, _figure_bytes(fig, path.suffix[1:].lower()), "-o" if args.output else "plot")
         wrote(err, path)
+    if trace.dropped:
+        warn_truncated(err, trace, "the plotted trace")
     return EXIT_OK
 
 

@@ -166,13 +166,14 @@ def test_without_matplotlib_drawing_is_a_usage_error_and_json_works(saved, capsy
 
 
 def test_markup_in_a_region_name_is_drawn_verbatim(capsys, tmp_path):
-    """A region name with rich markup and matplotlib math ($...$) is a label as written (the SVG's text)."""
+    """A region name with rich markup and matplotlib math (``$...$``, here not even valid mathtext) is a label as
+    written (the SVG's text)."""
     from isa import assemble
     from plena_sim.config import default_config
     from plena_sim.machine import Machine
     from plena_sim.trace_file import trace_npz_bytes
 
-    name = "[bold]x[/] $a_b$"
+    name = r"[bold]x[/] $\nosuch{a_b}$"
     prog = assemble(f"; @region {name}\nS_ADDI_INT gp1, gp0, 1\n; @endregion\n")
     trace = Machine(default_config(), timing="serial").run(prog, trace=True).trace
     (tmp_path / "trace.npz").write_bytes(trace_npz_bytes(trace))
@@ -180,4 +181,25 @@ def test_markup_in_a_region_name_is_drawn_verbatim(capsys, tmp_path):
     assert code == 0, err
     assert _series(capsys, tmp_path, "regions")["paths"] == [name]
     svg = (tmp_path / "plot-regions.svg").read_text()
-    assert "<!-- [bold]x[/] $a_b$ -->" in svg  # matplotlib's SVG names every text it drew in a comment
+    assert f"<!-- {name} -->" in svg  # matplotlib's SVG names every text it drew in a comment
+
+
+def test_a_truncated_trace_is_plotted_over_its_kept_span_with_a_warning(capsys, tmp_path):
+    folder = tmp_path / "run"
+    assert run(capsys, *RUN[:-1], "100", "--save", folder, "--trace")[0] == 0  # --capacity 100
+    trace = load_trace(folder / "trace.npz")
+    total = _result(folder)["instructions"]
+    assert len(trace) == 100 and trace.total == total
+    s = _series(capsys, folder, "utilization", "--bins", "5")
+    assert s["records"] == 100 and s["dropped"] == total - 100
+    assert s["edges"][0] == min(r["start"] for r in trace.rows()) > 0
+    assert s["edges"][-1] == _result(folder)["cycles"]
+    code, _out, err = run(capsys, "plot", folder, "--kind", "utilization")
+    assert code == 0 and err.splitlines()[:2] == [
+        f"wrote {folder}/plot-utilization.png",
+        f"wrote {folder}/plot-utilization.svg",
+    ]
+    assert " ".join(err.split()[4:]) == (
+        f"warning: the plotted trace holds only the newest 100 of {total:,} instructions (the trace ring's "
+        f"capacity); --capacity {total} keeps them all"
+    )
