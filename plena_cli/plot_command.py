@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "time bin) or regions (inclusive cycles per code region). Writes DIR/plot-K.png and DIR/plot-K.svg, or "
         "the one file -o names. Needs matplotlib (the sweep extra) except with --json.",
         **examples(
-            "plena-sim run linear --save out/linear --trace && plena-sim plot out/linear --kind utilization",
+            "plena-sim plot out/linear --kind utilization     # after: plena-sim run linear --save out/linear --trace",
             "plena-sim plot out/linear --kind bandwidth --bins 40 -o bw.svg",
             "plena-sim plot out/linear/trace.npz --kind regions --json",
         ),
