@@ -35,6 +35,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         exec_command,
         isa_commands,
         model_command,
+        plot_command,
         profile_command,
         sweep_command,
         testbench_commands,
@@ -54,6 +55,7 @@ def command_modules() -> tuple[ModuleType, ...]:
         timing_command,
         profile_command,
         diff_command,
+        plot_command,
         bench_command,
     )
 

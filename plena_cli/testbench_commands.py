@@ -21,6 +21,7 @@ from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .interrupts import add_timeout_arg
 from .options import add_backend_arg, add_capacity_arg, add_hw_arg, add_timing_arg, examples
 from .paths import out_path, save_transaction, usage_errors, write_perfetto
+from .plot_command import PLOT_FILES
 from .render import (
     add_plain_row,
     compile_core,
@@ -196,7 +197,12 @@ def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> s
 
 
 #: the files of a ``run --save DIR`` set (state.npz: a faulting run's post-mortem, plena_sim.postmortem)
-SAVE_FILES = ("program.asm", "program.mem", "arrays.npz", "state.npz", "result.json", *REPLAY_FILES)
+#: (trace.npz: a traced run's records; plot-*: what ``plena-sim plot DIR`` wrote, replaced with the set)
+SAVE_FILES: tuple[str, ...] = (
+    *("program.asm", "program.mem", "arrays.npz", "state.npz", "trace.npz", "result.json"),
+    *REPLAY_FILES,
+    *PLOT_FILES,
+)
 
 
 @dataclass
@@ -207,6 +213,7 @@ class _Outputs:
     golden: npt.NDArray[Any] | None  # its golden (a golden derived from the machine exists only after the run)
     program_mem: str | None
     state_npz: bytes | None  # the post-mortem of a faulting run
+    trace: Trace | None = None  # the trace of a traced run (--trace, --perfetto)
 
 
 def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -315,6 +322,7 @@ def _simulate(case: Case, args: argparse.Namespace, want_trace: bool) -> tuple[R
         golden=np.load(io.BytesIO(files["golden.npy"])) if "golden.npy" in files else None,
         program_mem=files["program.mem"].decode() if "program.mem" in files else None,
         state_npz=files.get("state.npz"),
+        trace=cast("Trace | None", rep.trace),
     )
     return rep, outputs
 
@@ -323,8 +331,11 @@ def _save(
     save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any], replay: Mapping[str, bytes | str]
 ) -> None:
     """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output), state.npz (a fault's
-    post-mortem), result.json and the replay set (:mod:`.replay`), swapped in for DIR as one set."""
+    post-mortem), trace.npz (a traced run's records, :mod:`plena_sim.trace_file`), result.json and the replay set
+    (:mod:`.replay`), swapped in for DIR as one set."""
     import numpy as np
+
+    from plena_sim.trace_file import trace_npz_bytes
 
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
     golden = case.golden if case.golden is not None else outputs.golden
@@ -339,6 +350,8 @@ def _save(
         save.write("arrays.npz", npz_bytes(arrays))
         if outputs.state_npz is not None:
             save.write("state.npz", outputs.state_npz)
+        if outputs.trace is not None:
+            save.write("trace.npz", trace_npz_bytes(outputs.trace))
         save.write("result.json", json_text(doc, default=json_default, indent=1) + "\n")
         for name, data in replay.items():
             save.write(name, data)
