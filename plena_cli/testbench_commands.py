@@ -78,7 +78,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="testbench parameter (repeatable)")
     add_machine_args(r, "hardware variant: default, emu025, small, wide")
     add_backend_arg(r)
-    r.add_argument("--save", metavar="DIR", help="write program.asm, program.mem, result.json, arrays.npz")
+    r.add_argument(
+        "--save", metavar="DIR", help="write program.asm, program.mem, result.json, arrays.npz (trace.npz with --trace)"
+    )
     r.add_argument("--json", action="store_true", help="print exactly one JSON object")
     add_timing_arg(r)
     r.add_argument("--trace", action="store_true", help="record an execution trace; show its last 50 rows")

@@ -2,7 +2,8 @@
 
 * :func:`trace_npz_bytes` -- the file's bytes (for an atomic write): ``records`` (int64[n, REC_N], oldest first),
   ``fields`` (the names of the record's columns, :data:`plena_sim.timing.REC_FIELDS`), ``total``, ``capacity``,
-  ``mode``, ``burst_bytes``, the program's code regions (``region_paths``, ``region_first``, ``region_end``) and
+  ``mode``, ``burst_bytes``, ``tile_elems`` (MRAM elements per tile), the program's code regions
+  (``region_paths``, ``region_first``, ``region_end``) and
   the source of the words the records name (``program_words``, ``source_file``, ``source_pcs``,
   ``source_lines``, ``source_text``: their texts joined by newlines). No pickled object: ``np.load`` with
   ``allow_pickle=False`` reads it.
@@ -68,6 +69,7 @@ def trace_npz_bytes(trace: Trace) -> bytes:
             "capacity": np.int64(trace.capacity),
             "mode": np.str_(trace.mode),
             "burst_bytes": np.int64(trace.burst_bytes),
+            "tile_elems": np.int64(trace.tile_elems),
             "region_paths": np.array([r.path for r in regions], dtype=np.str_),
             "region_first": np.array([r.first for r in regions], dtype=np.int64),
             "region_end": np.array([r.end for r in regions], dtype=np.int64),
@@ -122,6 +124,7 @@ def load_trace(path: str | Path, program: object = None) -> Trace:
                 _saved_program(npz) if program is None else program,
                 int(npz["burst_bytes"]),
                 str(npz["mode"]),
+                int(npz["tile_elems"]),
             )
     except KeyError as exc:
         raise ValueError(f"{path}: not a plena-sim trace file (no {exc.args[0]!r})") from None

@@ -29,11 +29,12 @@ def test_round_trip_keeps_records_regions_and_rows(tmp_path, timing):
     trace = Machine(default_config(), timing=timing).run(program, trace=True).trace
     loaded = load_trace(_saved(tmp_path, trace_npz_bytes(trace)))
     assert loaded.records.dtype == np.int64 and np.array_equal(loaded.records, trace.records)
-    assert (loaded.total, loaded.capacity, loaded.mode, loaded.burst_bytes) == (
+    assert (loaded.total, loaded.capacity, loaded.mode, loaded.burst_bytes, loaded.tile_elems) == (
         trace.total,
         trace.capacity,
         timing,
         trace.burst_bytes,
+        64 * 64,
     )
     assert loaded.program.regions == program.regions and len(program.regions) == 4
     assert loaded.region_slices() == trace.region_slices()
@@ -67,7 +68,7 @@ def _arrays(data: bytes) -> dict:
     "change,message",
     [
         (lambda f, r: (f + ["bank"], np.zeros((len(r), len(f) + 1), np.int64)), r"\(unknown bank\)"),
-        (lambda f, r: (f[:-1], r[:, :-1]), r"\(missing hbm_bytes\)"),
+        (lambda f, r: (f[:-1], r[:, :-1]), rf"\(missing {REC_FIELDS[-1]}\)"),
         (lambda f, r: ([f[1], f[0], *f[2:]], r), r"\(the same fields in another order\)"),
     ],
 )
