@@ -196,7 +196,7 @@ def _range_text(kind: int, start: int, count: int, step: int) -> str:
 
 
 def _mem_text(rec, values: dict | None) -> str:
-    """``"read VRAM row 4; write VRAM rows 16..19 = 1.5, 2, 0.25, -1 …"`` (the values after the first range of their
+    """``"read VRAM row 4; write VRAM rows 16..19 = 1.5, 2, 0.25, -1, ..."`` (the values after the first range of their
     space written)."""
     parts, shown = [], False
     for kind, op, start, count, step in dict.fromkeys(_slots(rec)):  # a range read twice is shown once
@@ -204,7 +204,7 @@ def _mem_text(rec, values: dict | None) -> str:
         if op == 1 and values is not None and not shown and MEM_SPACES[kind] == values["space"]:
             shown = True
             text += " = " + ", ".join(f"{v:g}" if isinstance(v, float) else f"{v:#x}" for v in values["values"])
-            text += " …" if kind == MEM_VROW else ""
+            text += ", ..." if kind == MEM_VROW else ""  # a row holds more (ASCII: no truncation mark)
         parts.append(text)
     if int(rec[RC_MEM_MORE]):
         parts.append(f"+{int(rec[RC_MEM_MORE])} more ranges")
@@ -214,8 +214,8 @@ def _mem_text(rec, values: dict | None) -> str:
 def _hbm_text(hbm: dict | None) -> str:
     if hbm is None:
         return ""
-    rows = f", {hbm['rows']} rows of {hbm['row_bytes']} B every {hbm['pitch']} B" if hbm["rows"] > 1 else ""
-    return f"{hbm['op']} HBM {hbm['start']:#x}..+{hbm['count']:#x}{rows} ({hbm['moved']} B moved)"
+    rows = f"; {hbm['rows']} rows of {hbm['row_bytes']} B every {hbm['pitch']} B" if hbm["rows"] > 1 else ""
+    return f"{hbm['op']} HBM {hbm['start']:#x}..+{hbm['count']:#x} ({hbm['moved']} B moved{rows})"
 
 
 def _stall(rec) -> dict:

@@ -28,12 +28,13 @@ def _check_perfetto(path, units):
     doc = json.loads(path.read_text())
     ev = doc["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert sorted(n[0] for n in names.values() if n != "regions") == sorted("MVSHC")
+    assert sorted(n[0] for n in names.values() if n not in ("regions", "stalls")) == sorted("MVSHC")
     assert list(names.values()).count("regions") == 1  # the code regions' track (tests/timing/test_perfetto_regions)
+    assert list(names.values()).count("stalls") <= 1  # the stalled instructions' track (tests/cli/test_trace_watch)
     xs = [e for e in ev if e["ph"] == "X"]
     assert xs and all({"name", "ts", "dur", "pid", "tid", "args"} <= set(e) for e in xs)
     assert all(e["dur"] >= 0 for e in xs)
-    on = {names[e["tid"]][0] for e in xs if names[e["tid"]] != "regions"}
+    on = {names[e["tid"]][0] for e in xs if names[e["tid"]] not in ("regions", "stalls")}
     assert set(units) <= on
     counters = [e for e in ev if e["ph"] == "C"]
     assert counters and all(e["name"] == "HBM bandwidth" for e in counters)

@@ -164,7 +164,7 @@ def test_the_table_shows_stalls_and_values(capsys, prog, monkeypatch):
     code, out, _ = run(capsys, "trace", prog, "--timing", "overlap", "--vram", "16")
     line = {int(ln.split("│")[1]): ln for ln in out.splitlines() if ln.count("│") > 5 and ln.split("│")[1].strip()}
     assert code == 0 and sorted(line) == [4, 5, 6, 10]
-    assert " RAW │" in line[5] and "read VRAM row 16; write VRAM row 16 = 1, 1, 1, 1 …" in line[5]
+    assert " RAW │" in line[5] and "read VRAM row 16; write VRAM row 16 = 1, 1, 1, 1, ..." in line[5]
     assert " unit │" in line[10] and "write VRAM rows 16..19 = " in line[10]
 
 
