@@ -103,9 +103,9 @@ def stop_report(exc: BaseException) -> tuple[int, str]:
 
 
 def exit_now(code: int) -> NoReturn:
-    """End a stopped ``plena-sim`` process at once: flush stdout / stderr, run the ``atexit`` handlers (temporary
+    """End a ``plena-sim`` process at once: flush stdout / stderr, run the ``atexit`` handlers (temporary
     directories' finalizers among them), then ``os._exit`` -- skipping the interpreter's teardown, which takes most
-    of a second with Numba's LLVM loaded (its clean-up was done by the unwinding)."""
+    of a second with Numba's LLVM loaded (its clean-up was done by the command or by the unwinding)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

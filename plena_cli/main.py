@@ -73,10 +73,12 @@ def user_error_types() -> tuple[type[Exception], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``argv`` (default: the process's arguments); the exit code. As the process's entry point (no ``argv``), a
-    stopped command ends the process at once (:func:`.interrupts.exit_now`)."""
+    """Run ``argv`` (default: the process's arguments); the exit code. As the process's entry point (no ``argv``),
+    the process ends at once when the command is done (:func:`.interrupts.exit_now`: stdio flushed, ``atexit``
+    handlers run, no interpreter teardown): the teardown takes most of a second with Numba's LLVM loaded, and a
+    Ctrl-C in it, with the default handlers back, killed the process by SIGINT (exit -2) after a finished command."""
     code = _main(list(sys.argv[1:] if argv is None else argv))
-    if argv is None and code in interrupts.STOP_CODES:
+    if argv is None:
         interrupts.exit_now(code)
     return code
 

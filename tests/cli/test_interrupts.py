@@ -243,13 +243,15 @@ def test_timeout_counts_the_case_building(tmp_path):
 
 def test_ctrl_c_inside_one_huge_dma_instruction(tmp_path):
     """Before: one H_PREFETCH_V of 4 M rows ran ~10-24 s and could not be interrupted (the loop polls between
-    instructions and between the rows of an H_* instruction now). 1 M rows here: ~3 s of DMA."""
+    instructions and between the rows of an H_* instruction now). 2 M rows here: ~4.5 s of DMA (with 1 M rows a
+    fast machine had finished the DMA when the signal came). The one instruction never retires: the stop came
+    inside it."""
     prog = tmp_path / "dma.asm"
     prog.write_text("H_PREFETCH_V gp0, gp0, a0, 0, 0\n")
-    child = Child(tmp_path, "exec", str(prog), "--set", "HBM_V_Prefetch_Amount=1048576")
+    child = Child(tmp_path, "exec", str(prog), "--set", "HBM_V_Prefetch_Amount=2097152")
     child.handlers_installed()
     time.sleep(2.0)
-    stopped(child, signal.SIGINT, 130, "interrupted (SIGINT)")
+    assert stopped(child, signal.SIGINT, 130, "interrupted (SIGINT)") == "interrupted (SIGINT), 0 instructions retired"
 
 
 # ----------------------------------------------------------------------------------- random points, clean-up
