@@ -107,9 +107,11 @@ def _run_testbench(args: argparse.Namespace, trace: int, check: Callable[[Config
     return SourceRun(res, prog, f"{args.testbench} [{case.case_id}] ({args.timing})", cfg)
 
 
-def fault_row(fault: SimFault) -> dict[str, Any]:
-    """The faulting instruction as a row of a trace: pc, source line number, text and the message."""
-    tail = str(fault.where).rpartition(":")[2]
+def fault_row(fault: SimFault | dict[str, Any]) -> dict[str, Any]:
+    """The faulting instruction as a row of a trace: pc, source line number, text, rule and the message (from the
+    fault or its ``to_dict()``, as a testbench report holds it)."""
+    d = fault if isinstance(fault, dict) else fault.to_dict()
+    tail = str(d.get("line", "")).rpartition(":")[2]
     line = int(tail) if tail.isdigit() else None
-    message = f"{fault.detail} [{fault.rule}]"
-    return {"pc": fault.pc, "line": line, "text": fault.text, "rule": fault.rule, "message": message}
+    message = f"{d.get('detail')} [{d.get('rule')}]"
+    return {"pc": d.get("pc"), "line": line, "text": d.get("text"), "rule": d.get("rule"), "message": message}

@@ -35,6 +35,7 @@ from .render import (
 )
 from .replay import REPLAY_FILES, replay_files
 from .run_report import render_hardware, render_report, result_json, tolerance_info
+from .run_source import fault_row
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
 if TYPE_CHECKING:
@@ -232,7 +233,8 @@ def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
             _save(save, ran.case, ran.outputs, doc, replay_files(ran.case, args.timing, args.backend))
         trace = cast("Trace | None", ran.report.trace)  # Report.trace is typed object: a Trace when traced
         if perfetto is not None and trace is not None:
-            write_perfetto(perfetto, trace)
+            fault = ran.report.fault
+            write_perfetto(perfetto, trace, fault=fault_row(fault) if fault is not None else None)
     _confirm_outputs(err, args, perfetto, trace)
     if args.json:
         print_json(out, doc, sort_keys=True)

@@ -217,3 +217,15 @@ def test_strided_ranges_intersect_only_at_their_elements():
     assert pcs(mram=(8191, 1)) == [] and pcs(mram=(8191, 2)) == [1] and pcs(mram=(12288, 5)) == []
     assert pcs(hbm=(0x1040, 0xC0)) == [] and pcs(hbm=(0x1040, 0xC1)) == [2] and pcs(hbm=(0x123F, 1)) == [2]
     assert pcs(hbm=(0x1240, 0x1000)) == [] and pcs(hbm=(0, 0x1001)) == [2]
+
+
+def test_a_testbench_reports_fault_gives_the_same_marker_row_as_the_fault_itself(capsys, tmp_path):
+    """``run --perfetto`` marks a fault from the report's ``fault`` dict; ``trace`` from the SimFault: one row."""
+    from plena_cli.run_source import fault_row
+    from plena_sim.machine import Machine
+
+    res = Machine().run("S_ADDI_INT gp1, gp0, 1\nV_EXP_V gp1, gp0\n", raise_on_fault=False, name="k.asm")
+    row = fault_row(res.fault)
+    assert row == fault_row(res.fault.to_dict())
+    assert (row["pc"], row["line"], row["rule"], row["text"]) == (1, 2, "AL-VROW", "V_EXP_V gp1, gp0")
+    assert row["message"].endswith(" [AL-VROW]")
