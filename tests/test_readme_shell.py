@@ -20,9 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BASH = blocks("bash")
 
 
-def _params():
-    for k, (line, block) in enumerate(BASH[1:], start=1):
-        yield pytest.param(line, block, id=f"block{k}-line{line}")
+def _params() -> list:
+    return [pytest.param(line, block, id=f"block{k}-line{line}") for k, (line, block) in enumerate(BASH[1:], start=1)]
 
 
 def _shim(tmp: Path) -> dict[str, str]:
