@@ -1195,26 +1195,25 @@ def execute(
                 run.counters["hbm_payload_read"] += run.hbm_bytes
             before = int(tm.ts[T_CYCLES])
             g = (g_rd, g_rs1, g_rs2)
-            stall0 = pcx[pc, T.X_STALL : T.X_STALL + 8].copy() if tm.trace_capacity else None
             issue, lat, unit, is_h = _timing_step(tm, st, f, g, aux, table, (rr, wr), pc, pcx, rpc)
             pc_count[pc] += 1
             pc_cycles[pc] += int(tm.ts[T_CYCLES]) - before
             if tm.trace_capacity:
-                before_trace = (rkind, ridx, rold, req0, stall0)
-                _trace_record(tm, st, f, pc, retired - 1, (issue, lat, unit, is_h), g, aux, (rr, wr), before_trace, pcx)
+                before_trace = (rkind, ridx, rold, req0)
+                _trace_record(tm, st, f, pc, retired - 1, (issue, lat, unit, is_h), g, aux, (rr, wr), before_trace)
             st.ctrl[CTRL_PC] = run.next_pc
     cycles = int(tm.ts[T_CYCLES]) - cyc0
     return Outcome(retired, fault, by_opcode, cycles, dict(run.counters), pc_count, pc_cycles, pcx)
 
 
-def _trace_record(tm, st, f, pc, seq, timed, g, aux, sets, before, pcx) -> None:
+def _trace_record(tm, st, f, pc, seq, timed, g, aux, sets, before) -> None:
     """Append the trace record of a retired instruction, as the core's ``trace_after`` does: ``timed`` =
-    (issue, latency, unit, is_dma), ``before`` = (register kind, index, old value, HBM requests, pc's stall
-    columns) taken before it ran."""
+    (issue, latency, unit, is_dma), ``before`` = (register kind, index, old value, HBM requests) taken before it
+    ran."""
     from . import timing as T
 
     issue, lat, unit, is_h = timed
-    rkind, ridx, rold, req0, stall0 = before
+    rkind, ridx, rold, req0 = before
     rr, wr = sets
     nr, nw = T.resources_py(
         f.opcode, f.rd, f.rs1, f.rs2, f.rs3, f.funct1, f.imm18, g[0], g[1], g[2], aux, tm.cv, rr, wr
@@ -1225,8 +1224,8 @@ def _trace_record(tm, st, f, pc, seq, timed, g, aux, sets, before, pcx) -> None:
         pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
         moved = (tm.py_hstats["read_requests"] + tm.py_hstats["write_requests"] - req0) * tm.params.burst_bytes
         hbm = (int(st.areg[f.rs2]) + g[1], geom.rows, pitch, geom.elem_len, moved)
-    grew = pcx[pc, T.X_STALL : T.X_STALL + 8] - stall0
-    stall = (int(grew.sum()), int(np.argmax(grew)) if grew.max() > 0 else 0)
+    cycles = int(tm.ts[T.T_LAST_STALL]) if tm.mode_code != T.MODE_SERIAL else 0
+    stall = (cycles, int(tm.ts[T.T_STALL_REASON]) if cycles > 0 else 0)
     reg = (rkind, ridx, rold, _reg_value(st, rkind, ridx))
     sram = (st.vram, st.fp_sram, st.int_sram)
     sets4 = (nr, rr, nw, wr)

@@ -104,9 +104,9 @@ T_BUSY = 7  # + unit (5 slots)
 T_STALL_UNIT = 12
 T_STALL_DATA = 13
 T_MODE = 14
-T_LAST_STALL = 15  # overlap: the stall of the last issued instruction (0: none) ...
+T_LAST_STALL = 15  # overlap / rtl: the stall of the last issued instruction (0: none) ...
 T_PIPE_FREE = 16  # + rtl pipeline (rtl_timing.PIPES, 9 slots)
-T_STALL_REASON = 25  # ... and its reason (rtl_timing.S_*) when it stalled
+T_STALL_REASON = 25  # ... and its (main) reason (rtl_timing.S_*) when it stalled
 T_N = 32
 
 # ---- per-pc extras (``pcx``, int64[n, X_N], one row per program word; the backends' Outcome.pc_extra)
@@ -465,20 +465,29 @@ def stall_reason(uf, raw, war):
 def rtl_issue_py(ts, pipe, cmask, rr, nr, wr, nw, ready, rdone, wcls, hz, pcx, pc):
     """Issue cycle under the rtl model (docs/timing.md): the §4 terms with the pipeline's occupancy, then a hazard
     (the producer class ``wcls`` of a resource, the consumer mask ``cmask``) that decides the issue cycle adds its
-    stall and its recovery; books every stall part on pc's row of ``pcx``."""
+    stall and its recovery; books every stall part on pc's row of ``pcx`` and leaves the whole stall and its main
+    reason (the largest part) in ``ts[T_LAST_STALL]`` / ``ts[T_STALL_REASON]``, as :func:`sb_issue_py` does."""
     prev = ts[T_LAST_ISSUE] + 1
     uf = ts[T_PIPE_FREE + pipe] if pipe >= 0 else 0
     raw, hzt, hzk = _rtl_scan(rr, nr, ready, wcls, cmask, hz, 0, 0, 0, 0)
     raw, hzt, hzk = _rtl_scan(wr, nw, ready, wcls, cmask, hz, 1, raw, hzt, hzk)
     war = _war_term(wr, nw, rdone)
     base = max(prev, uf, raw, war)
+    reason = stall_reason(uf, raw, war)
+    ts[T_LAST_STALL], ts[T_STALL_REASON] = base - prev, reason  # the stall and its main reason (the trace)
     if base > prev:
-        pcx[pc, X_STALL + stall_reason(uf, raw, war)] += base - prev
+        pcx[pc, X_STALL + reason] += base - prev
     if hzt <= base:
         return base
-    pcx[pc, X_STALL + S_HAZARD0 + hzk - 1] += hzt - base
-    pcx[pc, X_STALL + S_RECOVERY] += hz[hzk, HZ_RECOVERY]
-    return hzt + hz[hzk, HZ_RECOVERY]
+    hazard, recovery = hzt - base, hz[hzk, HZ_RECOVERY]
+    pcx[pc, X_STALL + S_HAZARD0 + hzk - 1] += hazard
+    pcx[pc, X_STALL + S_RECOVERY] += recovery
+    ts[T_LAST_STALL] = base - prev + hazard + recovery
+    if hazard > base - prev:  # the main reason: the largest part (the earlier stall column on a tie)
+        ts[T_STALL_REASON] = S_HAZARD0 + hzk - 1
+    if recovery > max(base - prev, hazard):
+        ts[T_STALL_REASON] = S_RECOVERY
+    return hzt + recovery
 
 
 @njit(cache=True)

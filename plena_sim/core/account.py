@@ -151,28 +151,21 @@ def account_dma(pc, o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, r
     return issue, lat
 
 
-assert len(RT.STALL_REASONS) == 8  # the stall columns trace_before snapshots (written out: no tuple in a loop)
-
-
 @njit(cache=True)
-def trace_before(pc, o, rd, aux, regs, tim, pcx):
-    """(kind, index, value before, HBM requests so far, pc's 8 stall columns so far) of the instruction at ``pc``:
-    what :func:`trace_after` subtracts."""
+def trace_before(o, rd, aux, regs, tim):
+    """(kind, index, value before, HBM requests so far) of the register the instruction writes."""
     gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
     hstats = tim[5][4]
     rkind, ridx = TM.dest_reg_nb(o, rd, aux)
     requests = hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS]
-    x = pcx[pc, TM.X_STALL : TM.X_STALL + 8]
-    old = np.int64(reg_value(rkind, ridx, gp, fp, areg, ctrl))
-    head = (np.int64(rkind), np.int64(ridx), old, np.int64(requests))
-    return head + (x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7])
+    return rkind, ridx, reg_value(rkind, ridx, gp, fp, areg, ctrl), requests
 
 
 @njit(cache=True)
-def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, tim, mem, pcx):
-    """Append the trace record of a retired instruction (timing.REC_FIELDS): its register change, read and
-    write sets, stall (cycles and main reason: the pc's stall columns grown since :func:`trace_before`, whose
-    tuple ``reg`` is), H_*: its HBM rows and bytes; the leading values it wrote."""
+def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, tim, mem):
+    """Append the trace record of a retired instruction (timing.REC_FIELDS): its register change (``reg`` =
+    :func:`trace_before`'s tuple), read and write sets, stall (cycles and main reason, as the issue rule left them in
+    ``ts``; none under serial), H_*: its HBM rows and bytes; the leading values it wrote."""
     gp, fp, areg, ctrl = regs[0], regs[1], regs[2], regs[3]
     cv, tbuf, tcount, rr, wr = tim[3], tim[6], tim[7], tim[8], tim[9]
     hp, geom, hstats = tim[5][0], tim[5][1], tim[5][4]
@@ -184,12 +177,9 @@ def trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, seq, regs, ti
         pitch = ctrl[CTRL_STRIDE] if f[3] == 1 else gr[HT.G_ELEM_LEN]
         moved = (hstats[HT.HST_READ_REQUESTS] + hstats[HT.HST_WRITE_REQUESTS] - reg[3]) * hp[HT.PRM_BURST_BYTES]
         hbm = (np.int64(areg[f[2]]) + g[1], gr[HT.G_ROWS], np.int64(pitch), gr[HT.G_ELEM_LEN], moved)
-    stall, reason = np.int64(0), np.int64(0)
-    for k in range(8):
-        grew = pcx[pc, TM.X_STALL + k] - reg[4 + k]
-        stall += grew
-        if grew > pcx[pc, TM.X_STALL + reason] - reg[4 + reason]:
-            reason = np.int64(k)
+    ts = tim[0]
+    stall = ts[TM.T_LAST_STALL] if ts[TM.T_MODE] != TM.MODE_SERIAL else np.int64(0)
+    reason = ts[TM.T_STALL_REASON] if stall > 0 else np.int64(0)
     TM.trace_record_nb(
         tbuf,
         tcount,

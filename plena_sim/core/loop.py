@@ -153,8 +153,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
     ts, ready, rdone, cv, _unit_of, hbm_tm, _tbuf, _tcount, rr, wr, rtl = tim
     stats, (pc_count, pc_cycles, pcx), frec, need = out
     rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
-    n, maxloop, z = op.shape[0], cfg[CFG_MAXLOOP], np.int64(0)
-    reg = (z, z, z, z, z, z, z, z, z, z, z, z)  # trace_before's tuple (unused without a trace)
+    n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
     brk = (op, rd_a, end_of, is_end)
     gate_at, runaway_at = np.int64(-1), _deadline(ctrl[CTRL_LOOP_DEPTH], lcount, stats[STAT_RETIRED], maxloop)
     while True:
@@ -172,7 +171,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
         fam, alu, npc, st, f = fam_of[o], alu_of[o], pc + 1, RUN_OK, (rd, rs1, rs2, rs3, f1, imm)
         g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
         aux = lreg[depth - 1] if depth > 0 else np.int64(-1)  # innermost loop register (C_BREAK)
-        reg = trace_before(pc, o, rd, aux, regs, tim, pcx) if tcap > 0 else reg
+        reg = trace_before(o, rd, aux, regs, tim) if tcap > 0 else reg
         # ---------------------------------------------------------------- dispatch on the table's family
         if fam == FAM_SINT:  # gp0 / f0 stay 0
             gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
@@ -227,7 +226,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             issue, lat = account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx)
             pc_cycles[pc] += ts[T_CYCLES] - before
         if tcap > 0:
-            trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim, mem, pcx)
+            trace_after(pc, o, fam, alu, unit, issue, lat, f, g, aux, reg, stats[STAT_RETIRED], regs, tim, mem)
         stats[STAT_RETIRED] += 1
         stats[STAT_WORK] += w
         pc_count[pc] += 1
