@@ -1,14 +1,12 @@
 """The README's code blocks: :func:`blocks` (``lang`` = ``python`` / ``bash``), :func:`commands` (a bash block's
 command lines with the exit code each one's trailing ``# exit N`` comment expects, else 0).
 
-``python -m tests.util.readme quickstart`` prints the quick start's commands, one per line, for ``.ci/run``: CI runs
-them as written (the first installs and runs the main job, the second runs the tests).
+:func:`quick_start`: the quick start's two commands (``.ci/run`` must run both word for word; the test checks it).
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -37,7 +35,3 @@ def quick_start() -> list[str]:
     """The quick start's commands (the first bash block of the README), without their comments."""
     _line, block = blocks("bash")[0]
     return [cmd.partition(" #")[0].strip() for cmd, _code in commands(block)]
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["quickstart"]:
-    print("\n".join(quick_start()))
