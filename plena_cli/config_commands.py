@@ -80,7 +80,7 @@ def cmd_hw(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _show_preset(name: str, as_json: bool, out: Console) -> int:
-    from plena_sim.presets import load_preset, preset_info
+    from plena_sim.config.presets import load_preset, preset_info
 
     info = preset_info(name)
     if as_json:
@@ -100,7 +100,7 @@ def _show_preset(name: str, as_json: bool, out: Console) -> int:
 
 
 def _preset_rows() -> list[dict[str, Any]]:
-    from plena_sim.presets import load_preset, preset_info, preset_names
+    from plena_sim.config.presets import load_preset, preset_info, preset_names
 
     rows = []
     for name in preset_names():

@@ -48,10 +48,10 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     import numpy as np
 
     from isa import assemble
-    from plena_sim import bf16
     from plena_sim.config import default_config
-    from plena_sim.image import ImageBuilder, read_tensor
     from plena_sim.machine import Machine
+    from plena_sim.memory.image import ImageBuilder, read_tensor
+    from plena_sim.numerics import bf16
 
     cfg = default_config()
     x = np.random.default_rng(args.seed).standard_normal((4, cfg.VLEN)).astype(np.float32)

@@ -7,7 +7,7 @@ H_PREFETCH_V: the scheduler sees only reads) and writes (H_STORE_V), on 1, 2, 4 
 forms of timing.md §5.5 and the peak of an HBM2 stack as Ramulator2 publishes it (2 Gb/s/pin, 1024-bit stack:
 256 GB/s, 32 GB/s per 128-bit channel; no 50 % cap).
 
-It drives the same Numba kernels as the simulator core (:class:`plena_sim.hbm_timing.HbmTimer`). The model's
+It drives the same Numba kernels as the simulator core (:class:`plena_sim.hbm.timing.HbmTimer`). The model's
 clock is the accelerator's (1 cycle = 1 ns), so a bandwidth in B/cycle is in GB/s.
 
 * :func:`measure_points` ``(sizes, channels, preset) -> list[Point]``: every measured DMA.
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from plena_sim.hbm_presets import ACCEL_CYCLE_PS, TimingParams, load_preset
-from plena_sim.hbm_timing import HbmTimer, map_address
+from plena_sim.hbm.presets import ACCEL_CYCLE_PS, TimingParams, load_preset
+from plena_sim.hbm.timing import HbmTimer, map_address
 
 __all__ = [
     "SIZES",

@@ -8,7 +8,7 @@ imports anything heavy, so a Ctrl-C during the imports is handled too.
 * SIGINT / SIGTERM raise :class:`Interrupted` (exit 130 / 143: 128 + the signal number); ``--timeout SECONDS``
   (wall clock, from the start of the command) arms ``ITIMER_REAL``, whose SIGALRM raises :class:`TimeLimit`
   (exit 124). Both are :class:`~plena_sim.errors.RunStopped`: a run in progress stops at the next instruction
-  boundary (:mod:`plena_sim.stop`: the Numba loop polls a flag the kernel sets when the signal arrives) and the
+  boundary (:mod:`plena_sim.limits.stop`: the Numba loop polls a flag the kernel sets when the signal arrives) and the
   exception carries the instructions it retired. After the first stop request further signals are ignored, so
   that the clean-up they would interrupt finishes.
 * A stop raised where Python cannot propagate it -- the handler ran inside a ctypes callback (Numba's compiler
@@ -152,7 +152,7 @@ class Guard:
         self.started = time.monotonic()
         self.stop: Interrupted | TimeLimit | None = None  # the first stop request raised
         self._previous: dict[int, Any] = {}
-        self._flag: Any = None  # plena_sim.stop.StopFlag while a command runs
+        self._flag: Any = None  # plena_sim.limits.stop.StopFlag while a command runs
         self._timeout = 0.0
         self._lost = False  # the stop was raised where Python drops exceptions: raise it again
         self._in_hook = False
@@ -209,7 +209,7 @@ class Guard:
         """Around one command: runs poll the stop flag; ``timeout`` seconds (from :attr:`started`) arm the timer."""
         if timeout is not None and not self.active:
             raise UsageError("--timeout: only a plena-sim process (its main thread) can bound a command's time")
-        from plena_sim import stop
+        from plena_sim.limits import stop
 
         self._flag = stop.StopFlag.create() if self.active else None
         try:

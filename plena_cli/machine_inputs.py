@@ -50,9 +50,14 @@ def input_files(args: argparse.Namespace) -> list[str | None]:
 
 def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
     """A Machine with the HBM images, the SRAM preloads and the VRAM rows of the command line."""
-    from plena_sim.image import load_raw_image
     from plena_sim.machine import Machine
-    from plena_sim.sram_io import fp_sram_from_values, load_bf16_words_file, load_fp_sram_file, load_int_sram_file
+    from plena_sim.memory.image import load_raw_image
+    from plena_sim.memory.sram_io import (
+        fp_sram_from_values,
+        load_bf16_words_file,
+        load_fp_sram_file,
+        load_int_sram_file,
+    )
 
     m = Machine(cfg, backend=args.backend, timing=args.timing)
     placed = [(0, args.hbm)] if args.hbm else []
@@ -83,7 +88,7 @@ def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
 
 def _load_vram_rows(m: Machine, spec: str) -> None:
     """``--vram-at ROW=FILE``: whole VRAM rows of bf16 bit patterns from row ROW."""
-    from plena_sim.sram_io import load_bf16_words_file
+    from plena_sim.memory.sram_io import load_bf16_words_file
 
     row_text, path = split_spec(spec, "--vram-at", "ROW=FILE")
     row, vlen, rows_total = int_arg(row_text, "--vram-at ROW"), m.cfg.VLEN, m.cfg.VECTOR_SRAM_SIZE

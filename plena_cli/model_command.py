@@ -176,7 +176,7 @@ def prepare(
     """The run of ``model`` (a preset or its name/path) on hardware preset ``hw`` (default: the default
     preset), checked before anything runs: the preset, the machine and both testbenches with every
     parameter (a UsageError / ConfigError naming what is wrong)."""
-    from plena_sim.presets import DEFAULT_PRESET, preset_info
+    from plena_sim.config.presets import DEFAULT_PRESET, preset_info
 
     preset = load_model(model) if isinstance(model, str) else model
     hw = hw or DEFAULT_PRESET
@@ -299,7 +299,7 @@ def _exit_code(doc: Mapping[str, Any], err: Console, quiet: bool) -> int:
 
 def clock_of(hw: str) -> tuple[float, str]:
     """``(clock_hz, source)``: the preset's ``clock_mhz``, else 1 GHz (the 1 ns cycles of timing.md)."""
-    from plena_sim.presets import preset_info
+    from plena_sim.config.presets import preset_info
 
     mhz = preset_info(hw).clock_mhz
     if mhz is not None:

@@ -36,7 +36,7 @@ __all__ = [
 MAX_CAPACITY = 1 << 32
 
 TIMING_HELP = "cycle accounting (timing.md §3 serial / §4 overlap scoreboard / docs/timing.md rtl: RTL-calibrated)"
-#: the timing models (plena_sim.timing.TIMING_MODES; repeated here: importing plena_sim.timing loads numba)
+#: the timing models (plena_sim.timing.scoreboard.TIMING_MODES; repeated here: importing that module loads numba)
 TIMING_CHOICES = ("serial", "overlap", "rtl")
 
 
@@ -129,7 +129,7 @@ def add_timing_arg(p: argparse.ArgumentParser, help_text: str | None = TIMING_HE
 def config_from_args(args: argparse.Namespace) -> HardwareConfig:
     """The :class:`~plena_sim.config.HardwareConfig` of :func:`add_config_args`' flags."""
     from plena_sim.config import parse_override
-    from plena_sim.presets import resolve_config
+    from plena_sim.config.presets import resolve_config
 
     overrides = dict(parse_override(s) for s in (args.set or []))
     return resolve_config(
@@ -174,7 +174,7 @@ def dump_specs(specs: list[str] | None, flag: str, form: str) -> list[tuple[int,
 
 
 def _budget(text: str) -> int:
-    from plena_sim.budget import MAX_BUDGET
+    from plena_sim.limits.budget import MAX_BUDGET
 
     value = int_arg(text, "--max-instructions")
     if value > MAX_BUDGET:
@@ -201,7 +201,7 @@ def add_capacity_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_budget_arg(p: argparse.ArgumentParser) -> None:
-    """``--max-instructions N``: the run's work budget (plena_sim.budget), 0 <= N <= 2^63-1."""
+    """``--max-instructions N``: the run's work budget (plena_sim.limits.budget), 0 <= N <= 2^63-1."""
     p.add_argument(
         "--max-instructions",
         type=_budget,

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from isa.program import Program
-    from plena_sim.hbm import Hbm
-    from plena_sim.trace import Trace
+    from plena_sim.hbm.storage import Hbm
+    from plena_sim.trace.ring import Trace
 
 T = TypeVar("T")
 
@@ -148,5 +148,5 @@ def save_npz(path: Path, arrays: Mapping[str, npt.ArrayLike], what: str = "outpu
 
 def write_perfetto(path: Path, trace: Trace, what: str = "--perfetto", fault: dict[str, Any] | None = None) -> None:
     """The trace as Chrome/Perfetto trace JSON at a checked output path (``fault``: its marker, see
-    :meth:`plena_sim.trace.Trace.to_perfetto`)."""
+    :meth:`plena_sim.trace.ring.Trace.to_perfetto`)."""
     write_out(path, json_text(trace.to_perfetto(fault=fault)).encode(), what)

@@ -1,6 +1,6 @@
 """``plena-sim plot DIR_OR_TRACE --kind K``: draw a saved trace (``run --save DIR --trace``: ``DIR/trace.npz``).
 
-Kinds (the data: :mod:`plena_sim.trace_series`, exact integers per time bin): ``utilization`` -- per unit (M V S
+Kinds (the data: :mod:`plena_sim.trace.series`, exact integers per time bin): ``utilization`` -- per unit (M V S
 H C) the busy fraction of each time bin (the union of the unit's instruction spans: never above 1);
 ``bandwidth`` -- HBM bytes read and written per cycle (= GB/s) in each bin, each DMA's bytes spread uniformly
 over its span; ``regions`` -- a horizontal bar per code region path (coloured by its depth): its inclusive
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console
 
-    from plena_sim.trace import Trace
+    from plena_sim.trace.ring import Trace
 
 __all__ = ["register", "cmd_plot", "plot_series", "KINDS", "PLOT_FILES", "DEFAULT_BINS"]
 
@@ -92,8 +92,8 @@ def cmd_plot(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def plot_series(trace: Trace, kind: str, bins: int) -> dict[str, Any]:
-    """The data series of ``kind`` (:mod:`plena_sim.trace_series`)."""
-    from plena_sim import trace_series
+    """The data series of ``kind`` (:mod:`plena_sim.trace.series`)."""
+    from plena_sim.trace import series as trace_series
 
     if kind == "utilization":
         return trace_series.utilization_series(trace, bins)
@@ -103,7 +103,7 @@ def plot_series(trace: Trace, kind: str, bins: int) -> dict[str, Any]:
 
 
 def _trace_path(target: str) -> Path:
-    from plena_sim.trace_file import TRACE_FILE
+    from plena_sim.trace.file import TRACE_FILE
 
     path = Path(target)
     if path.is_dir():
@@ -137,7 +137,7 @@ def _require_matplotlib() -> None:
 
 
 def _load(path: Path) -> Trace:
-    from plena_sim.trace_file import load_trace
+    from plena_sim.trace.file import load_trace
 
     try:
         return load_trace(path)

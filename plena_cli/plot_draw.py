@@ -1,4 +1,4 @@
-"""The figures of ``plena-sim plot`` (one job: draw the series of :mod:`plena_sim.trace_series`, computing
+"""The figures of ``plena-sim plot`` (one job: draw the series of :mod:`plena_sim.trace.series`, computing
 nothing). matplotlib's object API on the Agg canvas: no display, no pyplot state. Imported only when drawing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from isa.encoding import UNIT_NAMES
-from plena_sim.trace import UNIT_LONG
+from plena_sim.trace.ring import UNIT_LONG
 
 __all__ = ["figure"]
 

@@ -103,8 +103,8 @@ def _pc_stalls(pc_extra: Any) -> Any:
     """Stall cycles per pc: the sum of the per-reason stall columns of the per-pc record."""
     import numpy as np
 
-    from plena_sim.rtl_timing import STALL_REASONS
-    from plena_sim.timing import X_STALL
+    from plena_sim.timing.rtl import STALL_REASONS
+    from plena_sim.timing.scoreboard import X_STALL
 
     return np.asarray(pc_extra, dtype=np.int64)[:, X_STALL : X_STALL + len(STALL_REASONS)].sum(axis=1)
 

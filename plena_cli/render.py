@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.status import Status
 
     from plena_sim.machine import RunResult
-    from plena_sim.trace import Trace
+    from plena_sim.trace.ring import Trace
 
 __all__ = [
     "consoles",
@@ -247,9 +247,9 @@ def render_trace(
     fault: dict[str, Any] | None = None,
 ) -> None:
     """Table of ``trace`` (its last ``last`` rows; ``wide``: every column; ``fault``: the faulting instruction
-    as its last row, :func:`plena_sim.trace.render_table`), per-opcode summary of ``full`` (default:
+    as its last row, :func:`plena_sim.trace.ring.render_table`), per-opcode summary of ``full`` (default:
     ``trace``) and the per-unit utilization bars of the run."""
-    from plena_sim.trace import render_summary, render_table, render_utilization
+    from plena_sim.trace.ring import render_summary, render_table, render_utilization
 
     shown = trace.filter(last=last) if last is not None else trace
     out.print(render_table(shown, title=escape(title) if title else None, wide=wide, fault=fault), soft_wrap=False)

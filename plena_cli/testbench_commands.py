@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from rich.status import Status
 
     from plena_sim.config import HardwareConfig
-    from plena_sim.trace import Trace
+    from plena_sim.trace.ring import Trace
     from testbenches.harness import Case, Report
 
 __all__ = ["register", "cmd_list", "cmd_run", "cmd_mutants"]
@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_list(args: argparse.Namespace, out: Console, err: Console) -> int:
     import testbenches
-    from plena_sim.presets import load_preset
+    from plena_sim.config.presets import load_preset
 
     cfg = load_preset(args.hw) if args.hw else None
     if args.name:
@@ -199,7 +199,7 @@ def _defaults_text(defaults: Mapping[str, Any], cfg: HardwareConfig | None) -> s
 # ----------------------------------------------------------------------------------------- run
 
 
-#: the files of a ``run --save DIR`` set (state.npz: a faulting run's post-mortem, plena_sim.postmortem)
+#: the files of a ``run --save DIR`` set (state.npz: a faulting run's post-mortem, plena_sim.trace.postmortem)
 #: (trace.npz: a traced run's records; plot-*: what ``plena-sim plot DIR`` wrote, replaced with the set)
 SAVE_FILES: tuple[str, ...] = (
     *("program.asm", "program.mem", "arrays.npz", "state.npz", "trace.npz", "result.json"),
@@ -335,11 +335,11 @@ def _save(
     save: DirTransaction, case: Case, outputs: _Outputs, doc: dict[str, Any], replay: Mapping[str, bytes | str]
 ) -> None:
     """``--save DIR``: program.asm, program.mem, arrays.npz (inputs, golden, output), state.npz (a fault's
-    post-mortem), trace.npz (a traced run's records, :mod:`plena_sim.trace_file`), result.json and the replay set
+    post-mortem), trace.npz (a traced run's records, :mod:`plena_sim.trace.file`), result.json and the replay set
     (:mod:`.replay`), swapped in for DIR as one set."""
     import numpy as np
 
-    from plena_sim.trace_file import trace_npz_bytes
+    from plena_sim.trace.file import trace_npz_bytes
 
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in case.inputs.items()}
     golden = case.golden if case.golden is not None else outputs.golden

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def timing_doc(cfg: HardwareConfig, mode: str) -> dict:
     """The JSON document of ``plena-sim timing --json``."""
-    from plena_sim.rtl_timing import RTL_FILE, opcode_cost_table, rtl_data
+    from plena_sim.timing.rtl import RTL_FILE, opcode_cost_table, rtl_data
 
     doc = {
         "timing_mode": mode,

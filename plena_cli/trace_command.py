@@ -30,7 +30,7 @@ from .run_source import SourceRun, add_source_args, check_source_args, fault_row
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from plena_sim.trace import Trace
+    from plena_sim.trace.ring import Trace
 
 __all__ = ["register", "cmd_trace"]
 
@@ -171,7 +171,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _filters(args: argparse.Namespace) -> _Filters:
-    from plena_sim.trace import parse_units
+    from plena_sim.trace.ring import parse_units
 
     pc_range = None
     if args.pc:

@@ -12,7 +12,7 @@ importing the module that usually raises them. A key shown in a message is escap
 Both are ``ValueError`` s. And one request from outside the program:
 
 * :class:`RunStopped` -- a stop request (an interrupt signal, a time limit) raised by the caller's signal or
-  timer handler (see :mod:`plena_sim.stop`); a ``BaseException``, so ``except Exception`` never swallows it.
+  timer handler (see :mod:`plena_sim.limits.stop`); a ``BaseException``, so ``except Exception`` never swallows it.
 """
 
 from __future__ import annotations

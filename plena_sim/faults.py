@@ -19,7 +19,7 @@ by_opcode, counters unchanged). ``ctrl[CTRL_PC]`` stays at the faulting instruct
 
 Check order (isa.md §8, memory.md §5.2)
 =======================================
-Before each instruction: BUDGET (the work budget of :mod:`plena_sim.budget`: the units used so far plus the
+Before each instruction: BUDGET (the work budget of :mod:`plena_sim.limits.budget`: the units used so far plus the
 instruction's own exceed ``max_instructions``; one unit per instruction, so ``retired == max_instructions`` for a
 program without H_* and matrix instructions), then the runaway increment and
 LP-RUNAWAY, then decode (IL-OPC). Within an instruction: IL -> CF -> LP -> AL -> BD. Within one class,
@@ -141,8 +141,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import bf16
-from .budget import MACS_PER_UNIT
+from .limits.budget import MACS_PER_UNIT
+from .numerics import bf16
 
 if TYPE_CHECKING:
     from isa.table import Instr
@@ -297,7 +297,7 @@ RULES: tuple[Rule, ...] = tuple(
             ("LP-NOMATCH", LoopFault, "C_LOOP_END needs an active loop on its counter register"),
             ("LP-BREAK", LoopFault, "C_BREAK needs an active loop with a matching C_LOOP_END"),
             ("LP-RUNAWAY", LoopFault, "a loop iteration must execute at most MAX_LOOP_INSTRUCTIONS instructions"),
-            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its work budget (plena_sim.budget)"),
+            ("BUDGET", InstructionBudgetExceeded, "the run must stay within its work budget (plena_sim.limits.budget)"),
             ("AL-VROW", AlignmentFault, "a VRAM row address must be a multiple of VLEN"),
             ("AL-MTILE", AlignmentFault, "an MRAM tile address must be a multiple of MLEN*MLEN"),
             (
@@ -412,7 +412,7 @@ def make_fault(
 
     ``program`` (an :class:`isa.program.Program`) supplies the source line, the text and the word;
     ``operand_values`` the register values of the instruction's operands (e.g. ``{"gp5": 8196}``).
-    Alternatively pass ``state`` (a :class:`~plena_sim.state.MachineState` at the fault, unchanged by
+    Alternatively pass ``state`` (a :class:`~plena_sim.memory.state.MachineState` at the fault, unchanged by
     the faulting instruction) and the operand values are read from it. ``word`` overrides the
     instruction word when no program is available.
     """

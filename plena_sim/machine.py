@@ -1,6 +1,6 @@
 """The Python API of the simulator: one :class:`Machine` = one configured PLENA accelerator.
 
-One job: wrap the architectural state (:class:`~plena_sim.state.MachineState`) and the two execution
+One job: wrap the architectural state (:class:`~plena_sim.memory.state.MachineState`) and the two execution
 backends behind a small, typed, host-friendly API.
 
 Quick start::
@@ -9,7 +9,7 @@ Quick start::
     from plena_sim.config import default_config
 
     m = Machine(default_config(), backend="numba")   # or backend="reference" (pure Python, slow)
-    m.hbm.write(0, image_bytes)                      # sparse HBM (plena_sim.hbm.Hbm)
+    m.hbm.write(0, image_bytes)                      # sparse HBM (plena_sim.hbm.storage.Hbm)
     m.write_fp_sram(0, [1.0, 0.5])                   # floats, rounded to bf16 (RNE)
     m.fp_sram[2] = 3.0                               # same, through the accessor
     m.int_sram[0:4] = [1, 2, 3, 4]                   # uint32 numpy view
@@ -22,7 +22,7 @@ Quick start::
 
 State accessors
 ---------------
-* ``m.hbm`` -- the :class:`~plena_sim.hbm.Hbm` (``read(addr, n)``, ``write(addr, data)``,
+* ``m.hbm`` -- the :class:`~plena_sim.hbm.storage.Hbm` (``read(addr, n)``, ``write(addr, data)``,
   ``load_image(bytes, base)``).
 * ``m.vram`` -- :class:`VramView`: ``read(addr, rows=1) -> float32[rows, VLEN]`` (``addr`` an element
   address, multiple of VLEN), ``write(addr, values)`` (values ``[rows, VLEN]`` or ``[VLEN]``, rounded
@@ -37,7 +37,7 @@ State accessors
   ints), ``SCALE``, ``STRIDE``, ``V_MASK``, ``pc``, ``loop_stack`` (list of ``(start_pc, reg, count)``
   outermost first). ``m.set_reg(name, value)`` writes ``gpN``/``fN``/``aN``/``SCALE``/``STRIDE``/
   ``V_MASK`` (writes to gp0/f0 are discarded, as in hardware).
-* ``m.state`` -- the underlying :class:`~plena_sim.state.MachineState` (arrays shared with the backends).
+* ``m.state`` -- the underlying :class:`~plena_sim.memory.state.MachineState` (arrays shared with the backends).
 
 Running
 -------
@@ -47,16 +47,16 @@ timing=None)`` starts at pc 0 with an empty loop stack and a fresh timing state 
 ``resume=True`` continues from the current pc, loop stack *and* timing state instead, e.g. after a
 BUDGET fault) and returns a :class:`RunResult`:
 
-* ``max_instructions``: the work budget (:mod:`plena_sim.budget`; default 10^9): every instruction counts 1,
+* ``max_instructions``: the work budget (:mod:`plena_sim.limits.budget`; default 10^9): every instruction counts 1,
   each DMA row and each 4096 matrix MACs of an instruction 1 more; the instruction that would exceed it is a
-  BUDGET fault (``InstructionBudgetExceeded``). Stop requests (signals, :mod:`plena_sim.stop`) stop a run at an
+  BUDGET fault (``InstructionBudgetExceeded``). Stop requests (signals, :mod:`plena_sim.limits.stop`) stop a run at an
   instruction boundary within milliseconds: the handler's :class:`~plena_sim.errors.RunStopped` propagates
   with the instructions retired, and ``resume=True`` continues exactly from there.
 
 * ``timing``: ``"serial"`` (timing.md §3, Σ latencies), ``"overlap"`` (§4 scoreboard) or ``"rtl"`` (the
-  RTL-calibrated pipelines and hazards of docs/timing.md, data in ``plena_sim/data/rtl_timing_v1.toml``); None =
+  RTL-calibrated pipelines and hazards of docs/timing.md, data in ``plena_sim/timing/data/rtl_timing_v1.toml``); None =
   the Machine's default. All are computed inside the run loop; H_* latencies come from the HBM bank model
-  (:mod:`plena_sim.hbm_timing`) with t0 = the instruction's start / issue cycle.
+  (:mod:`plena_sim.hbm.timing`) with t0 = the instruction's start / issue cycle.
 * ``instructions`` (retired), ``cycles`` (this call, in the selected mode), ``stats`` dict (timing.md
   §6): ``schema``, ``backend``, ``timing_mode``, ``config`` (topology, DC_EN, BMM_SCALE, preset),
   ``instructions``, ``cycles``, ``time_ns``, ``by_opcode`` (mnemonic -> count), ``by_unit`` (M/V/S/H/C
@@ -66,16 +66,16 @@ BUDGET fault) and returns a :class:`RunResult`:
   ``achieved_bandwidth_GBps``, ``dma_bandwidth_GBps``, ``peak_bandwidth_GBps``), ``mx``
   (``nan_encoded``, ``saturated``), ``overlap`` (overlap mode only: ``stall_unit``, ``stall_data``,
   ``issue_cycles``), ``busy`` / ``stalls`` / ``critical_path`` / ``mac_utilization`` (every model, and
-  ``unvalidated`` under rtl: :mod:`plena_sim.timing_stats`), ``host_seconds``, ``sim_cycles_per_second``,
+  ``unvalidated`` under rtl: :mod:`plena_sim.timing.stats`), ``host_seconds``, ``sim_cycles_per_second``,
   ``jit_compile_seconds``, ``fault``
   (None or the fault's dict), ``regions`` (one dict per code region path of the program -- ``path``,
   ``instructions``, ``cycles_exclusive``, ``cycles_inclusive``, ``macs``, ``hbm_read_bytes``, ``hbm_write_bytes``,
   ``mac_utilization``, ``busy``, ``stalls`` -- then ``(unlabelled)``: the words in
   no region; the exclusive figures sum exactly to the run's instructions, cycles and MACs, also after a fault;
-  :mod:`plena_sim.regions`);
+  :mod:`plena_sim.timing.regions`);
 * ``fault``: None, or the :class:`~plena_sim.faults.SimFault` (only with ``raise_on_fault=False``);
 * ``trace``: with ``trace=True`` (capacity :data:`DEFAULT_TRACE_CAPACITY`) or ``trace=N`` (ring of the
-  newest N records), a :class:`plena_sim.trace.Trace` recorded inside the run loop (both backends,
+  newest N records), a :class:`plena_sim.trace.ring.Trace` recorded inside the run loop (both backends,
   identical records); None otherwise (no cost beyond one branch per instruction).
 
 On a fault (default) the typed :class:`~plena_sim.faults.SimFault` subclass is raised with the
@@ -102,13 +102,13 @@ from isa.encoding import UNIT_NAMES, opcode_units
 from isa.program import Program
 from isa.table import BY_OPCODE, REGISTER_COUNT
 
-from . import bf16
 from . import faults as F
-from .budget import MAX_BUDGET
-from .config import HardwareConfig, check_program_memory, default_config
-from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
-from .timing import check_mode
-from .timing_stats import pc_profile, profile_fields, run_profile
+from .config.hardware import HardwareConfig, check_program_memory, default_config
+from .limits.budget import MAX_BUDGET
+from .memory.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
+from .numerics import bf16
+from .timing.scoreboard import check_mode
+from .timing.stats import pc_profile, profile_fields, run_profile
 
 __all__ = ["Machine", "RunResult", "VramView", "FpSramView", "BACKENDS", "to_program"]
 
@@ -191,7 +191,7 @@ class RunResult:
     cycles: int
     stats: dict
     fault: F.SimFault | None = None
-    trace: object | None = None  # plena_sim.trace.Trace with run(trace=...)
+    trace: object | None = None  # plena_sim.trace.ring.Trace with run(trace=...)
     outcome: Outcome | None = field(default=None, repr=False)
 
 
@@ -238,9 +238,9 @@ class Machine:
         self, cfg: HardwareConfig | str | None = None, backend: str = "numba", *, hbm=None, timing: str = "serial"
     ):
         """``cfg``: a :class:`HardwareConfig`, a hardware preset name (``"v80-128x64"``, see
-        :mod:`plena_sim.presets`), or None for the reference machine."""
+        :mod:`plena_sim.config.presets`), or None for the reference machine."""
         if isinstance(cfg, str):
-            from .presets import load_preset
+            from .config.presets import load_preset
 
             cfg = load_preset(cfg)
         if backend not in BACKENDS:
@@ -337,7 +337,9 @@ class Machine:
         words = np.array(prog.words, dtype=np.uint32)
         budget = 10**9 if max_instructions is None else int(max_instructions)
         if not 0 <= budget <= MAX_BUDGET:
-            raise ValueError(f"max_instructions={budget} is outside [0, 2^63-1] (the work budget, plena_sim.budget)")
+            raise ValueError(
+                f"max_instructions={budget} is outside [0, 2^63-1] (the work budget, plena_sim.limits.budget)"
+            )
         mode = self.timing if timing is None else timing
         check_mode(mode)
         cap = 0 if trace is False or trace is None else (DEFAULT_TRACE_CAPACITY if trace is True else int(trace))
@@ -364,7 +366,7 @@ class Machine:
         stats["regions"] = self._regions(prog, outcome)
         trace_obj = None
         if cap:
-            from .trace import Trace
+            from .trace.ring import Trace
 
             trace_obj = Trace.from_timing(st.timing, prog, self.cfg)
         fault = None
@@ -379,10 +381,10 @@ class Machine:
         return result
 
     def _regions(self, prog: Program, outcome: Outcome) -> list[dict]:
-        """``stats["regions"]`` (:mod:`plena_sim.regions`) of one run of ``prog``."""
+        """``stats["regions"]`` (:mod:`plena_sim.timing.regions`) of one run of ``prog``."""
         from isa.table import mac_table
 
-        from .regions import pc_macs, region_stats
+        from .timing.regions import pc_macs, region_stats
 
         cfg = self.cfg
         macs = mac_table(cfg.MLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT)
@@ -395,7 +397,7 @@ class Machine:
         return region_stats(prog.regions, outcome.pc_count, outcome.pc_cycles, per_pc_macs, profile, fields)
 
     def _stats(self, outcome: Outcome, host_seconds: float, jit_seconds: float = 0.0) -> dict:
-        from .timing import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT
+        from .timing.scoreboard import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT
 
         by_opcode = {BY_OPCODE[op].mnemonic: int(n) for op, n in enumerate(outcome.by_opcode) if n and op in BY_OPCODE}
         by_unit = {u: 0 for u in UNIT_NAMES}

@@ -1,6 +1,6 @@
 """Reference interpreter: plain Python/numpy, written for clarity, one small function per instruction.
 
-One job: execute a program on a :class:`~plena_sim.state.MachineState` exactly as ``isa.md`` and
+One job: execute a program on a :class:`~plena_sim.memory.state.MachineState` exactly as ``isa.md`` and
 ``memory.md`` §5 say, so that the fast Numba core (``plena_sim.core``) can be checked against it array
 by array and fault record by fault record.
 
@@ -35,12 +35,12 @@ Decisions where the spec leaves a bit pattern open (documented for the Numba cor
 * V_EXP_V / S_EXP_FP of a NaN return that NaN (sign kept).
 * V_RED_MAX with every candidate NaN leaves ``fp[rd]`` bit-for-bit unchanged; otherwise the chosen
   value's bf16 bits are copied exactly.
-* Cycles: :func:`plena_sim.latency.instruction_latency` for the fixed latencies; H_* latencies from
-  the pure-Python HBM twin :func:`plena_sim.hbm_timing.schedule_py`; serial (timing.md §3) or overlap
+* Cycles: :func:`plena_sim.timing.latency.instruction_latency` for the fixed latencies; H_* latencies from
+  the pure-Python HBM twin :func:`plena_sim.hbm.timing.schedule_py`; serial (timing.md §3) or overlap
   (§4, the plain-Python scoreboard functions ``resources_py`` / ``sb_issue_py`` / ``sb_commit_py`` of
-  :mod:`plena_sim.timing`, the same source the core compiles) accounting.
+  :mod:`plena_sim.timing.scoreboard`, the same source the core compiles) accounting.
 * Trace: with a trace capacity, every retired instruction appends the same record as the core's
-  (``plena_sim.timing.trace_record_py`` into the TimingState's ring), so traces compare record for record.
+  (``plena_sim.timing.scoreboard.trace_record_py`` into the TimingState's ring), so traces compare record for record.
 """
 
 from __future__ import annotations
@@ -57,15 +57,15 @@ from isa.encoding import decode_program
 from isa.program import Program
 from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
 
-from . import bf16
 from . import faults as F
-from .budget import work_table
-from .config import MxType
+from .config.hardware import MxType
 from .errors import RunStopped
-from .hbm import hbm_note_read
-from .latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
-from .numerics import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
-from .state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
+from .hbm.storage import hbm_note_read
+from .limits.budget import work_table
+from .memory.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
+from .numerics import bf16
+from .numerics.formats import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
+from .timing.latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
 
 __all__ = ["execute", "HANDLERS", "BY_OPCODE"]
 
@@ -994,7 +994,7 @@ def _words_of(program_words) -> list[int]:
 
 
 def _dma_geom(cfg, f):
-    from .hbm_timing import dma_geometry
+    from .hbm.timing import dma_geometry
 
     dop = {_OP_HPM: 0, _OP_HPV: 1, _OP_HSV: 2}[f.opcode]
     return dma_geometry(cfg, dop, 0 if f.funct1 == 0 else 1)
@@ -1002,7 +1002,7 @@ def _dma_geom(cfg, f):
 
 def _reg_value(st, kind, idx) -> int:
     """Trace value of a register (timing.REG_* kinds; bf16 bits for f, raw u64 for a)."""
-    from . import timing as T
+    from .timing import scoreboard as T
 
     if kind == T.REG_GP:
         return int(st.gp[idx])
@@ -1023,8 +1023,8 @@ def _timing_step(tm, st, f, g, aux, table, sets, pc, pcx, rpc):
     """Account one retired instruction on ``tm`` (a reference-backend TimingState) in its mode, booking pc's row
     of ``pcx`` (busy, HBM bytes, stalls); ``g`` = (gp[rd], gp[rs1], gp[rs2]) at issue, ``sets`` = (rr, wr), ``rpc``
     the per-pc rtl costs. Returns ``(issue, latency, unit, is_dma)``."""
-    from . import rtl_timing as RT
-    from . import timing as T
+    from .timing import rtl as RT
+    from .timing import scoreboard as T
 
     o = f.opcode
     is_h = o in (_OP_HPM, _OP_HPV, _OP_HSV)
@@ -1061,8 +1061,8 @@ def _timing_step(tm, st, f, g, aux, table, sets, pc, pcx, rpc):
 
 def _issue(tm, unit, rr, nr, wr, nw, pc, pcx, rpc) -> int:
     """The issue cycle under overlap (timing.md §4) or rtl (docs/timing.md)."""
-    from . import rtl_timing as RT
-    from . import timing as T
+    from .timing import rtl as RT
+    from .timing import scoreboard as T
 
     if tm.mode_code == T.MODE_OVERLAP:
         issue = T.sb_issue_py(tm.ts, unit, rr, nr, wr, nw, tm.ready, tm.rdone)
@@ -1074,8 +1074,8 @@ def _issue(tm, unit, rr, nr, wr, nw, pc, pcx, rpc) -> int:
 
 def _dma_latency(tm, st, f, g_rs1: int, issue: int, pc: int, pcx) -> int:
     """The HBM twin's latency of an H_* started at ``issue``; books its busy cycles and HBM bytes on pc's row."""
-    from . import timing as T
-    from .hbm_timing import dma_blocks_py, dma_row_ranges, schedule_py
+    from .hbm.timing import dma_blocks_py, dma_row_ranges, schedule_py
+    from .timing import scoreboard as T
 
     geom = _dma_geom(st.cfg, f)
     pitch = int(st.ctrl[CTRL_STRIDE]) if f.rs3 == 1 else geom.elem_len
@@ -1122,8 +1122,8 @@ def execute(
     ``timing`` / ``trace_capacity``: as :func:`plena_sim.core.execute` (with a capacity, the trace ring
     of the TimingState receives the same records as the core writes).
     """
-    from . import timing as T
-    from .timing import MAX_RANGES, T_CYCLES
+    from .timing import scoreboard as T
+    from .timing.scoreboard import MAX_RANGES, T_CYCLES
 
     words = _words_of(program_words)
     n = len(words)
@@ -1151,7 +1151,7 @@ def execute(
             if pc >= n:
                 break
             w = int(work_of[words[pc] & _OPC.max])
-            if work + w > max_instructions:  # the work budget (plena_sim.budget)
+            if work + w > max_instructions:  # the work budget (plena_sim.limits.budget)
                 fault = _budget_record(pc, retired, work, w, max_instructions)
                 break
             depth = int(st.ctrl[CTRL_LOOP_DEPTH])
@@ -1210,7 +1210,7 @@ def _trace_record(tm, st, f, pc, seq, timed, g, aux, sets, before) -> None:
     """Append the trace record of a retired instruction, as the core's ``trace_after`` does: ``timed`` =
     (issue, latency, unit, is_dma), ``before`` = (register kind, index, old value, HBM requests) taken before it
     ran."""
-    from . import timing as T
+    from .timing import scoreboard as T
 
     issue, lat, unit, is_h = timed
     rkind, ridx, rold, req0 = before
@@ -1234,8 +1234,8 @@ def _trace_record(tm, st, f, pc, seq, timed, g, aux, sets, before) -> None:
 
 def _rtl_costs(tm, words: list[int]) -> np.ndarray | None:
     """The per-pc rtl costs of the program (None in the other timing models)."""
-    from . import timing as T
-    from .rtl_timing import rtl_pc_costs, rtl_table
+    from .timing import scoreboard as T
+    from .timing.rtl import rtl_pc_costs, rtl_table
 
     if tm.mode_code != T.MODE_RTL:
         return None

@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from plena_sim.config import HardwareConfig, MxType
 from plena_sim.machine import Machine
-from plena_sim.numerics import decode_tensor, encode_tensor
+from plena_sim.numerics.formats import decode_tensor, encode_tensor
 from programs.common import rp
 from programs.hbm_tensors import HbmTensor
 from programs.model.decoder import (

@@ -105,7 +105,7 @@ def count_golden(allowed: npt.NDArray[np.bool_], q0: int, br: int, M: int, causa
     allowed key has p = 1 exactly, m = 0): the number of allowed keys, as the kernel accumulates it -- an f32 sum of
     the kv tile's ones added to l, rounded to bf16 when l is stored after each visited kv tile (§3.7; masked keys
     give p ~ 6e-39, below an f32 ulp of l).  Exact up to 256 keys: one added or dropped key changes it."""
-    from plena_sim.bf16 import round_values
+    from plena_sim.numerics.bf16 import round_values
 
     L = allowed.shape[1]
     rows = allowed[q0 : q0 + br]

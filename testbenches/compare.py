@@ -22,7 +22,7 @@ the sizes the row depends on (``n_chunks``, ``bias``, ``nb``, ``Tk``, ``smax_r``
 up by name.  The table is never loosened to make a case pass (§5.2).
 
 Every SRAM dump is decoded as bf16, never fp16: :func:`bf16_decode` / :func:`bf16_encode` are the
-host bf16 codec of :mod:`plena_sim.bf16` (``decode`` / ``encode``) under the names the testbenches use.
+host bf16 codec of :mod:`plena_sim.numerics.bf16` (``decode`` / ``encode``) under the names the testbenches use.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any, SupportsInt, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from plena_sim.bf16 import decode as bf16_decode
-from plena_sim.bf16 import encode as bf16_encode
-from plena_sim.bf16 import round_values
+from plena_sim.numerics.bf16 import decode as bf16_decode
+from plena_sim.numerics.bf16 import encode as bf16_encode
+from plena_sim.numerics.bf16 import round_values
 
 __all__ = [
     "abs_matmul",

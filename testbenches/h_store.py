@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from plena_sim.config import HardwareConfig
-from plena_sim.numerics import decode_tensor, encode_tensor
+from plena_sim.numerics.formats import decode_tensor, encode_tensor
 from programs.common import rp
 from programs.elementwise import emit_scale_rows, plan_scale_rows
 from programs.hbm_tensors import preload_act, store_act

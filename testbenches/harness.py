@@ -21,7 +21,7 @@ Building a case: :class:`CaseBuilder`
 
 * ``cb.rng`` -- ``numpy.random.default_rng(params.get("seed", 0))``; ``cb.randn(shape, scale)``;
 * ``cb.tensor(name, values, cls, alloc_rows=None, alloc_elems=None) -> (HbmTensor, float64 values)``:
-  places a 2-D host tensor in the HBM image with the project's :class:`~plena_sim.image.ImageBuilder`
+  places a 2-D host tensor in the HBM image with the project's :class:`~plena_sim.memory.image.ImageBuilder`
   (64-byte aligned base, slack rows up to ``alloc_rows``/``alloc_elems`` so SCALE = element bytes including
   slack; the slack of an input holds finite random N(0, 1) data from a stream of its own, ``cb.fill_slack``, so
   that a kernel reading one element too many visibly changes its result, while the inputs stay those of the
@@ -102,11 +102,11 @@ import numpy as np
 import numpy.typing as npt
 
 from isa.safetext import json_text
-from plena_sim import bf16
 from plena_sim.config import HardwareConfig, MxType
-from plena_sim.hbm import NO_PAGE, PAGE_SIZE
-from plena_sim.image import ImageBuilder, Placement, tensor_layout
-from plena_sim.numerics import decode_tensor, encode_tensor
+from plena_sim.hbm.storage import NO_PAGE, PAGE_SIZE
+from plena_sim.memory.image import ImageBuilder, Placement, tensor_layout
+from plena_sim.numerics import bf16
+from plena_sim.numerics.formats import decode_tensor, encode_tensor
 from programs.asm import Asm, GeneratorError
 from programs.hbm_tensors import HbmTensor, set_addr_regs
 
@@ -413,7 +413,7 @@ class Report:
     expected: tuple[str, ...] | None = None
     summary: str = ""
     workdir: str | None = None
-    trace: object = field(default=None, repr=False)  # plena_sim.trace.Trace with run(trace=...)
+    trace: object = field(default=None, repr=False)  # plena_sim.trace.ring.Trace with run(trace=...)
     #: the workdir's files by name (bytes), with run(keep_artifacts=True): what a caller saves without a workdir
     artifacts: dict[str, bytes] = field(default_factory=dict, repr=False)
     #: in-process end to end (case building to verdict) and its split, see :data:`PHASES`
@@ -1038,9 +1038,9 @@ def run(
 
 
 def _post_mortem(m: Machine, prog: Program, fault: object) -> dict[str, np.ndarray] | None:
-    """The state.npz arrays of a faulting run (:mod:`plena_sim.postmortem`), None if it did not fault."""
+    """The state.npz arrays of a faulting run (:mod:`plena_sim.trace.postmortem`), None if it did not fault."""
     from plena_sim.faults import SimFault
-    from plena_sim.postmortem import fault_state
+    from plena_sim.trace.postmortem import fault_state
 
     return fault_state(m.state, prog, fault) if isinstance(fault, SimFault) else None
 

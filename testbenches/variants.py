@@ -1,6 +1,6 @@
 """Configuration variants of the testbenches, built in memory (kernels.md §4.1).
 
-A variant is a hardware preset (:mod:`plena_sim.presets`) plus a few CONFIG overrides.
+A variant is a hardware preset (:mod:`plena_sim.config.presets`) plus a few CONFIG overrides.
 ``get_config(variant, extra=None, hw=None)`` returns the immutable
 :class:`~plena_sim.config.HardwareConfig`: the variant's own preset (or ``hw``, default
 ``transactional``, for the variants that do not fix the machine), then the variant's overrides, then
@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from plena_sim.config import HardwareConfig
-from plena_sim.presets import DEFAULT_PRESET, load_preset
+from plena_sim.config.presets import DEFAULT_PRESET, load_preset
 
 __all__ = ["Variant", "VARIANTS", "get_config", "variant_names", "machine_of", "fixes_machine"]
 

@@ -74,7 +74,7 @@ def code_version() -> str:
 
 def point_row(p: Point, sweep: str, version: str, status: str = "pending", message: str = "") -> dict[str, Any]:
     """A point's row before it runs: what it is and the machine it runs on."""
-    from plena_sim.presets import load_preset
+    from plena_sim.config.presets import load_preset
 
     cfg = load_preset(p.preset, p.set_hw).values() if status != "filtered" else {}
     row: dict[str, Any] = {

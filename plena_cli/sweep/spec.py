@@ -156,8 +156,8 @@ class SweepSpec:
 
     def _check(self, point: Point) -> Point | Filtered:
         """The point with its derived hardware keys, or why it is dropped."""
+        from plena_sim.config.presets import load_preset
         from plena_sim.errors import ConfigError
-        from plena_sim.presets import load_preset
 
         try:
             base = load_preset(point.preset, point.set_hw).values()
@@ -271,7 +271,7 @@ class _Parser:
         return tuple(vals)
 
     def spec(self, doc: dict[str, Any]) -> SweepSpec:
-        from plena_sim.presets import preset_names
+        from plena_sim.config.presets import preset_names
 
         self.table(doc, "", _TOP_KEYS)
         hw = self.table(doc.get("hardware", {}), "hardware", _HW_KEYS)

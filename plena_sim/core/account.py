@@ -1,7 +1,7 @@
 """Cycle accounting and the trace ring of one retired instruction (timing.md §3-§5).
 
 One job: charge the instruction's latency (serial: Σ latencies; overlap: the §4 scoreboard of
-:mod:`plena_sim.timing`; H_*: the HBM bank model of :mod:`plena_sim.hbm_timing`, started at the issue
+:mod:`plena_sim.timing.scoreboard`; H_*: the HBM bank model of :mod:`plena_sim.hbm.timing`, started at the issue
 cycle) and append its trace record.
 """
 
@@ -12,11 +12,11 @@ from numba import njit
 
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, FAM_DMA
 
-from .. import hbm_timing as HT
-from .. import rtl_timing as RT
-from .. import timing as TM
-from ..polling import stop_requested
-from ..state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
+from ..hbm import timing as HT
+from ..limits.polling import stop_requested
+from ..memory.state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
+from ..timing import rtl as RT
+from ..timing import scoreboard as TM
 
 
 @njit(cache=True)
@@ -93,7 +93,7 @@ def account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr):
 @njit(cache=True)
 def account_rtl(pc, o, f, g, aux, unit, ts, ready, rdone, cv, rr, wr, rtl, pcx):
     """The rtl model (docs/timing.md) for a fixed-cost instruction: returns (issue cycle, done latency).
-    ``rtl`` = (wcls, per-pc costs of :func:`plena_sim.rtl_timing.rtl_pc_costs`, hazard table)."""
+    ``rtl`` = (wcls, per-pc costs of :func:`plena_sim.timing.rtl.rtl_pc_costs`, hazard table)."""
     wcls, rpc, hz = rtl
     nr, nw = TM.resources_nb(o, f[0], f[1], f[2], f[3], f[4], f[5], g[0], g[1], g[2], aux, cv, rr, wr)
     pipe = rpc[RT.PC_PIPE, pc]

@@ -14,7 +14,7 @@ from numba import njit
 from isa.table import EXP_CLAMP
 
 from ..faults import INT64_MAX
-from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
+from ..numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 from .slots import RUN_FAULT
 
 

@@ -15,7 +15,7 @@ from numba import njit
 from isa.encoding import ALU_ADDR, ALU_BREAK, ALU_END, ALU_SCALE, ALU_STRIDE, FAM_CREG
 
 from ..faults import R_LP_BREAK, R_LP_NOMATCH
-from ..state import CTRL_LOOP_DEPTH, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
+from ..memory.state import CTRL_LOOP_DEPTH, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
 from .common import fault
 from .slots import OPND_NONE, OPND_RD, RUN_GROW_LOOP, RUN_OK
 

@@ -3,7 +3,7 @@
 One job: move rows between the sparse HBM and MRAM / VRAM with MX or plain encode / decode, after every
 alignment and bounds check (precise faults). A store that needs more spare HBM pool pages returns
 ``RUN_NEED_PAGES`` before it changes anything. IL-AREG is a static check (:mod:`.static`). A transfer polls the
-stop flag (:mod:`plena_sim.stop`) between its rows, and what it counts is committed only when it retires.
+stop flag (:mod:`plena_sim.limits.stop`) between its rows, and what it counts is committed only when it retires.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from numba import njit
 from isa.encoding import ALU_PREFETCH_M, ALU_PREFETCH_V, ALU_STORE_V
 
 from ..faults import R_AL_MTILE, R_AL_MX, R_AL_VROW, R_BD_HBM, R_BD_MTILE, R_BD_VROW
-from ..hbm import hbm_missing_pages_after, hbm_note_read, hbm_read, hbm_write
-from ..numerics import (
+from ..hbm.storage import hbm_missing_pages_after, hbm_note_read, hbm_read, hbm_write
+from ..limits.polling import stop_requested
+from ..memory.state import CTRL_SCALE, CTRL_STRIDE
+from ..numerics.formats import (
     bf16_bits_to_f32,
     f32_to_bf16_bits,
     mx_decode_row,
@@ -23,8 +25,6 @@ from ..numerics import (
     plain_decode_row,
     plain_encode_row,
 )
-from ..polling import stop_requested
-from ..state import CTRL_SCALE, CTRL_STRIDE
 from .common import fault, sat_add
 from .slots import (
     CFG_HBM_SIZE,

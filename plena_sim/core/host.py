@@ -15,15 +15,15 @@ from isa.encoding import N_OPCODES, decode_program, encode
 from isa.program import Program
 from isa.table import TOPK_POLICIES
 
-from .. import timing as TM
-from ..budget import work_table
 from ..errors import RunStopped
 from ..faults import FAULT_RECORD_LEN, R_IL_OPC
-from ..latency import latency_table
-from ..rtl_timing import PC_II, PC_N, rtl_pc_costs, rtl_table
-from ..state import CTRL_PC, MachineState, Outcome
-from ..stop import after_stop, poll_array
-from ..stop import current as current_stop_flag
+from ..limits.budget import work_table
+from ..limits.stop import after_stop, poll_array
+from ..limits.stop import current as current_stop_flag
+from ..memory.state import CTRL_PC, MachineState, Outcome
+from ..timing import scoreboard as TM
+from ..timing.latency import latency_table
+from ..timing.rtl import PC_II, PC_N, rtl_pc_costs, rtl_table
 from .common import fault
 from .loop import run
 from .slots import (
@@ -127,7 +127,7 @@ def _i64(a) -> np.ndarray:
 
 def _program(program_words, par: tuple, work: np.ndarray) -> tuple:
     """(opcodes, words, the WORD_FIELDS arrays, facts) of a program: the per-pc facts of :func:`.static.per_pc`
-    and the budget units of each pc (``work`` = :func:`plena_sim.budget.work_table` per opcode)."""
+    and the budget units of each pc (``work`` = :func:`plena_sim.limits.budget.work_table` per opcode)."""
     if isinstance(program_words, Program):
         program_words = program_words.words
     dec = decode_program(program_words)
@@ -146,7 +146,7 @@ def _timing(tm, rpc: np.ndarray) -> tuple:
 
 
 def _rtl_costs(tm, prog: tuple) -> np.ndarray:
-    """The per-pc rtl costs of the program (:func:`plena_sim.rtl_timing.rtl_pc_costs`); a 1-column dummy in the
+    """The per-pc rtl costs of the program (:func:`plena_sim.timing.rtl.rtl_pc_costs`); a 1-column dummy in the
     other models (the loop never reads it there)."""
     if tm.mode_code != TM.MODE_RTL:
         return np.zeros((PC_N, 1), dtype=np.int64)
@@ -163,15 +163,15 @@ def execute(
 ) -> Outcome:
     """Run ``program_words`` on ``state`` (from ``state.ctrl[CTRL_PC]``) with the Numba core.
 
-    Returns an :class:`~plena_sim.state.Outcome`: instructions retired, the fault record (or None),
+    Returns an :class:`~plena_sim.memory.state.Outcome`: instructions retired, the fault record (or None),
     retired count per opcode, the cycles this call added (timing.md §3 / §4 for ``timing`` =
     ``"serial"`` / ``"overlap"``; None keeps the mode of ``state.timing``, default serial) and the
     counters :data:`COUNTER_NAMES`. Timing state (cycles, scoreboard, HBM banks, trace ring of
     ``trace_capacity`` records) lives in ``state.timing`` and persists across calls until
     ``state.reset_timing()``. ``state`` is mutated in place (loop-stack arrays and the HBM page pool
-    may be replaced by larger ones). ``max_instructions`` is the work budget of :mod:`plena_sim.budget`.
+    may be replaced by larger ones). ``max_instructions`` is the work budget of :mod:`plena_sim.limits.budget`.
 
-    Stop requests: the loop polls the flag of :func:`plena_sim.stop.current` (every 8192 budget units and between
+    Stop requests: the loop polls the flag of :func:`plena_sim.limits.stop.current` (every 8192 budget units and between
     the rows of an H_* instruction); when it is set the loop returns at an instruction boundary and the pending
     signal handler runs (a :class:`~plena_sim.errors.RunStopped` it raises gets this call's retired count and
     propagates; the state is then that of the boundary: ``Machine.run(..., resume=True)`` continues exactly)."""
@@ -260,7 +260,7 @@ def _warm_up_program() -> list[int]:
 @lru_cache(maxsize=1)
 def jit_seconds() -> float:
     """Seconds the first :func:`warm_up` of this process took (JIT compile or cache load)."""
-    from ..config import load_config
+    from ..config.hardware import load_config
 
     t0 = time.perf_counter()
     cfg = load_config(

@@ -27,12 +27,12 @@ JIT_SOURCES: tuple[str, ...] = (
     "core/scalar.py",
     "core/static.py",
     "core/vector.py",
-    "hbm.py",
-    "hbm_layout.py",  # no @njit, but its slot constants are compiled into the kernels
-    "hbm_timing.py",
-    "latency.py",
-    "numerics.py",
-    "timing.py",
+    "hbm/layout.py",  # no @njit, but its slot constants are compiled into the kernels
+    "hbm/storage.py",
+    "hbm/timing.py",
+    "numerics/formats.py",
+    "timing/latency.py",
+    "timing/scoreboard.py",
 )
 _STAMP = "plena-sim-jit-sources.sha256"
 

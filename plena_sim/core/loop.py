@@ -1,24 +1,24 @@
 """The run loop: fetch -> static fault -> dispatch -> account -> trace -> retire (isa.md §8 order).
 
 One job: drive the unit files over the decoded program. The state arrives in a few typed tuples (built by
-:mod:`.host` from the :class:`~plena_sim.state.MachineState` and timing state) and is unpacked once, before
+:mod:`.host` from the :class:`~plena_sim.memory.state.MachineState` and timing state) and is unpacked once, before
 the loop: a call that passes a tuple of arrays pays a reference count per member on every call, so each unit
 gets only the plain arrays it uses (docs/performance.md). Dispatch is on the table's family / operation codes
 (:mod:`.static`), never on opcode numbers.
 
 Tuples: ``prog`` = (op, word, words, facts) with words the :data:`.static.WORD_FIELDS` arrays and facts the
 per-pc (latency, unit, C_BREAK target, bad-word flag) of :func:`.static.per_pc` and the per-pc work budget units
-(:mod:`plena_sim.budget`); ``regs`` = (gp, fp, areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram,
+(:mod:`plena_sim.limits.budget`); ``regs`` = (gp, fp, areg, ctrl, (loop start, reg, count)); ``mem`` = (vram, mram,
 fp_sram, int_sram, (page_index, pages, meta)); ``accs`` = (m, v, hm, hv accumulators); ``par`` = (cfg, fmt, latency
 table, macs, opcode tables, BMM_SCALE); ``tim`` = (ts, ready, rdone, cv, unit_of, HBM timing tuple, trace buffer,
 trace count, read set, write set, rtl tuple (wcls, per-pc rtl costs, hazard table)); ``out`` = (stats,
 (pc_count, pc_cycles, pc_extra), fault record, pages needed): the per-pc profile (pc_extra:
-:data:`plena_sim.timing.X_N` columns: DMA busy, HBM bytes, stalls by reason), instructions retired, the budget
-units used and the cycles they added (``ts[T_CYCLES]`` after the accounting minus before); serial fixed-latency
+:data:`plena_sim.timing.scoreboard.X_N` columns: DMA busy, HBM bytes, stalls by reason), instructions retired, the
+budget units used and the cycles they added (``ts[T_CYCLES]`` after the accounting minus before); serial fixed-latency
 instructions add exactly their ``lat_pc`` each, so the host derives those cycles (and the fixed busy cycles of every
 model) from the counts and the loop adds only the H_* and overlap / rtl ones (the host also derives the counts per
 opcode and the matrix MACs); ``scr`` = scratch (rowf, xbuf, wbuf, (ebuf, sbuf, fbuf, counts), logits, taken, sel,
-wts); ``stopf`` = the stop flag (:mod:`plena_sim.stop`), polled every :data:`POLL_UNITS` budget units and between
+wts); ``stopf`` = the stop flag (:mod:`plena_sim.limits.stop`), polled every :data:`POLL_UNITS` budget units and between
 the rows of an H_* instruction.
 """
 
@@ -48,9 +48,9 @@ from isa.encoding import (
 )
 
 from ..faults import INT64_MAX, R_BUDGET, R_IL_OPC, R_LP_RUNAWAY
-from ..polling import stop_requested
-from ..state import CTRL_LOOP_DEPTH, CTRL_PC
-from ..timing import (
+from ..limits.polling import stop_requested
+from ..memory.state import CTRL_LOOP_DEPTH, CTRL_PC
+from ..timing.scoreboard import (
     MODE_OVERLAP,
     MODE_SERIAL,
     T_BUSY,

@@ -39,7 +39,7 @@ from ..faults import (
     R_BD_MTILE,
     R_BD_VROW,
 )
-from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
+from ..numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import acc32, canon, dot, fault
 from .slots import (
     CFG_B,

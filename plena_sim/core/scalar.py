@@ -23,7 +23,7 @@ from isa.encoding import (
 )
 
 from ..faults import R_AL_VROW, R_BD_FPS, R_BD_INTS, R_BD_VROW
-from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
+from ..numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import exp_clamped, fault, nan32
 from .slots import CFG_FPS, CFG_INTS, CFG_V, CFG_VROWS, OPND_RD, OPND_RS1, RUN_OK
 

@@ -11,8 +11,8 @@ from ..faults import OPERAND_NAMES
 #: run-loop statuses: the PC left the program; the fault record is filled; a C_LOOP_START needs a larger
 #: loop stack; an H_STORE_V needs more spare HBM pool pages (the last two changed nothing); the word at the PC
 #: is not an instruction or fails a static check (the host writes its fault record: a once-per-run path); the stop
-#: flag (plena_sim.stop) is set: the loop stopped at an instruction boundary (an H_* instruction cut short between
-#: its rows changed only destination rows and re-executes from its start when the run resumes)
+#: flag (plena_sim.limits.stop) is set: the loop stopped at an instruction boundary (an H_* instruction cut short
+#: between its rows changed only destination rows and re-executes from its start when the run resumes)
 RUN_NAMES = ("done", "fault", "grow_loop", "need_pages", "static", "stop")
 (RUN_DONE, RUN_FAULT, RUN_GROW_LOOP, RUN_NEED_PAGES, RUN_STATIC, RUN_STOP) = range(len(RUN_NAMES))
 #: internal: the instruction executed (never returned by the loop)
@@ -20,7 +20,7 @@ RUN_OK = -1
 
 #: run statistics (the cycles are the timing state's counter; the matrix MACs are derived from the per-pc counts by
 #: the host, like the counts per opcode: the loop keeps per instruction only the retired count, the work budget
-#: units used (plena_sim.budget) and the profile)
+#: units used (plena_sim.limits.budget) and the profile)
 STAT_NAMES = ("retired", "work", "macs", "mx_nan", "mx_saturated", "hbm_payload_read", "hbm_payload_written")
 (STAT_RETIRED, STAT_WORK, STAT_MACS, STAT_MX_NAN, STAT_MX_SAT, STAT_HBM_RD, STAT_HBM_WR) = range(len(STAT_NAMES))
 N_STATS = len(STAT_NAMES)

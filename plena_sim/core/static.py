@@ -27,7 +27,7 @@ from isa.encoding import (
 from isa.table import INSTRUCTIONS, REGISTER_COUNT, Instr, mac_table
 
 from ..faults import OPERAND_INDEX, RULE_BY_ID
-from ..latency import instruction_latency
+from ..timing.latency import instruction_latency
 from .common import fault
 from .slots import CFG_BA, CFG_H, CFG_M, CFG_V, OPND_NONE
 

@@ -26,8 +26,8 @@ from isa.encoding import (
 from isa.table import TOPK_POLICIES
 
 from ..faults import R_AL_VROW, R_BD_FPS, R_BD_INTS, R_BD_VROW
-from ..numerics import bf16_bits_to_f32, f32_to_bf16_bits
-from ..state import CTRL_V_MASK
+from ..memory.state import CTRL_V_MASK
+from ..numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import exp_clamped, fault, lane_on, nan32, nan64
 from .slots import (
     CFG_FPS,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from plena_sim.config import default_config
-from plena_sim.image import ImageBuilder
-from plena_sim.rtl_timing import STALL_REASONS
+from plena_sim.memory.image import ImageBuilder
+from plena_sim.timing.rtl import STALL_REASONS
 from tests.util.cli import run
 
 

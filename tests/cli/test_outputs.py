@@ -228,7 +228,7 @@ def test_d16_output_files_honour_the_umask(tmp_path, prog, umask):
 
 
 def test_d10_an_interrupted_hbm_dump_leaves_the_previous_file_and_no_temporary(tmp_path, capsys, prog, monkeypatch):
-    from plena_sim.hbm import Hbm
+    from plena_sim.hbm.storage import Hbm
 
     out = tmp_path / "h.bin"
     out.write_bytes(b"previous")
@@ -248,8 +248,8 @@ def test_d10_an_interrupted_hbm_dump_leaves_the_previous_file_and_no_temporary(t
 
 def test_d23_an_interrupted_save_image_leaves_the_previous_image_and_no_temporary(tmp_path, monkeypatch):
     from plena_sim.config import default_config
-    from plena_sim.hbm import Hbm
-    from plena_sim.image import ImageBuilder
+    from plena_sim.hbm.storage import Hbm
+    from plena_sim.memory.image import ImageBuilder
 
     b = ImageBuilder(config=default_config())
     b.add("x", np.ones((64, 64), dtype=np.float32), "HBM_V_ACT_TYPE", address=0)
@@ -275,7 +275,7 @@ def test_d23_an_interrupted_save_image_leaves_the_previous_image_and_no_temporar
 def test_d23_save_image_refuses_a_device_and_a_fifo(tmp_path):
     from plena_sim.config import default_config
     from plena_sim.errors import ImageError
-    from plena_sim.image import ImageBuilder
+    from plena_sim.memory.image import ImageBuilder
 
     b = ImageBuilder(config=default_config())
     b.add("x", np.ones((4, 64), dtype=np.float32), "HBM_V_ACT_TYPE", address=0)
@@ -298,7 +298,7 @@ def test_d23_sram_dump_writers_are_atomic_under_a_full_disk(tmp_path):
     script = f"""
         import numpy as np
         from plena_sim.errors import ImageError
-        from plena_sim.sram_io import save_fp_sram_dump, save_int_sram_dump
+        from plena_sim.memory.sram_io import save_fp_sram_dump, save_int_sram_dump
         for fn, path in ((save_fp_sram_dump, {str(fp)!r}), (save_int_sram_dump, {str(ints)!r})):
             try:
                 fn(path, np.ones(1 << 16, dtype=np.uint32))

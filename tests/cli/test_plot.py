@@ -13,7 +13,7 @@ import pytest
 
 from plena_cli.main import main
 from plena_cli.plot_command import KINDS
-from plena_sim.trace_file import load_trace
+from plena_sim.trace.file import load_trace
 from tests.util.cli import run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -171,7 +171,7 @@ def test_markup_in_a_region_name_is_drawn_verbatim(capsys, tmp_path):
     from isa import assemble
     from plena_sim.config import default_config
     from plena_sim.machine import Machine
-    from plena_sim.trace_file import trace_npz_bytes
+    from plena_sim.trace.file import trace_npz_bytes
 
     name = r"[bold]x[/] $\nosuch{a_b}$"
     prog = assemble(f"; @region {name}\nS_ADDI_INT gp1, gp0, 1\n; @endregion\n")

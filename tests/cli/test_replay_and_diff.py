@@ -35,8 +35,8 @@ def _case_on_saved_config(folder: Path, name: str):
 
 
 def test_replay_sh_reproduces_the_saved_run(capsys, tmp_path):
-    from plena_sim import bf16
     from plena_sim.machine import Machine
+    from plena_sim.numerics import bf16
 
     saved = tmp_path / "saved"
     code, _out, err = run(capsys, "run", "linear", "--save", saved)
@@ -81,7 +81,7 @@ def test_saved_config_toml_loads_as_the_same_machine(tmp_path):
     import dataclasses
 
     from plena_sim.config import config_toml, load_config
-    from plena_sim.presets import load_preset
+    from plena_sim.config.presets import load_preset
 
     for cfg in (load_preset("v80-128x64", {"BMM_SCALE": 0.25}), load_preset("analytic")):
         cfg = dataclasses.replace(cfg, hbm_timing={"tRCD": 14}) if cfg.section == "ANALYTIC" else cfg

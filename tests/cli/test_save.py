@@ -253,7 +253,7 @@ def test_d10_sigint_during_a_run_with_save_leaves_no_temporary_and_no_directory(
 
 
 def test_d12_a_faulting_run_saves_its_post_mortem_state(tmp_path, capsys):
-    from plena_sim.state import CTRL_LOOP_DEPTH, CTRL_PC
+    from plena_sim.memory.state import CTRL_LOOP_DEPTH, CTRL_PC
 
     d = tmp_path / "save"
     with mutation_hooks.inject("pv_v_step_blen"):

@@ -4,7 +4,7 @@ and the resource / stall tables of the panel)."""
 import json
 
 from isa.table import INSTRUCTIONS
-from plena_sim.rtl_timing import RESOURCES, STALL_REASONS
+from plena_sim.timing.rtl import RESOURCES, STALL_REASONS
 from tests.util.cli import run
 
 

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from plena_sim.machine import Machine
-from plena_sim.trace import render_table
+from plena_sim.trace.ring import render_table
 from tests.util.cli import run
 
 PROG = """\

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from plena_sim.timing import (
+from plena_sim.timing.scoreboard import (
     MEM_MTILE,
     MEM_SLOT_N,
     MEM_VROW,
@@ -27,7 +27,7 @@ from plena_sim.timing import (
     RC_PC,
     REC_N,
 )
-from plena_sim.trace import Trace
+from plena_sim.trace.ring import Trace
 from tests.util.cli import run
 
 PROG = """\

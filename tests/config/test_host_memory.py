@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 
-from plena_sim import config as C
 from plena_sim.config import (
     ConfigError,
     HostLimits,
@@ -20,6 +19,7 @@ from plena_sim.config import (
     host_memory_needs,
     load_config,
 )
+from plena_sim.config import hardware as C
 
 GiB = 1 << 30
 HOST = HostLimits(dense=2 * GiB, allocation=24 * GiB, address_space=1 << 47, dense_source="MemAvailable")
@@ -66,7 +66,7 @@ def test_matrix_scratch_is_counted():
 def test_needs_match_the_arrays_the_core_allocates():
     """The counted bytes are the real ones: compared with the arrays of a machine of the same config."""
     from plena_sim.core import host
-    from plena_sim.hbm_timing import max_dma_blocks, new_dma_scratch, new_timing_state, timing_params
+    from plena_sim.hbm.timing import max_dma_blocks, new_dma_scratch, new_timing_state, timing_params
     from plena_sim.machine import Machine
 
     cfg = load_config(overrides={"HBM_V_Prefetch_Amount": 1 << 20})
@@ -156,7 +156,7 @@ def test_out_of_memory_message_names_the_cause(monkeypatch):
 
 
 def test_hbm_pool_growth_failure_is_a_config_error(monkeypatch):
-    from plena_sim.hbm import Hbm
+    from plena_sim.hbm.storage import Hbm
 
     h = Hbm(1 << 30)
     real = np.zeros

@@ -1,12 +1,12 @@
-"""Hardware presets (plena_sim/data/presets): every key a consistent machine needs, exact values."""
+"""Hardware presets (plena_sim/config/data/presets): every key a consistent machine needs, exact values."""
 
 from __future__ import annotations
 
 import pytest
 
 from plena_sim.config import ConfigError, default_config, inconsistencies, inconsistency_message
+from plena_sim.config.presets import load_preset, preset_info, preset_names, resolve_config
 from plena_sim.machine import Machine
-from plena_sim.presets import load_preset, preset_info, preset_names, resolve_config
 
 # name: MLEN, VLEN, BLEN, HLEN, BA, P_M, P_V, P_W, MRAM tiles, VECTOR_SRAM_SIZE, HBM GiB, FP, HBM timing
 EXPECTED = {

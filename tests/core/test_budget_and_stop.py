@@ -1,5 +1,5 @@
-"""The work budget (plena_sim.budget), the O(1) runaway guard and stop requests (plena_sim.stop), on both backends
-(issue 20: D4, D20).
+"""The work budget (plena_sim.limits.budget), the O(1) runaway guard and stop requests (plena_sim.limits.stop), on
+both backends (issue 20: D4, D20).
 
 * the budget counts each DMA row and each 4096 matrix MACs besides the instruction, both backends fault at the same
   instruction with the same record, and a huge H_* is refused before it moves a row;
@@ -22,13 +22,14 @@ from test_lockstep import diff_outcomes, diff_states
 from isa.assembler import assemble
 from isa.encoding import OPCODES, encode
 from isa.table import mac_table
-from plena_sim import core, reference, stop
-from plena_sim.budget import MACS_PER_UNIT, work_table
+from plena_sim import core, reference
 from plena_sim.config import load_config
 from plena_sim.errors import RunStopped
 from plena_sim.faults import R_BUDGET
+from plena_sim.limits import stop
+from plena_sim.limits.budget import MACS_PER_UNIT, work_table
 from plena_sim.machine import Machine
-from plena_sim.state import MachineState
+from plena_sim.memory.state import MachineState
 
 # ------------------------------------------------------------------------------------------ the work budget
 

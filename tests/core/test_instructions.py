@@ -745,7 +745,7 @@ def test_h_prefetch_v_mxfp8_strided_scale_placement(backend, base, scale):
     assert_row(m, 96, [8.0, 16.0] * 4 + [16.0, 32.0] * 4)
     assert_row(m, 112, [128.0, 256.0] * 4 + [256.0, 512.0] * 4)
     # H_* cost from the HBM model (timing.md §5) at start cycle 2 on a cold memory
-    from plena_sim import hbm_timing as HT
+    from plena_sim.hbm import timing as HT
 
     params = HT.timing_params(cfg)
     rows = HT.dma_row_ranges(HT.dma_geometry(cfg, HT.DMA_PREFETCH_V, 0), base, 16, 32, scale)
@@ -803,7 +803,7 @@ def test_h_prefetch_m_mxfp8_strided_tile(backend):
     assert T[7, 7] == 1.0 and T[8, 8] == 0.015625
     assert not m.mram[0].any() and not m.mram[1].any() and not m.mram[3].any()
     # H_* cost from the HBM model (timing.md §5) at start cycle 2 on a cold memory
-    from plena_sim import hbm_timing as HT
+    from plena_sim.hbm import timing as HT
 
     params = HT.timing_params(cfg)
     rows = HT.dma_row_ranges(HT.dma_geometry(cfg, HT.DMA_PREFETCH_M, 0), 0, 16 * 32 + 16, 32, 1024)

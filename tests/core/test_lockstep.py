@@ -35,11 +35,12 @@ from hypothesis import strategies as st
 from isa.disasm import disassemble_word
 from isa.encoding import encode
 from isa.table import BY_MNEMONIC, FIELDS, INSTRUCTIONS, NOT_INSTRUCTIONS
-from plena_sim import bf16, core, reference
+from plena_sim import core, reference
 from plena_sim.config import FpType, MxType, PlainType, load_config
 from plena_sim.faults import RULE_BY_CODE
-from plena_sim.hbm import Hbm
-from plena_sim.state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState
+from plena_sim.hbm.storage import Hbm
+from plena_sim.memory.state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState
+from plena_sim.numerics import bf16
 
 EXAMPLES = int(os.environ.get("PLENA_LOCKSTEP_EXAMPLES", "2000"))
 WORD_EXAMPLES = max(100, EXAMPLES // 4)

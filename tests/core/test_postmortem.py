@@ -1,4 +1,4 @@
-"""The post-mortem of a fault (plena_sim/postmortem.py, issue 20 D12): the registers and loop stack as the fault
+"""The post-mortem of a fault (plena_sim/trace/postmortem.py, issue 20 D12): the registers and loop stack as the fault
 left them, and exactly the VRAM rows and MRAM tiles the faulting instruction reads or writes (inside the
 memories), on both backends."""
 
@@ -10,8 +10,8 @@ from simhelpers import machine, small_cfg
 
 from isa import assemble
 from isa.encoding import encode
-from plena_sim import bf16
-from plena_sim.postmortem import fault_state, touched_rows_and_tiles
+from plena_sim.numerics import bf16
+from plena_sim.trace.postmortem import fault_state, touched_rows_and_tiles
 
 # M = V = 16, B = 4, VECTOR_SRAM_SIZE = 128 rows, 4 MRAM tiles
 PROGRAM = """\

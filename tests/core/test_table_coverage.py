@@ -17,8 +17,8 @@ from isa.table import FAMILIES, INSTRUCTIONS
 from plena_sim import core, reference
 from plena_sim.config import load_config
 from plena_sim.faults import RULE_BY_ID
-from plena_sim.state import MachineState
-from plena_sim.timing import MAX_RANGES, TimingState, dest_reg_py, resources_py
+from plena_sim.memory.state import MachineState
+from plena_sim.timing.scoreboard import MAX_RANGES, TimingState, dest_reg_py, resources_py
 
 CFG = load_config(
     overrides={

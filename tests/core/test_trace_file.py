@@ -1,4 +1,4 @@
-"""A trace saved as .npz and loaded back (plena_sim.trace_file): the same records, figures, regions, region slices
+"""A trace saved as .npz and loaded back (plena_sim.trace.file): the same records, figures, regions, region slices
 and rows; a file of another record layout refused by name."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from isa import assemble
 from isa.fileio import npz_bytes
 from plena_sim.config import default_config
 from plena_sim.machine import Machine
-from plena_sim.timing import REC_FIELDS
-from plena_sim.trace_file import load_trace, trace_npz_bytes
+from plena_sim.timing.scoreboard import REC_FIELDS
+from plena_sim.trace.file import load_trace, trace_npz_bytes
 from tests.timing.test_perfetto_regions import NESTED, NESTED_SLICES
 
 

@@ -1,4 +1,4 @@
-"""The data series of ``plena-sim plot`` (plena_sim.trace_series): exact per-bin values by hand, for hand-written
+"""The data series of ``plena-sim plot`` (plena_sim.trace.series): exact per-bin values by hand, for hand-written
 records and for the traces of small programs run under serial timing, and the bins summing to the totals."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from isa.regions import Region
 from isa.table import BY_OPCODE
 from plena_sim.config import default_config
 from plena_sim.machine import Machine
-from plena_sim.timing import RC_END, RC_HBYTES, RC_ISSUE, RC_OP, RC_PC, RC_START, RC_UNIT, REC_N
-from plena_sim.trace import Trace
-from plena_sim.trace_file import SavedProgram
-from plena_sim.trace_series import bandwidth_series, bin_edges, region_series, utilization_series
+from plena_sim.timing.scoreboard import RC_END, RC_HBYTES, RC_ISSUE, RC_OP, RC_PC, RC_START, RC_UNIT, REC_N
+from plena_sim.trace.file import SavedProgram
+from plena_sim.trace.ring import Trace
+from plena_sim.trace.series import bandwidth_series, bin_edges, region_series, utilization_series
 
 OPCODE = {ins.mnemonic: op for op, ins in BY_OPCODE.items()}
 

@@ -15,8 +15,8 @@ import os
 import numpy as np
 from hypothesis import HealthCheck, settings
 
-from plena_sim.hbm import NO_PAGE
-from plena_sim.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
+from plena_sim.hbm.storage import NO_PAGE
+from plena_sim.memory.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK
 
 SCALE = float(os.environ.get("PLENA_FUZZ_SCALE", "1") or 1)
 RANDOM = os.environ.get("PLENA_FUZZ_RANDOM", "") == "1"

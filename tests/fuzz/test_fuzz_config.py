@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from isa.safetext import printable
-from plena_sim.config import (
+from plena_sim.config.hardware import (
     _CONFIG_KEYS,
     LATENCY_KEYS,
     PRECISION_KEYS,

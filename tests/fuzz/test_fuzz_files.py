@@ -19,9 +19,9 @@ import pytest
 from fuzzlib import BASE_SEED, SMALL, count
 
 from isa import MemFormatError, format_mem, parse_mem, read_mem
-from plena_sim.hbm import Hbm
-from plena_sim.image import ImageBuilder, ImageError, load_image, load_raw_image
-from plena_sim.sram_io import load_fp_sram_file, load_int_sram_file
+from plena_sim.hbm.storage import Hbm
+from plena_sim.memory.image import ImageBuilder, ImageError, load_image, load_raw_image
+from plena_sim.memory.sram_io import load_fp_sram_file, load_int_sram_file
 
 pytestmark = pytest.mark.fuzz
 

@@ -11,9 +11,9 @@ import errno
 import pytest
 from fuzzlib import SMALL, small_config
 
-from plena_sim import config as C
 from plena_sim.config import ConfigError, HostLimits, check_host_limits, host_memory_limits, load_config
-from plena_sim.hbm import Hbm, HbmTooLarge
+from plena_sim.config import hardware as C
+from plena_sim.hbm.storage import Hbm, HbmTooLarge
 from tests.util.hostile import child, leftovers
 
 GiB = 1 << 30

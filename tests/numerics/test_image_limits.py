@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from plena_sim.config import default_config
-from plena_sim.hbm import Hbm
-from plena_sim.image import ImageBuilder, ImageError, load_image, load_raw_image
-from plena_sim.sram_io import load_fp_sram_file, load_int_sram_file
+from plena_sim.hbm.storage import Hbm
+from plena_sim.memory.image import ImageBuilder, ImageError, load_image, load_raw_image
+from plena_sim.memory.sram_io import load_fp_sram_file, load_int_sram_file
 
 ROOT = Path(__file__).resolve().parents[2]
 BF16 = default_config().precision["VECTOR_SRAM_TYPE"]
@@ -82,7 +82,7 @@ def test_huge_sparse_hbm_costs_memory_only_for_what_is_written(tmp_path):
     mpath.write_text(json.dumps(doc))
     code = (
         "import resource, sys\n"
-        "from plena_sim.image import load_image\n"
+        "from plena_sim.memory.image import load_image\n"
         f"base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"img = load_image({str(raw)!r}, {str(mpath)!r})\n"
         "assert img.hbm.size == 1 << 45 and img.placements['b'].values.sum() == 32\n"

@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from plena_sim.numerics import (
+from plena_sim.numerics.formats import (
     bf16_bits_array_to_f32,
     bf16_bits_to_f32,
     f32_array_to_bf16_bits,
@@ -112,13 +112,13 @@ def test_round_bf16_array_matches_scalar():
     np.testing.assert_array_equal(arr, expect)
 
 
-# --------------------------------------------------------------------- the host module (plena_sim.bf16)
+# --------------------------------------------------------------------- the host module (plena_sim.numerics.bf16)
 
 
 def test_host_codec_matches_the_kernels_on_every_pattern():
-    """plena_sim.bf16 (numpy, host side) is bit-identical to the njit kernels: widening of all 65536
+    """plena_sim.numerics.bf16 (numpy, host side) is bit-identical to the njit kernels: widening of all 65536
     patterns, and narrowing of all of them widened (NaN canonicalisation included)."""
-    from plena_sim import bf16
+    from plena_sim.numerics import bf16
 
     f = bf16.decode(ALL_BF16)
     np.testing.assert_array_equal(f.view(np.uint32), bf16_bits_array_to_f32(ALL_BF16).view(np.uint32))
@@ -128,7 +128,7 @@ def test_host_codec_matches_the_kernels_on_every_pattern():
 
 
 def test_host_codec_matches_the_kernels_on_random_f32():
-    from plena_sim import bf16
+    from plena_sim.numerics import bf16
 
     x = _random_f32_bits(2_000_000, 4).view(np.float32)
     np.testing.assert_array_equal(bf16.encode(x), f32_array_to_bf16_bits(x))
@@ -136,7 +136,7 @@ def test_host_codec_matches_the_kernels_on_random_f32():
 
 
 def test_host_codec_shapes_float64_and_scalars():
-    from plena_sim import bf16
+    from plena_sim.numerics import bf16
 
     v = np.array([[1.0, 1e300], [-np.nan, 2.0**-140]])  # float64: cast to f32 first (RNE)
     bits = bf16.encode(v)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from plena_sim.config import ConfigError, default_config
-from plena_sim.hbm import HBM_OK, HBM_OUT_OF_RANGE, NO_PAGE, PAGE_SIZE, Hbm, HbmBoundsError, hbm_read, hbm_write
+from plena_sim.hbm.storage import HBM_OK, HBM_OUT_OF_RANGE, NO_PAGE, PAGE_SIZE, Hbm, HbmBoundsError, hbm_read, hbm_write
 
 
 def _status_kb(field):

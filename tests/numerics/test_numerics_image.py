@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from plena_sim.config import ConfigError, FpType, MxType, PlainType, default_config
-from plena_sim.image import (
+from plena_sim.memory.image import (
     ImageBuilder,
     ImageDoesNotFit,
     ImageError,
@@ -16,7 +16,7 @@ from plena_sim.image import (
     read_tensor,
     tensor_layout,
 )
-from plena_sim.numerics import FLT_MAX, encode_tensor
+from plena_sim.numerics.formats import FLT_MAX, encode_tensor
 
 CFG = default_config()
 MXFP8 = CFG.precision["HBM_M_WEIGHT_TYPE"]
@@ -93,7 +93,7 @@ def test_roundtrip_raw_file_and_manifest(built, tmp_path):
         np.testing.assert_array_equal(q.values.view(np.uint32), p.values.view(np.uint32))
         np.testing.assert_array_equal(read_tensor(loaded.hbm, q).view(np.uint32), p.values.view(np.uint32))
     # saving the loaded image again gives identical bytes
-    from plena_sim.image import save_image
+    from plena_sim.memory.image import save_image
 
     raw2 = tmp_path / "again.bin"
     save_image(loaded.hbm, loaded.placements.values(), raw2)

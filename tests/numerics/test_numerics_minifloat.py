@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from plena_sim.config import FpType, default_config
-from plena_sim.numerics import (
+from plena_sim.numerics.formats import (
     FLAG_NAN,
     FLAG_NORMAL,
     FLAG_SATURATED,

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plena_sim.config import FpType, MxType, default_config
-from plena_sim.numerics import decode_tensor, encode_tensor, mx_decode_row, mx_encode_row
+from plena_sim.numerics.formats import decode_tensor, encode_tensor, mx_decode_row, mx_encode_row
 
 MXFP8 = default_config().precision["HBM_M_WEIGHT_TYPE"]  # Mx{E4M3, E8M0, block 8}
 E8M0 = MXFP8.scale

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 from plena_sim.config import FpType, PlainType, default_config
-from plena_sim.numerics import decode_tensor, encode_tensor, f32_array_to_bf16_bits, plain_decode_row, plain_encode_row
+from plena_sim.numerics.formats import (
+    decode_tensor,
+    encode_tensor,
+    f32_array_to_bf16_bits,
+    plain_decode_row,
+    plain_encode_row,
+)
 
 BF16 = default_config().precision["VECTOR_SRAM_TYPE"]  # Plain Fp{true, 8, 7}
 F16 = PlainType(FpType(True, 5, 10))

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from plena_sim.config import default_config
-from plena_sim.image import ImageError
-from plena_sim.sram_io import (
+from plena_sim.memory.image import ImageError
+from plena_sim.memory.sram_io import (
     fp_sram_from_values,
     int_sram_from_values,
     load_fp_sram_file,

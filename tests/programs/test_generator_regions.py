@@ -11,7 +11,7 @@ import pytest
 import testbenches
 from isa import assemble
 from isa.regions import parse_marker
-from plena_sim.regions import UNLABELLED
+from plena_sim.timing.regions import UNLABELLED
 from testbenches.harness import prepare_machine
 from testbenches.variants import get_config
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 import testbenches
-from plena_sim.presets import preset_names
+from plena_sim.config.presets import preset_names
 from testbenches.harness import run_case
 from tests.testbench.catalogue_util import COVERAGE_CASES as CASES
 

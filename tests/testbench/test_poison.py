@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from plena_sim import bf16
+from plena_sim.numerics import bf16
 from programs.asm import fp as F
 from programs.asm import gp as G
 from programs.asm import load_imm

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import testbenches
-from plena_sim.presets import preset_names
+from plena_sim.config.presets import preset_names
 from testbenches.harness import run_case
 
 PRESETS = [p for p in preset_names() if p != "analytic"]

@@ -3,7 +3,7 @@
 import pytest
 
 from plena_sim.config import default_config
-from plena_sim.hbm_presets import load_preset, timing_params
+from plena_sim.hbm.presets import load_preset, timing_params
 
 
 @pytest.fixture(scope="session")

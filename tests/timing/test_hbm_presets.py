@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-import plena_sim.hbm_presets as hp
-import plena_sim.hbm_timing as ht
+import plena_sim.hbm.presets as hp
+import plena_sim.hbm.timing as ht
 from plena_sim.config import ConfigError, default_config, load_config
-from plena_sim.hbm_presets import PRESET_KEYS, PRM_N, available_presets, check_timing_config, load_preset, timing_params
-from plena_sim.hbm_timing import (
+from plena_sim.hbm.presets import PRESET_KEYS, PRM_N, available_presets, check_timing_config, load_preset, timing_params
+from plena_sim.hbm.timing import (
     NEG_INF,
     HbmTimer,
     map_address,

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plena_sim.hbm_presets import load_preset
-from plena_sim.hbm_timing import (
+from plena_sim.hbm.presets import load_preset
+from plena_sim.hbm.timing import (
     EMPTY,
     HbmTimer,
     PyTimingState,
@@ -138,7 +138,7 @@ def _ranges(g):
     return out
 
 
-#: the stop flag of dma_requests (plena_sim.stop), never set
+#: the stop flag of dma_requests (plena_sim.limits.stop), never set
 NO_STOP = np.zeros(1, dtype=np.uint8)
 
 

@@ -4,7 +4,7 @@ reference values (memory.md §5.2 block lists), Numba and pure-Python twin side 
 import numpy as np
 import pytest
 
-from plena_sim.hbm_timing import (
+from plena_sim.hbm.timing import (
     DMA_PREFETCH_M,
     DMA_PREFETCH_V,
     DMA_STORE_V,
@@ -192,7 +192,7 @@ def test_plain_geometry(cfg):
 
 
 def timing_params_of(cfg):
-    from plena_sim.hbm_timing import timing_params
+    from plena_sim.hbm.timing import timing_params
 
     return timing_params(cfg)
 
@@ -297,7 +297,7 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
     """The kernels compose inside another @njit function (how the core's run loop uses them)."""
     from numba import njit
 
-    from plena_sim.hbm_timing import (
+    from plena_sim.hbm.timing import (
         HST_READ_REQUESTS,
         HST_WRITE_REQUESTS,
         dma_instruction,
@@ -329,7 +329,7 @@ def test_callable_from_an_njit_run_loop(hbm2, cfg):
     stats = new_stats(hbm2)
     blocks, hset, work = new_dma_scratch(hbm2, max_dma_blocks(cfg, hbm2))
     out = np.zeros(4, dtype=np.int64)
-    stop = np.zeros(1, dtype=np.uint8)  # the stop flag (plena_sim.stop), never set
+    stop = np.zeros(1, dtype=np.uint8)  # the stop flag (plena_sim.limits.stop), never set
     total, payload = loop(
         hbm2.as_array(), dma_geometry_table(cfg), ops, offs, ch, bk, stats, blocks, hset, work, out, stop
     )

@@ -7,8 +7,8 @@ row hits of the other banks of its channel)."""
 import pytest
 
 from plena_cli import hbm_bench as B
-from plena_sim.hbm_presets import load_preset
-from plena_sim.hbm_timing import HbmTimer, PyTimingState, map_address, schedule_py
+from plena_sim.hbm.presets import load_preset
+from plena_sim.hbm.timing import HbmTimer, PyTimingState, map_address, schedule_py
 
 HBM2 = load_preset("HBM2")
 

@@ -1,5 +1,5 @@
 """Code regions in the Perfetto export: one track ``regions`` whose "X" slices are the runs of each region, from the
-cycle counter before a run's first instruction to the counter after its last (plena_sim.trace.Trace.region_slices):
+cycle counter before a run's first instruction to the counter after its last (plena_sim.trace.ring.Trace.region_slices):
 exact values by hand, proper nesting, sums equal to the region table, and the JSON the CLI writes."""
 
 from __future__ import annotations

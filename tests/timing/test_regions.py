@@ -9,7 +9,7 @@ import pytest
 
 from isa import AssemblerError, Program, assemble
 from plena_sim.config import default_config
-from plena_sim.hbm import Hbm
+from plena_sim.hbm.storage import Hbm
 from plena_sim.machine import Machine
 from programs.asm import Asm, fp, gp, region
 
@@ -386,7 +386,7 @@ def _busy(**kw):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nested_regions_under_rtl_exact(backend):
-    from plena_sim.rtl_timing import STALL_REASONS
+    from plena_sim.timing.rtl import STALL_REASONS
 
     res = run(assemble(RTL_NESTED, "r.asm"), backend, "rtl")
     assert res.cycles == 42 and res.outcome.pc_cycles.tolist() == [1, 8, 21, 12]

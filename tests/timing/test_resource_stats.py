@@ -5,7 +5,7 @@ identical between two runs."""
 import pytest
 
 import testbenches
-from plena_sim.rtl_timing import RESOURCES
+from plena_sim.timing.rtl import RESOURCES
 from testbenches.harness import run
 from testbenches.variants import get_config
 

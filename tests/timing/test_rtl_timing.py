@@ -1,12 +1,12 @@
-"""The rtl timing model (docs/timing.md, plena_sim/data/rtl_timing_v1.toml) through Machine.run: every measured point
-of the RTL calibration (ready, done and II per shape) by single-instruction and back-to-back microprograms, every
+"""The rtl timing model (docs/timing.md, plena_sim/timing/data/rtl_timing_v1.toml) through Machine.run: every measured
+point of the RTL calibration (ready, done and II per shape) by single-instruction and back-to-back microprograms, every
 hazard's stall and recovery, and the statistics it reports (unvalidated share, busy, stalls, critical path)."""
 
 import pytest
 
 from plena_sim.config import default_config, load_config
 from plena_sim.machine import Machine
-from plena_sim.rtl_timing import HAZARDS, RESOURCES, STALL_REASONS, rtl_data, rtl_table
+from plena_sim.timing.rtl import HAZARDS, RESOURCES, STALL_REASONS, rtl_data, rtl_table
 
 DATA = rtl_data()
 BACKENDS = ("numba", "reference")

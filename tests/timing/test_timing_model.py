@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from isa.encoding import OPCODES
-from plena_sim.budget import work_table
 from plena_sim.config import default_config, load_config
+from plena_sim.limits.budget import work_table
 from plena_sim.machine import Machine
 
 CFG = default_config()  # reference config: M = V = 64, BLEN 4, MXFP8, DC_EN = 1, HBM2
@@ -48,7 +48,7 @@ def test_prefetch_m_scale_4096():
 
 def test_row_conflict_after_open_row():
     # a 64 B Plain read at 0, again (hit), then 0x40040 (same bank, other row) at cycle 46: 44
-    from plena_sim import hbm_timing as HT
+    from plena_sim.hbm import timing as HT
 
     p = HT.timing_params(CFG)
     st = HT.PyTimingState(p)
@@ -322,7 +322,7 @@ def test_tracing_changes_nothing_but_the_trace(timing):
 
 
 def test_dma_scratch_overflow_path(monkeypatch):
-    import plena_sim.timing as T
+    import plena_sim.timing.scoreboard as T
 
     monkeypatch.setattr(T, "SCRATCH_CAP", 8)  # the 72-block instruction needs a one-off scratch
     _, res = run("H_PREFETCH_M gp0, gp0, a0, 0, 0\nH_PREFETCH_M gp0, gp0, a0, 0, 0", trace=True, SCALE=4096)

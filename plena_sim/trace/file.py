@@ -1,8 +1,8 @@
-"""A trace on disk (one job): :class:`plena_sim.trace.Trace` as a ``.npz`` file and back.
+"""A trace on disk (one job): :class:`plena_sim.trace.ring.Trace` as a ``.npz`` file and back.
 
 * :func:`trace_npz_bytes` -- the file's bytes (for an atomic write): ``records`` (int64[n, REC_N], oldest first),
-  ``fields`` (the names of the record's columns, :data:`plena_sim.timing.REC_FIELDS`), ``total``, ``capacity``,
-  ``mode``, ``burst_bytes``, ``tile_elems`` (MRAM elements per tile), the program's code regions
+  ``fields`` (the names of the record's columns, :data:`plena_sim.timing.scoreboard.REC_FIELDS`), ``total``,
+  ``capacity``, ``mode``, ``burst_bytes``, ``tile_elems`` (MRAM elements per tile), the program's code regions
   (``region_paths``, ``region_first``, ``region_end``) and
   the source of the words the records name (``program_words``, ``source_file``, ``source_pcs``,
   ``source_lines``, ``source_text``: their texts joined by newlines). No pickled object: ``np.load`` with
@@ -26,8 +26,8 @@ from isa.fileio import npz_bytes
 from isa.program import SourceMap
 from isa.regions import Region
 
-from .timing import RC_PC, REC_FIELDS
-from .trace import Trace
+from ..timing.scoreboard import RC_PC, REC_FIELDS
+from .ring import Trace
 
 __all__ = ["SavedProgram", "trace_npz_bytes", "load_trace", "TRACE_FILE"]
 

@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .config import FpType, IntType, MxType, PlainType
+from ..config.hardware import FpType, IntType, MxType, PlainType
 
 __all__ = [
     "FLT_MAX",

@@ -1,7 +1,7 @@
 """Execution traces: decode the Numba core's trace ring, filter, summarise, export, render.
 
 One job: turn the int64 trace records written inside the run loop (layout
-:data:`plena_sim.timing.REC_FIELDS`, one record per retired instruction, newest ``capacity`` kept)
+:data:`plena_sim.timing.scoreboard.REC_FIELDS`, one record per retired instruction, newest ``capacity`` kept)
 into rows a human or a tool can read.
 
 * :class:`Trace` -- ``Trace.from_timing(timing_state, program, cfg)`` (what ``Machine.run(trace=...)``
@@ -9,7 +9,7 @@ into rows a human or a tool can read.
   ever written; ``dropped = total - len(records)``), ``rows()`` -> list of dicts: ``seq``, ``pc``, ``line``,
   ``text``, ``op``, ``unit``, ``eligible`` (the cycle it could have issued: the previous issue + 1), ``issue``,
   ``start``, ``end``, ``cycles``, ``stall`` (``{"cycles", "reason"}``: ``issue - eligible`` and the reason of
-  :data:`~plena_sim.rtl_timing.STALL_REASONS` that took most of it, ``"none"``), ``regs`` (``{"gp3": [0, 64]}``,
+  :data:`~plena_sim.timing.rtl.STALL_REASONS` that took most of it, ``"none"``), ``regs`` (``{"gp3": [0, 64]}``,
   ``{}``; ``reg`` the same as text), ``mem`` (every range read or written: ``{"space": vram|mram|fpsram|intsram|hbm,
   "op": read|write, "start", "count", "unit": row|element|word|byte}``, ``"step"`` when strided; the HBM access
   adds ``rows``, ``pitch``, ``row_bytes``, ``moved``; ``mem_text`` / ``hbm`` the same as text), ``values`` (the
@@ -33,9 +33,9 @@ import numpy as np
 from isa.encoding import UNIT_NAMES
 from isa.table import BY_OPCODE
 
-from . import bf16
-from .rtl_timing import STALL_REASONS
-from .timing import (
+from ..numerics import bf16
+from ..timing.rtl import STALL_REASONS
+from ..timing.scoreboard import (
     MEM_INTW,
     MEM_KIND_NAMES,
     MEM_MTILE,

@@ -23,7 +23,7 @@ name            dtype / shape                           meaning
 ``v_accum``     float32[BLEN]
 ``hm_accum``    float32[BA, MLEN, MLEN]
 ``hv_accum``    float32[BA, MLEN]
-``hbm``         :class:`plena_sim.hbm.Hbm`              sparse byte store (page table + page pool)
+``hbm``         :class:`plena_sim.hbm.storage.Hbm`              sparse byte store (page table + page pool)
 ==============  ======================================  ============================================
 
 The loop stack depth is ``ctrl[CTRL_LOOP_DEPTH]``. The architecture has no depth limit; the arrays
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import HardwareConfig
+from ..config.hardware import HardwareConfig
 
 if TYPE_CHECKING:
-    from .timing import TimingState
+    from ..timing.scoreboard import TimingState
 
 __all__ = [
     "MachineState",
@@ -65,7 +65,7 @@ class MachineState:
     """All architectural state of one machine, reset values per isa.md §1."""
 
     def __init__(self, cfg: HardwareConfig, hbm=None):
-        from .hbm import Hbm  # numerics/hbm module (sparse storage)
+        from ..hbm.storage import Hbm  # numerics/hbm module (sparse storage)
 
         self.cfg = cfg
         M, V, B, BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.BROADCAST_AMOUNT
@@ -86,7 +86,7 @@ class MachineState:
         self.hm_accum = np.zeros((BA, M, M), dtype=np.float32)
         self.hv_accum = np.zeros((BA, M), dtype=np.float32)
         self.hbm = hbm if hbm is not None else Hbm(cfg.HBM_SIZE)
-        #: :class:`plena_sim.timing.TimingState` of the current run (cycles, scoreboard, HBM bank state,
+        #: :class:`plena_sim.timing.scoreboard.TimingState` of the current run (cycles, scoreboard, HBM bank state,
         #: trace ring); created by the first execute, persists across resumed calls, reset by
         #: :meth:`reset_timing` (``Machine.run`` does so unless ``resume=True``)
         self.timing: TimingState | None = None
@@ -96,7 +96,7 @@ class MachineState:
     ) -> TimingState:
         """The current TimingState, or a fresh one if there is none or the requested timing mode,
         trace capacity or backend kind differs (``None`` = keep the current / default)."""
-        from .timing import TimingState
+        from ..timing.scoreboard import TimingState
 
         t = self.timing
         is_ref = backend == "reference"
@@ -162,7 +162,7 @@ class Outcome:
     added (the cycle counter after each one's accounting minus before: Σ pc_count = retired, Σ pc_cycles =
     cycles exactly, in every timing mode; an instruction that faults adds nothing); ``pc_extra``:
     int64[program words, timing.X_N], per pc its busy cycles (X_BUSY: occupancy of its pipeline / unit), HBM bytes
-    read / written and stall cycles per reason (X_STALL + rtl_timing.STALL_REASONS index).
+    read / written and stall cycles per reason (X_STALL + timing.rtl.STALL_REASONS index).
     """
 
     __slots__ = ("retired", "fault", "by_opcode", "cycles", "counters", "pc_count", "pc_cycles", "pc_extra")
@@ -185,7 +185,7 @@ class Outcome:
         self.counters = dict(counters or {})
         self.pc_count = np.zeros(0, dtype=np.int64) if pc_count is None else np.asarray(pc_count, dtype=np.int64)
         self.pc_cycles = np.zeros(0, dtype=np.int64) if pc_cycles is None else np.asarray(pc_cycles, dtype=np.int64)
-        from .timing import X_N
+        from ..timing.scoreboard import X_N
 
         n = self.pc_count.size
         self.pc_extra = np.zeros((n, X_N), dtype=np.int64) if pc_extra is None else np.asarray(pc_extra, dtype=np.int64)

@@ -1,8 +1,8 @@
 """The numba-free layout of the HBM timing model: state and scratch slots, the DMA geometry of the H_*
 instructions (memory.md §5.2) and the host bytes each array takes.
 
-One job: what :mod:`.hbm_timing` (the kernels) and the host-memory check of :mod:`.config` must agree on, in a
-module that does not import numba (a config is validated before the simulator core is loaded).
+One job: what :mod:`.timing` (the kernels) and the host-memory check of :mod:`plena_sim.config.hardware` must
+agree on, in a module that does not import numba (a config is validated before the simulator core is loaded).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .hbm_presets import TimingParams
+from .presets import TimingParams
 
 # --------------------------------------------------------------------------- state slots
 
@@ -62,12 +62,12 @@ EMPTY = -(1 << 63)
 
 
 def timing_state_bytes(params: TimingParams) -> int:
-    """Host bytes of the cold HBM state (:func:`~plena_sim.hbm_timing.new_timing_state`) and its statistics."""
+    """Host bytes of the cold HBM state (:func:`~plena_sim.hbm.timing.new_timing_state`) and its statistics."""
     return 8 * (params.channels * CH_N + params.channels * params.banks * BK_N + HST_CHANNEL_BASE + params.channels)
 
 
 def dma_scratch_bytes(max_blocks: int, channels: int) -> int:
-    """Host bytes of a DMA scratch for ``max_blocks`` blocks (:func:`~plena_sim.hbm_timing.new_dma_scratch`,
+    """Host bytes of a DMA scratch for ``max_blocks`` blocks (:func:`~plena_sim.hbm.timing.new_dma_scratch`,
     and the one-off scratch the run loop makes for a larger instruction)."""
     nb = max(1, int(max_blocks))
     size = 16

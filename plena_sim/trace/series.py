@@ -27,8 +27,8 @@ import numpy as np
 from isa.encoding import UNIT_NAMES
 from isa.table import BY_OPCODE
 
-from .timing import RC_END, RC_HBYTES, RC_OP, RC_START, RC_UNIT
-from .trace import Trace
+from ..timing.scoreboard import RC_END, RC_HBYTES, RC_OP, RC_START, RC_UNIT
+from .ring import Trace
 
 __all__ = ["bin_edges", "utilization_series", "bandwidth_series", "region_series", "READ_OPS", "WRITE_OPS"]
 

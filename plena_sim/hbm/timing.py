@@ -2,8 +2,8 @@
 
 One job: the latency of one H_* instruction (H_PREFETCH_M, H_PREFETCH_V, H_STORE_V) given the bytes
 it touches (memory.md §5.2), the HBM state left by earlier instructions and its start cycle. The
-parameters come from a validated preset, :class:`~plena_sim.hbm_presets.TimingParams` (preset files,
-loading and validation live in :mod:`plena_sim.hbm_presets`; :func:`timing_params` and
+parameters come from a validated preset, :class:`~plena_sim.hbm.presets.TimingParams` (preset files,
+loading and validation live in :mod:`plena_sim.hbm.presets`; :func:`timing_params` and
 :class:`TimingParams` are importable from here too, for the callers of the scheduler).
 
 Python side
@@ -24,7 +24,7 @@ Python side
 Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
 --------------------------------------------------------------------
 ``p`` is ``params.as_array()`` (int64[PRM_N]); the ``PRM_*`` slot constants of
-:mod:`plena_sim.hbm_presets` index it.
+:mod:`plena_sim.hbm.presets` index it.
 
 * ``dma_requests(p, base, off0, pitch, rows, elem_len, scale_base, scale_div, scale_mul, scale_len,
   blocks, hset, work, stop) -> n``: fills ``blocks[:n]`` with the distinct ``burst_bytes`` block indices
@@ -34,7 +34,7 @@ Numba side (all plain ``@njit(cache=True)`` functions; no allocation)
   SCALE``); per row the element blocks ascending, then the scale blocks ascending; a block already
   produced is skipped. Returns :data:`DMA_FULL` (-1) if ``blocks`` is too small (``blocks`` content is
   then undefined; ``hset`` is left clean) and :data:`DMA_STOPPED` (-2) when the stop flag ``stop``
-  (uint8, :mod:`plena_sim.stop`) is set between two rows (``hset`` clean, nothing else changed).
+  (uint8, :mod:`plena_sim.limits.stop`) is set between two rows (``hset`` clean, nothing else changed).
   Preconditions: every byte address >= 0 (the BD-HBM check ran first); ``hset`` from
   :func:`new_dma_scratch` (all ``EMPTY``; it is restored to all ``EMPTY`` on return, only the used slots
   are touched).
@@ -90,7 +90,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .hbm_layout import (  # re-exported: the kernels' slots and the DMA geometry
+from ..limits.polling import stop_requested
+from .layout import (  # re-exported: the kernels' slots and the DMA geometry
     BK_COL_READY,
     BK_N,
     BK_OPEN_ROW,
@@ -133,7 +134,7 @@ from .hbm_layout import (  # re-exported: the kernels' slots and the DMA geometr
     max_dma_blocks,
     range_blocks_bound,
 )
-from .hbm_presets import (
+from .presets import (
     ACCEL_CYCLE_PS,
     PRM_BANK_GROUPS,
     PRM_BANKS_PER_GROUP,
@@ -159,7 +160,6 @@ from .hbm_presets import (
     TimingParams,
     timing_params,
 )
-from .polling import stop_requested
 
 __all__ = [
     "G_N",
@@ -199,7 +199,7 @@ __all__ = [
 
 
 #: ``dma_requests`` / ``dma_blocks`` / ``dma_instruction`` results that are not a count: the scratch is too small;
-#: the stop flag was set (:mod:`plena_sim.stop`)
+#: the stop flag was set (:mod:`plena_sim.limits.stop`)
 DMA_FULL = -1
 DMA_STOPPED = -2
 
@@ -888,7 +888,7 @@ class HbmTimer:
                 self.blocks,
                 self.hset,
                 self.work,
-                np.zeros(1, dtype=np.uint8),  # a stop flag (plena_sim.stop) that is never set
+                np.zeros(1, dtype=np.uint8),  # a stop flag (plena_sim.limits.stop) that is never set
             )
         )
 

@@ -2,11 +2,11 @@
 reason, the critical-path attribution, MAC utilization and (rtl) the unvalidated share, from the per-pc profile the
 backends return (``Outcome.pc_count`` / ``pc_cycles`` / ``pc_extra``).
 
-* Resources: :data:`plena_sim.rtl_timing.RESOURCES` (the statistics resource of an opcode:
-  :func:`~plena_sim.rtl_timing.resource_of_opcode`; a zero-latency no-op's issue slot counts as ``control``).
+* Resources: :data:`plena_sim.timing.rtl.RESOURCES` (the statistics resource of an opcode:
+  :func:`~plena_sim.timing.rtl.resource_of_opcode`; a zero-latency no-op's issue slot counts as ``control``).
 * ``busy[r]``: Σ of the occupancy of r's instructions (serial / overlap: their latency; rtl: their II; H_*: the HBM
   model's latency).
-* ``stalls[reason]``: Σ of the issue delays (:data:`~plena_sim.rtl_timing.STALL_REASONS`; all 0 under serial).
+* ``stalls[reason]``: Σ of the issue delays (:data:`~plena_sim.timing.rtl.STALL_REASONS`; all 0 under serial).
 * ``critical_path[r]``: Σ of the cycles r's instructions added to the run's end (each instruction's end minus the
   latest end before it, the per-pc ``pc_cycles``): the parts sum exactly to ``cycles``.
 * ``mac_utilization``: matrix MACs / (cycles x MLEN x BLEN): the array of BLEN x MLEN multipliers does one M_MM
@@ -23,8 +23,8 @@ from isa.encoding import MASK_OPCODE, MASK_RD, SHIFT_OPCODE, SHIFT_RD
 from isa.table import INSTRUCTIONS
 
 from .latency import NOOP_IF_RD0
-from .rtl_timing import R_CONTROL, RESOURCES, STALL_REASONS, resource_of_opcode, rtl_table
-from .timing import X_BUSY, X_HBM_READ, X_HBM_WRITE, X_STALL
+from .rtl import R_CONTROL, RESOURCES, STALL_REASONS, resource_of_opcode, rtl_table
+from .scoreboard import X_BUSY, X_HBM_READ, X_HBM_WRITE, X_STALL
 
 __all__ = ["PROFILE_N", "pc_resources", "pc_profile", "run_profile", "profile_fields", "peak_macs_per_cycle"]
 

@@ -1,4 +1,4 @@
-"""Hardware presets: named, complete machines as package data (``plena_sim/data/presets/NAME.toml``).
+"""Hardware presets: named, complete machines as package data (``plena_sim/config/data/presets/NAME.toml``).
 
 One job: turn a preset name (plus ``--set-hw`` style overrides) into a validated
 :class:`~plena_sim.config.HardwareConfig`, and pick between a preset and a config file.
@@ -22,8 +22,8 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
-from .config import HardwareConfig, config_from_document, default_config_text, load_config
-from .errors import ConfigError
+from ..errors import ConfigError
+from .hardware import HardwareConfig, config_from_document, default_config_text, load_config
 
 __all__ = ["DEFAULT_PRESET", "PresetInfo", "preset_names", "preset_info", "load_preset", "resolve_config"]
 
@@ -41,7 +41,7 @@ class PresetInfo:
 
 
 def _preset_dir():
-    return resources.files("plena_sim").joinpath("data/presets")
+    return resources.files("plena_sim.config").joinpath("data/presets")
 
 
 @cache

@@ -2,7 +2,7 @@
 
 One job: the one host-side implementation of the bf16 rule, for everything outside the compiled core
 (the Machine API, the reference interpreter, trace and fault rendering, the testbench harness and its
-comparison). The ``@njit`` kernels of :mod:`plena_sim.numerics` implement the same rule inside the
+comparison). The ``@njit`` kernels of :mod:`plena_sim.numerics.formats` implement the same rule inside the
 core; ``tests/numerics`` checks both against ``ml_dtypes`` on all 65536 patterns.
 
 The rule: a value is first cast to float32 (RNE), then rounded to bf16 with round-to-nearest-even

@@ -4,7 +4,7 @@ One job: turn numpy tensors into the exact HBM bytes the device reads (memory.md
 keep a record of where each tensor lives.
 
 * :class:`ImageBuilder` places tensors (2-D, or N-D flattened to ``rows x last-dim``; 1-D is one row)
-  in a sparse :class:`~plena_sim.hbm.Hbm`, in a given HBM precision type:
+  in a sparse :class:`~plena_sim.hbm.storage.Hbm`, in a given HBM precision type:
 
   - **MX** (:class:`~plena_sim.config.MxType`): the element region (``rows*cols_padded*eb`` bytes,
     row-major) immediately followed by the scale region (one E8M0 byte per block, row-major); columns
@@ -12,7 +12,7 @@ keep a record of where each tensor lives.
   - **Plain** (:class:`~plena_sim.config.PlainType`): the elements only, contiguous, row-major.
 
   Values are cast to float32 (RNE) and encoded with the same codec as H_STORE_V
-  (:mod:`plena_sim.numerics`).  Tensors are packed after the previous one at the next multiple of the
+  (:mod:`plena_sim.numerics.formats`).  Tensors are packed after the previous one at the next multiple of the
   alignment (default 64 bytes) unless an explicit address is given; overlaps are refused.
 * :class:`Placement` records name, base, shape, padding, type, ``SCALE`` value, row pitch, the element
   and scale byte ranges and the exact dequantized float32 values the device will see.
@@ -41,10 +41,10 @@ import numpy as np
 from isa.fileio import OutputError, atomic_stream, atomic_write, output_target
 from isa.readers import MAX_MANIFEST_BYTES, InputFileError, open_input, read_text_input
 
-from .config import FpType, HardwareConfig, IntType, MxType, PlainType, default_config
-from .errors import ConfigError, ImageError
-from .hbm import Hbm
-from .numerics import decode_tensor, encode_tensor, fp_params
+from ..config.hardware import FpType, HardwareConfig, IntType, MxType, PlainType, default_config
+from ..errors import ConfigError, ImageError
+from ..hbm.storage import Hbm
+from ..numerics.formats import decode_tensor, encode_tensor, fp_params
 
 __all__ = [
     "ImageError",

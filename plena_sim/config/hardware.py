@@ -30,8 +30,8 @@ from typing import Any, cast
 from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
 from isa.safetext import did_you_mean, printable
 
-from .errors import KEY_SHOWN, ConfigError
-from .hbm_layout import (
+from ..errors import KEY_SHOWN, ConfigError
+from ..hbm.layout import (
     DMA_PREFETCH_M,
     DMA_PREFETCH_V,
     DMA_STORE_V,
@@ -39,7 +39,7 @@ from .hbm_layout import (
     dma_scratch_bytes,
     timing_state_bytes,
 )
-from .hbm_presets import PRESET_KEYS, check_timing_config, timing_params
+from ..hbm.presets import PRESET_KEYS, check_timing_config, timing_params
 
 __all__ = [
     "ConfigError",
@@ -248,7 +248,7 @@ class HardwareConfig:
     hbm_timing: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}), repr=False)
     section: str = "TRANSACTIONAL"
     source: str = "<builtin>"
-    preset: str = ""  # hardware preset name (plena_sim.presets), "" if loaded from a file
+    preset: str = ""  # hardware preset name (plena_sim.config.presets), "" if loaded from a file
     #: the unknown keys ``allow_unknown`` ignored (dotted paths), in file order; not part of the machine
     ignored: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
@@ -1094,7 +1094,7 @@ def config_toml(cfg: HardwareConfig) -> str:
 
 
 def default_config_text() -> str:
-    return resources.files("plena_sim").joinpath("data/plena_settings.toml").read_text(encoding="utf-8")
+    return resources.files("plena_sim.config").joinpath("data/plena_settings.toml").read_text(encoding="utf-8")
 
 
 def load_config(

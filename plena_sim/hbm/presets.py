@@ -1,9 +1,9 @@
 """HBM timing presets (timing.md §5.1): read, validate and patch one preset into :class:`TimingParams`.
 
-One job: turn ``plena_sim/data/hbm/<NAME>.toml`` (selected by ``HBM_TIMING_PRESET``) plus the
+One job: turn ``plena_sim/hbm/data/<NAME>.toml`` (selected by ``HBM_TIMING_PRESET``) plus the
 ``[S.HBM_TIMING]`` overrides into a frozen, validated :class:`TimingParams`. Timing is tables of
 parameters, not code (Ramulator-2 style): ``HBM2`` = timing.md §5.1 verbatim; ``HBM3`` = project
-decision, documented in the file. The scheduler that uses the parameters is :mod:`plena_sim.hbm_timing`.
+decision, documented in the file. The scheduler that uses the parameters is :mod:`plena_sim.hbm.timing`.
 
 * :data:`PRESET_KEYS` -- the normative key set of a preset (plus ``name``), in parameter-vector order;
   :data:`TIMING_KEYS` -- the ones that are timing parameters in HBM clock cycles.
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = [
     "PRESET_KEYS",
@@ -184,7 +184,7 @@ class TimingParams:
 
 
 def _preset_dir():
-    return resources.files("plena_sim").joinpath("data", "hbm")
+    return resources.files("plena_sim.hbm").joinpath("data")
 
 
 def available_presets() -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """The data of the ``rtl`` timing model (one job): read the versioned package-data file
-``plena_sim/data/rtl_timing_v1.toml`` (every number with its source) and evaluate it for a configuration.
+``plena_sim/timing/data/rtl_timing_v1.toml`` (every number with its source) and evaluate it for a configuration.
 
 API
 ---
@@ -79,7 +79,7 @@ _TOPK_E = [e for e, _k in TOPK_POLICIES]
 @lru_cache(maxsize=1)
 def rtl_data() -> dict:
     """The parsed data file, checked: every instruction has exactly one cost entry (or an HBM pipeline)."""
-    text = resources.files("plena_sim.data").joinpath(RTL_FILE).read_text(encoding="utf-8")
+    text = resources.files("plena_sim.timing").joinpath("data", RTL_FILE).read_text(encoding="utf-8")
     data = tomllib.loads(text)
     if data.get("schema") != "plena-sim-rtl-timing" or data.get("version") != 1:
         raise ValueError(f"{RTL_FILE}: not a version-1 plena-sim-rtl-timing file")

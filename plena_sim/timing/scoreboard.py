@@ -2,19 +2,19 @@
 
 One job: given one retired instruction (its fields and the register values captured at issue), decide
 when it issues and when it is done, and keep the per-run timing state (cycles, unit busy time, stalls,
-the scoreboard and the HBM bank state of :mod:`plena_sim.hbm_timing`).
+the scoreboard and the HBM bank state of :mod:`plena_sim.hbm.timing`).
 
 API
 ---
 * :data:`TIMING_MODES` = ``("serial", "overlap", "rtl")`` (rtl: docs/timing.md; its data in
-  :mod:`plena_sim.rtl_timing`).
+  :mod:`plena_sim.timing.rtl`).
 * :class:`TimingState` ``(cfg, mode="serial", trace_capacity=0, backend="numba")`` -- every array the
-  run loop needs, owned by :class:`~plena_sim.state.MachineState` (``state.timing``) so it persists
+  run loop needs, owned by :class:`~plena_sim.memory.state.MachineState` (``state.timing``) so it persists
   across the resumed calls of one run: ``ts`` (int64[T_N], slots ``T_*``), the scoreboard ``ready`` /
   ``read_done`` (int64, one entry per resource, see *Resources*), the HBM timing state (``hp``,
   ``geom``, ``ch``, ``bank``, ``hstats``, scratch) and the trace ring (``tbuf`` int64[cap, REC_N],
   ``tcount`` int64[1]). ``backend="reference"`` additionally holds the pure-Python HBM twin
-  (``py_hbm`` / ``py_hstats``, see :func:`plena_sim.hbm_timing.schedule_py`).
+  (``py_hbm`` / ``py_hstats``, see :func:`plena_sim.hbm.timing.schedule_py`).
 * ``rtl_issue(...)`` / ``rtl_commit(...)``: the rtl model's issue rule (pipeline occupancy, separate ready / done,
   the hazards with their recovery; ``wcls`` = the producer class of each resource's last writer) over the same
   read / write sets; every stall part is booked per pc in ``pcx`` (``X_*`` columns), also by ``sb_issue``.
@@ -69,7 +69,7 @@ from isa.encoding import (
 )
 from isa.table import INSTRUCTIONS, TOPK_POLICIES
 
-from .rtl_timing import HZ_RECOVERY, HZ_STALL, HZ_WAW, S_HAZARD0, S_RAW, S_RECOVERY, S_UNIT, S_WAR, rtl_table
+from .rtl import HZ_RECOVERY, HZ_STALL, HZ_WAW, S_HAZARD0, S_RAW, S_RECOVERY, S_UNIT, S_WAR, rtl_table
 
 __all__ = [
     "TIMING_MODES",
@@ -105,15 +105,15 @@ T_STALL_UNIT = 12
 T_STALL_DATA = 13
 T_MODE = 14
 T_LAST_STALL = 15  # overlap / rtl: the stall of the last issued instruction (0: none) ...
-T_PIPE_FREE = 16  # + rtl pipeline (rtl_timing.PIPES, 9 slots)
-T_STALL_REASON = 25  # ... and its (main) reason (rtl_timing.S_*) when it stalled
+T_PIPE_FREE = 16  # + rtl pipeline (rtl.PIPES, 9 slots)
+T_STALL_REASON = 25  # ... and its (main) reason (rtl.S_*) when it stalled
 T_N = 32
 
 # ---- per-pc extras (``pcx``, int64[n, X_N], one row per program word; the backends' Outcome.pc_extra)
 X_BUSY = 0  # busy cycles not fixed per pc (H_*: the HBM model's latency)
 X_HBM_READ = 1  # HBM bytes read (requests x burst)
 X_HBM_WRITE = 2  # HBM bytes written
-X_STALL = 3  # + stall reason (rtl_timing.STALL_REASONS, 8 columns)
+X_STALL = 3  # + stall reason (rtl.STALL_REASONS, 8 columns)
 X_N = 11
 
 # ---- register resources
@@ -423,7 +423,7 @@ def _dma_sets(alu, f1, g_rd, cv, rr, nr, wr, nw):
 
 def sb_issue_py(ts, unit, rr, nr, wr, nw, ready, rdone):
     """Issue cycle of the next instruction (timing.md §4); also books its stall (unit / data) and leaves it with
-    its reason (rtl_timing.S_*: unit, operand not ready, write after read) in ``ts[T_LAST_STALL]`` /
+    its reason (rtl.S_*: unit, operand not ready, write after read) in ``ts[T_LAST_STALL]`` /
     ``ts[T_STALL_REASON]`` for the caller's per-pc row (no array more to pass on the hot path)."""
     prev = ts[T_LAST_ISSUE] + 1
     uf = ts[T_UNIT_FREE + unit] if unit >= 0 else 0
@@ -690,7 +690,7 @@ class TimingState:
     """All timing state of one run (see the module docstring)."""
 
     def __init__(self, cfg, mode: str = "serial", trace_capacity: int = 0, backend: str = "numba"):
-        from .hbm_timing import (
+        from ..hbm.timing import (
             dma_geometry_table,
             max_dma_blocks,
             new_dma_scratch,
@@ -729,7 +729,7 @@ class TimingState:
         self.tbuf = np.zeros((max(cap, 1), REC_N), dtype=np.int64)
         self.tcount = np.zeros(1, dtype=np.int64)
         if backend == "reference":
-            from .hbm_timing import PyTimingState, new_stats_py
+            from ..hbm.timing import PyTimingState, new_stats_py
 
             self.py_hbm = PyTimingState(self.params)
             self.py_hstats = new_stats_py(self.params)
@@ -757,8 +757,8 @@ class TimingState:
         return {u: int(self.ts[T_BUSY + k]) for k, u in enumerate(UNIT_NAMES)}
 
     def hbm_counts(self) -> dict:
-        """hbm_timing.stats_dict of this run (either backend)."""
-        from .hbm_timing import stats_dict
+        """hbm.timing.stats_dict of this run (either backend)."""
+        from ..hbm.timing import stats_dict
 
         if hasattr(self, "py_hstats"):
             d = dict(self.py_hstats)

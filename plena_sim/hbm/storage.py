@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = [
     "NO_PAGE",
@@ -234,7 +234,7 @@ class Hbm:
         n_pages = -(-size // PAGE_SIZE)
         table = n_pages * 8
         if table > _TABLE_PROBE_BYTES:  # mapped lazily, but it must be mappable at all
-            from .config import host_memory_limits
+            from ..config.hardware import host_memory_limits
 
             most = host_memory_limits().allocation
             if table > most:
@@ -291,7 +291,7 @@ class Hbm:
             pool = np.zeros((new_cap, PAGE_SIZE), dtype=np.uint8)
             pool[:used] = self.pages[:used]
         except MemoryError:
-            from .config import host_memory_limits
+            from ..config.hardware import host_memory_limits
 
             lim = host_memory_limits()
             raise HbmTooLarge(

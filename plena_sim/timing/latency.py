@@ -14,7 +14,7 @@ configuration, in one place, so the reference interpreter and the Numba core cha
   callable from Python and from other ``@njit`` code): the latency charged by one retired non-DMA
   instruction.
 * H_* latencies are not in this table: they come from the HBM timing model
-  (:func:`plena_sim.hbm_timing.dma_blocks` and ``dma_latency``, called by the run loop with the start cycle), the
+  (:func:`plena_sim.hbm.timing.dma_blocks` and ``dma_latency``, called by the run loop with the start cycle), the
   single source of DMA cost; :func:`instruction_latency` returns 0 for them.
 """
 

@@ -1,4 +1,4 @@
-"""The compiled code's read of the stop flag of :mod:`plena_sim.stop` (one job: :func:`stop_requested`).
+"""The compiled code's read of the stop flag of :mod:`plena_sim.limits.stop` (one job: :func:`stop_requested`).
 
 The kernel writes the flag's first byte while a compiled loop runs (a signal arrives), so the loop must read it
 from memory on every check: a plain load of a byte the loop never writes may be hoisted out of the loop by the

@@ -14,7 +14,7 @@ write the matching dumps.
   loads back exactly (:func:`load_bf16_words_file`).
 
 Words not given are 0.  More values than the SRAM holds, a file whose length is not a whole number of
-words, or an unreadable file raise :class:`~plena_sim.image.ImageError` naming the file; a preload file is
+words, or an unreadable file raise :class:`~plena_sim.memory.image.ImageError` naming the file; a preload file is
 read only when it is a regular file no larger than its SRAM (:mod:`isa.readers`).
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 
 from isa.readers import InputFileError, open_input, read_at_most
 
+from ..numerics.formats import f32_array_to_bf16_bits
 from .image import ImageError
-from .numerics import f32_array_to_bf16_bits
 
 __all__ = [
     "fp_sram_from_values",

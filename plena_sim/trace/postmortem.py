@@ -25,7 +25,7 @@ name                dtype / shape                       meaning
 ==================  ==================================  ======================================================
 
 Which rows and tiles: the instruction's read and write sets of the overlap scoreboard (timing.md §4,
-:func:`plena_sim.timing.resources_py`) at the fault's register values -- the operands it would have touched.
+:func:`plena_sim.timing.scoreboard.resources_py`) at the fault's register values -- the operands it would have touched.
 """
 
 from __future__ import annotations
@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import bf16
-from .state import CTRL_LOOP_DEPTH
+from ..memory.state import CTRL_LOOP_DEPTH
+from ..numerics import bf16
 
 if TYPE_CHECKING:
     from isa.program import Program
 
-    from .config import HardwareConfig
-    from .faults import SimFault
-    from .state import MachineState
+    from ..config.hardware import HardwareConfig
+    from ..faults import SimFault
+    from ..memory.state import MachineState
 
 __all__ = ["fault_state", "touched_rows_and_tiles"]
 
@@ -81,7 +81,15 @@ def touched_rows_and_tiles(cfg: HardwareConfig, word: int, gp: np.ndarray) -> tu
     from isa.encoding import decode
     from isa.table import BY_OPCODE
 
-    from .timing import MAX_RANGES, TC_FPW_BASE, TC_INTW_BASE, TC_MTILE_BASE, TC_VROW_BASE, TimingState, resources_py
+    from ..timing.scoreboard import (
+        MAX_RANGES,
+        TC_FPW_BASE,
+        TC_INTW_BASE,
+        TC_MTILE_BASE,
+        TC_VROW_BASE,
+        TimingState,
+        resources_py,
+    )
 
     f = decode(word)
     if f["opcode"] not in BY_OPCODE:

@@ -7,8 +7,8 @@ How: :class:`StopFlag` is one page of an anonymous file (``memfd``), mapped into
 *wakeup fd* (``signal.set_wakeup_fd``). When any signal with a Python-level handler arrives, CPython's C-level
 handler writes the signal number into that file -- at once, whatever the main thread is doing -- so the first
 byte of the mapped page becomes non-zero. The core checks that byte every ``POLL_UNITS`` (8192) work budget units
-(:mod:`plena_sim.budget`: at most a few ms of the heaviest instructions) and between the rows of an H_* instruction:
-it stops at the instruction boundary and returns to Python, where the pending
+(:mod:`plena_sim.limits.budget`: at most a few ms of the heaviest instructions) and between the rows of an H_*
+instruction: it stops at the instruction boundary and returns to Python, where the pending
 Python handler runs (and, for the command line's handlers, raises :class:`~plena_sim.errors.RunStopped`). An
 H_* instruction stopped between its rows has changed only its destination rows and nothing that is counted;
 it re-executes from its start when the run resumes, so a resumed run ends in exactly the state and statistics of
