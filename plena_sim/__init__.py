@@ -1,8 +1,22 @@
-"""plena-sim: a register-accurate, Numba-accelerated, cycle-level simulator of the PLENA accelerator."""
+"""plena-sim: a register-accurate, Numba-accelerated, cycle-level simulator of the PLENA accelerator.
+
+The public API, imported on first use (PEP 562: ``import plena_sim`` alone loads neither Numba nor the
+configuration, and the JIT cache location is chosen before Numba is imported)::
+
+    from plena_sim import Machine, RunResult, SimFault, HardwareConfig, load_config, default_config
+    from plena_sim import load_preset, preset_names
+
+Everything else is imported from its module (``plena_sim.config``, ``plena_sim.memory.image``, ...). The packages:
+``config`` (hardware configuration, presets), ``numerics`` (number formats), ``memory`` (machine state, HBM images,
+SRAM files), ``hbm`` (sparse HBM, its timing model), ``timing`` (latencies, cycle models, statistics), ``trace``
+(trace ring, saved traces, post-mortems), ``limits`` (work budget, stop requests), ``core`` (the Numba backend);
+``machine`` (the Machine API), ``reference`` (the reference interpreter), ``faults`` and ``errors``.
+"""
 
 import os as _os
 import sys as _sys
 from collections.abc import Mapping as _Mapping
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 __version__ = "0.1.0"
@@ -100,3 +114,51 @@ def _set_numba_cache_dir() -> None:
 
 
 _set_numba_cache_dir()
+
+
+# ----------------------------------------------------------------------------------------- the public API
+
+#: public name -> its defining module (imported on first access, after the JIT cache location is set)
+_PUBLIC: dict[str, str] = {
+    "Machine": "plena_sim.machine",
+    "RunResult": "plena_sim.machine",
+    "SimFault": "plena_sim.faults",
+    "HardwareConfig": "plena_sim.config.hardware",
+    "load_config": "plena_sim.config.hardware",
+    "default_config": "plena_sim.config.hardware",
+    "load_preset": "plena_sim.config.presets",
+    "preset_names": "plena_sim.config.presets",
+}
+
+__all__ = [
+    "Machine",
+    "RunResult",
+    "SimFault",
+    "HardwareConfig",
+    "load_config",
+    "default_config",
+    "load_preset",
+    "preset_names",
+]
+
+
+def __getattr__(name: str) -> _Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
+if _TYPE_CHECKING:  # the real types for mypy; never executed
+    from .config.hardware import HardwareConfig, default_config, load_config
+    from .config.presets import load_preset, preset_names
+    from .faults import SimFault
+    from .machine import Machine, RunResult
