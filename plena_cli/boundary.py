@@ -1,5 +1,6 @@
 """The command line's error boundary, shared by ``plena-sim`` (:mod:`plena_cli.main`) and every in-process
-caller of a command (a sweep's workers run ``run`` through it: the same parser, the same code path).
+caller of a command (the same parser, the same code path; a sweep's workers run a point's testbench case through
+the library, :mod:`studies.sweep.point`, which gives the same verdicts and messages).
 
 :func:`run_cli` parses ``argv`` with the subcommands the given command modules register (``register(sub)``,
 each with a ``func(args, out, err) -> exit code``) and turns every failure into an exit code
@@ -48,11 +49,12 @@ def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:
 
 
 def user_error_types() -> tuple[type[Exception], ...]:
-    """The exceptions that are the user's input error (exit 2, one red line), not a bug."""
-    from isa import AssemblerError, MemFormatError
-    from plena_sim.errors import ConfigError, ImageError
+    """The exceptions that are the user's input error (exit 2, one red line), not a bug: the command line's own
+    and the library's (:func:`studies.errors.input_error_types`: a refused study request, the typed input errors
+    of the floors below)."""
+    from studies.errors import input_error_types
 
-    return UsageError, AssemblerError, MemFormatError, ConfigError, ImageError
+    return UsageError, *input_error_types()
 
 
 def run_cli(

@@ -18,7 +18,7 @@ imports anything heavy, so a Ctrl-C during the imports is handled too.
   code that unwinds. A command that still returns normally with a stop on record raises it at its end.
 * A closed stdout (``plena-sim run NAME | head -1``) is not an error: exit 0, nothing more printed.
 * Handlers are installed only by :func:`plena_cli.main.main` in the main thread of a ``plena-sim`` process; an
-  in-process caller of :func:`plena_cli.boundary.run_cli` (a sweep worker thread) has none, and ``--timeout`` is a
+  in-process caller of :func:`plena_cli.boundary.run_cli` (a test, a thread) has none, and ``--timeout`` is a
   usage error there (a process-wide timer cannot bound one thread).
 """
 

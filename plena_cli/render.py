@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from isa.safetext import json_text
+from studies.documents import json_default
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -68,19 +69,6 @@ def consoles(out_file: TextIO | None = None, err_file: TextIO | None = None) -> 
 def add_plain_row(table: Table, *cells: str | Text) -> None:
     """Add a row whose ``str`` cells are shown verbatim (a user's ``[red]`` or ``[/h]`` is text, never markup)."""
     table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
-
-
-def json_default(o: object) -> object:
-    """JSON of the numpy scalars and arrays in a result document (anything else: its str)."""
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
 
 
 def print_json(out: Console, doc: object, *, sort_keys: bool = False, indent: int | None = None) -> None:

@@ -1,4 +1,5 @@
-"""The result of one testbench run: its JSON document (``run --json``, ``result.json``) and its rich panel."""
+"""The rich panel of one testbench run (its JSON document, ``run --json`` and ``result.json``, is
+:func:`studies.documents.result_json`)."""
 
 from __future__ import annotations
 
@@ -15,74 +16,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from plena_sim.config import HardwareConfig
-    from testbenches.harness import Case, Report
+    from testbenches.harness import Report
 
-__all__ = ["result_json", "fault_json", "tolerance_info", "render_hardware", "render_report"]
-
-
-def fault_json(rep: Report) -> dict[str, Any] | None:
-    """The fault of a harness :class:`~testbenches.harness.Report` as JSON (None without one)."""
-    f = rep.fault
-    if not f:
-        return None
-    return {
-        "kind": f.get("class"),
-        "rule": f.get("rule"),
-        "pc": f.get("pc"),
-        "line": f.get("line"),
-        "message": f"{f.get('line')}: {f.get('text')}: {f.get('detail')} [{f.get('rule')}, pc {f.get('pc')}]",
-    }
-
-
-def result_json(
-    name: str, params: dict[str, Any], cfg: HardwareConfig, rep: Report, primary_tol: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The JSON document of one run (``primary_tol`` from :func:`tolerance_info`)."""
-    return {
-        "testbench": name,
-        "case": rep.case_id,
-        "params": params,
-        "hardware": cfg.values(),
-        "hw": cfg.preset or None,
-        "variant": rep.variant or None,
-        "passed": bool(rep.passed),
-        "max_abs_err": rep.max_abs,
-        "max_rel_err": rep.max_rel,
-        "rms_err": rep.rms,
-        "rel_rms": rep.rel_rms,
-        "worst": rep.worst or None,
-        "first": rep.first,
-        "failing_elements": rep.n_fail,
-        "atol": primary_tol.get("atol"),
-        "rtol": primary_tol.get("rtol"),
-        "tolerance": primary_tol.get("text"),
-        "checks": [c.to_dict() for c in rep.checks],
-        "cycles": rep.cycles,
-        "instructions": rep.instructions,
-        "stats": rep.stats,
-        "regions": rep.stats.get("regions") if rep.stats else None,
-        "wall_s": rep.wall_time,
-        "fault": fault_json(rep),
-        "error": rep.error,
-    }
-
-
-def tolerance_info(case: Case | None) -> dict[str, Any]:
-    """``atol``/``rtol``/``text`` of the case's primary check ({} without a case or checks)."""
-    import numpy as np
-
-    if case is None or not case.checks:
-        return {}
-    tol = case.checks[0].tol
-    if tol.exact:
-        return {"atol": 0.0, "rtol": 0.0, "text": tol.describe()}
-    ea = float(np.max(tol.eps_a)) if isinstance(tol.eps_a, np.ndarray) else float(tol.eps_a)
-    atol = tol.abs_term if not tol.uses_A else ea
-    return {
-        "atol": atol,
-        "rtol": float(tol.eps_g),
-        "text": tol.describe() + (" (atol scales the reference envelope A)" if tol.uses_A else ""),
-    }
+__all__ = ["render_hardware", "render_report"]
 
 
 def render_hardware(out: Console, title: str, cfg: HardwareConfig, params: Mapping[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """``plena-sim sweep SPEC --out RESULTS`` (run a design-space sweep on Dask), ``plena-sim sweep report RESULTS``
 (tables, Pareto fronts, plots, CSV / Parquet exports) and ``plena-sim sweep --example`` (a spec to start from).
 
-See docs/sweeps.md. The sweep's modules are :mod:`plena_cli.sweep` (imported only by this command: the
-optional ``sweep`` extra provides Dask, DuckDB and matplotlib).
+See docs/sweeps.md. The sweep itself is :mod:`studies.sweep` (the spec, the engine's ``run_sweep``, the report's
+data, plots and exports; imported only by this command: the optional ``sweep`` extra provides Dask, DuckDB and
+matplotlib); this command parses the flags, calls it and renders what it returns (:mod:`.sweep_report`).
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ def _modules(*names: str) -> list[Any]:
     out = []
     for name in names:
         try:
-            out.append(importlib.import_module(f"{__package__}.sweep.{name}"))
+            out.append(importlib.import_module(f"studies.sweep.{name}"))
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith(__package__ or "plena_cli"):
+            if exc.name and exc.name.startswith("studies"):
                 raise
             raise UsageError(
                 f"sweep needs the optional dependencies (pip install -e '.[sweep]'): {exc.name} is missing"
@@ -210,5 +211,7 @@ def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json(out, {**summary, "plots": plots})
     else:
-        report.render(out, summary)
+        from .sweep_report import render
+
+        render(out, summary)
     return EXIT_OK

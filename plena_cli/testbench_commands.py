@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +33,9 @@ from .render import (
     wrote,
 )
 from .replay import REPLAY_FILES, replay_files
-from .run_report import render_hardware, render_report, result_json, tolerance_info
+from .run_report import render_hardware, render_report
 from .run_source import fault_row
-from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
+from .testbench_args import add_machine_args, case_params_and_config, case_request, get_testbench
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -290,18 +289,24 @@ def _run_case(
     err: Console,
     want_trace: bool,
 ) -> tuple[_Ran, dict[str, Any]]:
-    """Build, simulate and judge the case: what it produced and its result document (result.json)."""
+    """Build, simulate and judge the case (:func:`studies.testbench_run.run_case`; no file written: its artifacts
+    are kept in memory): what it produced and its result document (result.json)."""
+    from studies.testbench_run import run_case
+
     compile_core(err, args.json)
-    t0 = time.perf_counter()
     with status(err, "build + generate ...", args.json) as spinner:
-        case = build_case(mod, args.name, params, cfg, args)
-        if spinner is not None:
-            spinner.update("assemble + simulate + compare ...")
-        rep, outputs = _simulate(case, args, want_trace)
-    derived = {k: v for k, v in case.params.items() if k not in params}  # what the build derived (e.g. positions)
-    doc = result_json(args.name, {**params, **derived}, cfg, rep, tolerance_info(case))
-    doc["wall_s"] = time.perf_counter() - t0
-    return _Ran(case, rep, outputs), doc
+        ran = run_case(
+            mod,
+            params,
+            cfg,
+            case_request(args, args.name),
+            backend=args.backend,
+            timing=args.timing,
+            trace=int(args.capacity) if want_trace else False,
+            keep_artifacts=True,
+            progress=None if spinner is None else spinner.update,
+        )
+    return _Ran(ran.case, ran.report, _outputs(ran.report)), ran.doc
 
 
 def _machine_name(args: argparse.Namespace, cfg: HardwareConfig) -> str:
@@ -310,25 +315,20 @@ def _machine_name(args: argparse.Namespace, cfg: HardwareConfig) -> str:
     return cfg.preset + ("" if args.variant in (None, "default") else f", {args.variant}")
 
 
-def _simulate(case: Case, args: argparse.Namespace, want_trace: bool) -> tuple[Report, _Outputs]:
-    """Run the case (no file written: its artifacts are kept in memory): the report and what the run produced."""
+def _outputs(rep: Report) -> _Outputs:
+    """What the run produced, from the files the report keeps in memory."""
     import io
 
     import numpy as np
 
-    from testbenches.harness import run
-
-    trace = int(args.capacity) if want_trace else False
-    rep = run(case, backend=args.backend, timing=args.timing, trace=trace, keep_artifacts=True)
     files = rep.artifacts
-    outputs = _Outputs(
+    return _Outputs(
         sim=np.load(io.BytesIO(files["sim.npy"])) if "sim.npy" in files else None,
         golden=np.load(io.BytesIO(files["golden.npy"])) if "golden.npy" in files else None,
         program_mem=files["program.mem"].decode() if "program.mem" in files else None,
         state_npz=files.get("state.npz"),
         trace=cast("Trace | None", rep.trace),
     )
-    return rep, outputs
 
 
 def _save(

@@ -1,6 +1,6 @@
-"""Package floors without exceptions: isa <- plena_sim <- programs <- testbenches <- plena_cli.
+"""Package floors without exceptions: isa <- plena_sim <- programs <- testbenches <- studies <- plena_cli.
 
-Rules, over every ``.py`` file of the five packages:
+Rules, over every ``.py`` file of the six packages:
 
 1. an import may name only its own package or a package on a lower floor (``plena_cli`` is the top:
    nothing imports it);
@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("isa", "plena_sim", "programs", "testbenches", "plena_cli")
+FLOORS = ("isa", "plena_sim", "programs", "testbenches", "studies", "plena_cli")
 LEVEL = {pkg: k for k, pkg in enumerate(FLOORS)}
 
 

@@ -103,7 +103,7 @@ def test_finite_float_parameter_still_runs(capsys):
 
 
 def test_nan_in_a_sweep_spec_is_refused(tmp_path):
-    from plena_cli.sweep.spec import SpecError, parse_spec
+    from studies.sweep.spec import SpecError, parse_spec
 
     with pytest.raises(SpecError, match="must be a finite number"):
         parse_spec('[[workload]]\ntestbench = "elementwise_add"\nset = {scale = [1.0, nan]}\n')

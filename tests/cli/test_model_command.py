@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import testbenches
-from plena_cli.model_command import clock_of, layer_figures, merge_regions
 from programs.model import presets as model_presets
+from studies.model import clock_of, layer_figures, merge_regions
 from tests.util.cli import run
 
 RUN_FIELDS = {

@@ -41,7 +41,7 @@ def prog(tmp_path):
 
 @pytest.fixture
 def results_db(tmp_path):
-    from plena_cli.sweep import store
+    from studies.sweep import store
 
     path = tmp_path / "sweep.sqlite"
     store.Store(path).close()
@@ -125,9 +125,9 @@ def test_d17_a_missing_output_directory_is_refused_before_the_run(flag, tmp_path
 
 
 def test_d17_run_perfetto_into_a_missing_directory_never_builds_the_case(capsys, monkeypatch):
-    from plena_cli import testbench_commands
+    from studies import testbench_run
 
-    monkeypatch.setattr(testbench_commands, "build_case", lambda *a, **k: pytest.fail("built before refusing"))
+    monkeypatch.setattr(testbench_run, "build_case", lambda *a, **k: pytest.fail("built before refusing"))
     code, _out, err = run(capsys, "run", "linear", "--variant", "small", "--perfetto", "/nonexistent/f.json")
     assert code == 2 and "--perfetto" in err and "does not exist" in err
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from plena_cli.main import main
-from plena_cli.sweep import expr
-from plena_cli.sweep.engine import run_sweep
-from plena_cli.sweep.spec import SpecError, parse_spec
-from plena_cli.sweep.store import rows
+from studies.sweep import expr
+from studies.sweep.engine import run_sweep
+from studies.sweep.spec import SpecError, parse_spec
+from studies.sweep.store import rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -328,7 +328,7 @@ def test_usage_errors_are_one_line(argv, fragment, capsys, tmp_path, monkeypatch
 
 
 def test_progress_counts_done_failed_running_and_the_rate():
-    from plena_cli.sweep.engine import Tally
+    from studies.sweep.engine import Tally
 
     events: list[dict] = []
     t = Tally(3, events.append)
@@ -353,7 +353,7 @@ def test_the_sweep_panel_without_json(tmp_path, capsys):
 
 
 def test_a_model_layer_point_runs_with_its_regions():
-    from plena_cli.sweep.point import run_point
+    from studies.sweep.point import run_point
 
     spec = parse_spec('[[workload]]\nmodel = "tiny"\nkind = "decode"\n[workload.set]\nkv = [40]\n')
     (point,), _ = spec.expand()

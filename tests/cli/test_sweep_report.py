@@ -1,6 +1,7 @@
-"""`sweep report`'s module: workload keys, Pareto fronts (against a brute force), the summary's exact counts
-and groups, the plotted data (fronts, the heat-map grid), the PNG / SVG files and the CSV / Parquet exports,
-all on small results databases written here by hand (no simulation)."""
+"""`sweep report`'s modules (studies.sweep.report; the tables of plena_cli.sweep_report): workload keys, Pareto
+fronts (against a brute force), the summary's exact counts and groups, the plotted data (fronts, the heat-map
+grid), the PNG / SVG files and the CSV / Parquet exports, all on small results databases written here by hand
+(no simulation)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from rich.console import Console
 
-from plena_cli.sweep import report, store
+from plena_cli import sweep_report
+from studies.sweep import report, store
 
 FA = {"testbench": "flashattn_prefill", "case_id": "P1", "params": {"q_len": 128, "kv_len": 256}, "timing": "serial"}
 LIN = {"testbench": "linear", "case_id": None, "params": {"m": 64, "k": 128}, "timing": "overlap"}
@@ -229,7 +231,7 @@ def test_summarize_exact_counts_fronts_best_and_failure_groups(results):
 
 def test_render_prints_headline_best_points_and_reasons(results):
     buf = io.StringIO()
-    report.render(Console(file=buf, width=250, highlight=False, color_system=None), report.summarize(results))
+    sweep_report.render(Console(file=buf, width=250, highlight=False, color_system=None), report.summarize(results))
     text = buf.getvalue()
     lines = text.splitlines()
     assert lines[0] == (
@@ -255,7 +257,7 @@ def test_reason_rows_merge_messages_differing_only_in_numbers():
         },
         "crashed": {"RuntimeError: boom": {"count": 1, "ids": ["c1"]}},
     }
-    assert report._reason_rows(failures) == [
+    assert sweep_report._reason_rows(failures) == [
         ("fault", 5, "pc N: VRAM address N out of range", ["f1", "f2", "f3"]),
         ("fault", 1, "pc 7: division by zero in BF16", ["f6"]),
         ("crashed", 1, "RuntimeError: boom", ["c1"]),
@@ -263,7 +265,7 @@ def test_reason_rows_merge_messages_differing_only_in_numbers():
 
 
 def test_sizes_in_binary_units():
-    assert [report._size(n) for n in (None, 0, 1000, 1024, 1536, 537_401_344, 3 << 30)] == [
+    assert [report.size_text(n) for n in (None, 0, 1000, 1024, 1536, 537_401_344, 3 << 30)] == [
         "", "0 B", "1000 B", "1 KiB", "1.5 KiB", "512.5 MiB", "3 GiB"
     ]  # fmt: skip
 

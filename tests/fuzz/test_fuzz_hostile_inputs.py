@@ -22,13 +22,13 @@ from fuzzlib import BASE_SEED, count
 
 from isa import AssemblerError, MemFormatError, assemble_file, read_mem
 from isa.readers import MAX_CONFIG_BYTES
-from plena_cli.sweep.spec import SpecError, load_spec
 from plena_sim.config import ConfigError, default_config_text, load_config
 from plena_sim.hbm.storage import Hbm
 from plena_sim.memory.image import ImageError, load_image, load_raw_image
 from plena_sim.memory.sram_io import load_fp_sram_file, load_int_sram_file
 from programs.model.presets import ModelPresetError
 from programs.model.presets import load as load_model
+from studies.sweep.spec import SpecError, load_spec
 
 pytestmark = pytest.mark.fuzz
 

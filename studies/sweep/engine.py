@@ -4,10 +4,11 @@ The engine: a ``LocalCluster`` on this machine by default (one worker process pe
 worker's memory limit its share of the host's memory), or an existing cluster (``scheduler`` =
 ``tcp://HOST:PORT``). Every worker warms the simulator's JIT cache once, when it starts (:class:`WarmJit`, a
 worker plugin: it loads the on-disk Numba cache, compiling it on first use; workers joining later warm
-themselves too), before it runs a point. Each point is one task running :func:`.point.run_point` (the
-``plena-sim run --json`` code path); a task announces its start (a Dask worker event), so the database marks it
-``running`` with its worker and counts its attempts. A worker that dies mid-point makes Dask re-run that
-task on another worker (``distributed.scheduler.allowed-failures`` times, then the point is ``crashed``).
+themselves too), before it runs a point. Each point is one task running :func:`.point.run_point` (the judged
+run of ``plena-sim run --json``, :func:`studies.testbench_run.run_json`); a task announces its start (a Dask
+worker event), so the database marks it ``running`` with its worker and counts its attempts. A worker that
+dies mid-point makes Dask re-run that task on another worker (``distributed.scheduler.allowed-failures`` times,
+then the point is ``crashed``).
 """
 
 from __future__ import annotations

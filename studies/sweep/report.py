@@ -1,13 +1,13 @@
-"""``plena-sim sweep report``: what a sweep's results database holds, as tables, Pareto fronts, plots and
-exports. Read-only: every function opens the database read-only (a report works mid-sweep).
+"""``plena-sim sweep report``'s data: what a sweep's results database holds, as a summary, Pareto fronts, plots
+and exports. Read-only: every function opens the database read-only (a report works mid-sweep).
 
 A *workload* (:func:`workload_key`) is a testbench with its case, parameters and timing model; the points of
 one workload differ only in hardware (and seed: a workload's seeds are pooled). Per workload:
 
 - :func:`pareto`: the PASS points on the front of cycles vs a cost proxy (``mac_array`` = BLEN x MLEN or
   ``sram_bytes``), both minimised;
-- :func:`summarize`: the ``--json`` document (counts, fronts, the fastest points, failures by reason);
-  :func:`render` prints it as tables;
+- :func:`summarize`: the ``--json`` document (counts, fronts, the fastest points, failures by reason; the
+  command line prints it as tables);
 - :func:`plot_data` / :func:`plot`: cycles vs both cost proxies with the front marked, and a heat map of
   cycles when the points form a two-axis grid over hardware keys; :func:`plot` draws exactly
   :func:`plot_data`'s content (matplotlib, Agg, no display);
@@ -31,9 +31,21 @@ from . import store
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-    from rich.console import Console
 
-__all__ = ["workload_key", "pareto", "summarize", "render", "plot_data", "plot", "export", "COSTS", "STATUS_ORDER"]
+__all__ = [
+    "workload_key",
+    "pareto",
+    "summarize",
+    "plot_data",
+    "plot",
+    "export",
+    "size_text",
+    "value_text",
+    "COSTS",
+    "STATUS_ORDER",
+    "METRIC",
+    "EXAMPLE_IDS",
+]
 
 Row = Mapping[str, Any]
 
@@ -46,7 +58,6 @@ METRIC = "cycles"
 HW_COLUMNS = ("MLEN", "VLEN", "BLEN", "HLEN", "BROADCAST_AMOUNT")
 BEST_PER_WORKLOAD = 3
 EXAMPLE_IDS = 3
-_REASON_WIDTH = 160
 _STEM_WIDTH = 100
 _ANNOTATE_CELLS = 144  # heat maps up to this many cells print each cell's cycles
 
@@ -54,7 +65,8 @@ _ANNOTATE_CELLS = 144  # heat maps up to this many cells print each cell's cycle
 # =========================================================================== workloads and fronts
 
 
-def _text(v: Any) -> str:
+def value_text(v: Any) -> str:
+    """A parameter's or hardware key's value as text (``true`` / ``false`` for a bool)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
@@ -69,7 +81,7 @@ def workload_key(row: Row) -> str:
     ``flashattn_prefill[P1] kv_len=256 q_len=128 / serial``."""
     params = _decoded(row.get("params")) or {}
     name = str(row["testbench"]) + (f"[{row['case_id']}]" if row.get("case_id") else "")
-    return " ".join([name, *(f"{k}={_text(params[k])}" for k in sorted(params))]) + f" / {row['timing']}"
+    return " ".join([name, *(f"{k}={value_text(params[k])}" for k in sorted(params))]) + f" / {row['timing']}"
 
 
 def _by_workload(rows: Iterable[Row]) -> dict[str, list[Row]]:
@@ -165,15 +177,10 @@ def summarize(path: str | Path) -> dict[str, Any]:
     }
 
 
-# =========================================================================== terminal tables
+# =========================================================================== sizes
 
 
-def _short(text: str, width: int = _REASON_WIDTH) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 3] + "..."
-
-
-def _size(n: int | None) -> str:
+def size_text(n: int | None) -> str:
     """Bytes in the largest binary unit that keeps the number >= 1 (``512 KiB``, ``1.5 MiB``)."""
     if n is None:
         return ""
@@ -183,93 +190,6 @@ def _size(n: int | None) -> str:
             break
         value, unit = value / 1024, bigger
     return f"{value:.4g} {unit}"
-
-
-def _hw_text(set_hw: Mapping[str, Any] | None) -> str:
-    return " ".join(f"{k}={_text(v)}" for k, v in sorted((set_hw or {}).items())) or "-"
-
-
-def _fronts_of(summary: Mapping[str, Any], key: str, point_id: str) -> str:
-    """Which fronts (``mac``, ``sram``) of its workload a point is on."""
-    fronts = (("mac", summary["pareto"]), ("sram", summary["pareto_sram"]))
-    return ", ".join(name for name, front in fronts if point_id in front.get(key, ()))
-
-
-def _best_table(summary: Mapping[str, Any]) -> Any:
-    from rich.table import Table
-
-    from ..render import add_plain_row
-
-    t = Table(title="fastest passing points per workload", title_justify="left")
-    for col in ("workload", "#", "id", "preset", "hardware", "cycles", "MAC array", "SRAM", "front"):
-        t.add_column(col, justify="right" if col in ("#", "cycles", "MAC array", "SRAM") else "left")
-    for key, best in summary["best"].items():
-        if not best:
-            add_plain_row(t, key, "", "", "", "no passing point", "", "", "", "")
-        for k, b in enumerate(best):
-            cycles = "" if b[METRIC] is None else f"{b[METRIC]:,}"
-            mac = "" if b["mac_array"] is None else str(b["mac_array"])
-            hw = _hw_text(b["set_hw"])
-            fronts = _fronts_of(summary, key, b["id"])
-            add_plain_row(
-                t,
-                key if k == 0 else "",
-                str(k + 1),
-                b["id"],
-                b["preset"],
-                hw,
-                cycles,
-                mac,
-                _size(b["sram_bytes"]),
-                fronts,
-            )
-        t.add_section()
-    return t
-
-
-def _template(message: str) -> str:
-    """A message with its decimal numbers as ``N`` (messages that differ only in values share a template)."""
-    return re.sub(r"\b\d+(\.\d+)?\b", "N", message)
-
-
-def _reason_rows(groups: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[tuple[str, int, str, list[str]]]:
-    """``(status, count, reason, example ids)``: a status's messages merged by :func:`_template` (the reason
-    is the message itself when only one message has the template), largest groups first."""
-    out = []
-    for status, by_msg in groups.items():
-        merged: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        for msg, g in by_msg.items():
-            merged.setdefault(_template(msg), []).append((msg, g))
-        for template, members in merged.items():
-            ids = [i for _msg, g in members for i in g["ids"]][:EXAMPLE_IDS]
-            reason = members[0][0] if len(members) == 1 else template
-            out.append((status, sum(g["count"] for _msg, g in members), reason, ids))
-    order = {s: k for k, s in enumerate(groups)}
-    return sorted(out, key=lambda r: (order[r[0]], -r[1]))
-
-
-def _reason_table(summary: Mapping[str, Any]) -> Any:
-    from rich.table import Table
-
-    from ..render import add_plain_row
-
-    t = Table(title="points not passing, by reason", title_justify="left")
-    for col in ("status", "count", "reason", "example ids"):
-        t.add_column(col, justify="right" if col == "count" else "left")
-    for groups in (summary["failures"], summary["filtered"]):
-        for status, count, reason, ids in _reason_rows(groups):
-            add_plain_row(t, status, str(count), _short(reason) or "-", " ".join(ids))
-    return t
-
-
-def render(out: Console, summary: Mapping[str, Any]) -> None:
-    """The headline (points by status), the fastest passing points of every workload (with the fronts they
-    are on) and, when there are any, the points not passing grouped by reason."""
-    counts = ", ".join(f"{n} {s}" for s, n in summary["points"].items()) or "none"
-    out.print(f"{summary['total']} points in {len(summary['workloads'])} workloads: {counts}", markup=False)
-    out.print(_best_table(summary))
-    if summary["failures"] or summary["filtered"]:
-        out.print(_reason_table(summary))
 
 
 # =========================================================================== plot data
@@ -335,7 +255,7 @@ def _axis_values(values: Iterable[Any]) -> list[Any]:
     def rank(v: Any) -> tuple[int, Any]:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return (0, v)
-        return (1, "" if v is None else _text(v))
+        return (1, "" if v is None else value_text(v))
 
     return sorted(set(values), key=rank)
 
@@ -417,7 +337,7 @@ def _draw_pareto(fig: Figure, data: Mapping[str, Any]) -> None:
             zorder=3,
         )
         if panel["x"] and min(panel["x"]) > 0:
-            _log2_axis(ax.xaxis, _size if panel["cost"] == "sram_bytes" else str)
+            _log2_axis(ax.xaxis, size_text if panel["cost"] == "sram_bytes" else str)
         ax.set_xlabel(COSTS[panel["cost"]])
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(data["metric"])
@@ -431,8 +351,8 @@ def _draw_heatmap(fig: Figure, data: Mapping[str, Any]) -> None:
     ax = fig.subplots()
     grid = np.array([[np.nan if c is None else c for c in line] for line in data["cells"]], dtype=float)
     image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap="viridis")
-    ax.set_xticks(range(len(data["x"])), labels=[_text(v) for v in data["x"]])
-    ax.set_yticks(range(len(data["y"])), labels=[_text(v) for v in data["y"]])
+    ax.set_xticks(range(len(data["x"])), labels=[value_text(v) for v in data["x"]])
+    ax.set_yticks(range(len(data["y"])), labels=[value_text(v) for v in data["y"]])
     ax.set_xlabel(data["x_key"])
     ax.set_ylabel(data["y_key"])
     fig.colorbar(image, ax=ax, label=data["metric"])

@@ -22,12 +22,15 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from isa.readers import MAX_CONFIG_BYTES, InputFileError, parse_toml, read_text_input
 from isa.safetext import did_you_mean, printable
 
 from . import expr
+
+if TYPE_CHECKING:
+    from ..testbench_run import CaseRequest
 
 __all__ = ["SpecError", "Point", "Filtered", "Workload", "SweepSpec", "load_spec", "parse_spec", "EXAMPLE"]
 
@@ -92,6 +95,20 @@ class Point:
         for k, v in self.params.items():
             out += ["--set", f"{k}={_cli_value(v)}"]
         return out + ["--timing", self.timing, "--seed", str(self.seed), "--json"]
+
+    def request(self) -> CaseRequest:
+        """The testbench request of :meth:`argv`'s command line (the same ``--set`` / ``--set-hw`` texts); the
+        timing model is the run's own (``timing``)."""
+        from ..testbench_run import CaseRequest
+
+        return CaseRequest(
+            testbench=self.testbench,
+            case=self.case,
+            set=[f"{k}={_cli_value(v)}" for k, v in self.params.items()],
+            hw=self.preset,
+            set_hw=[f"{k}={v}" for k, v in self.set_hw.items()],
+            seed=self.seed,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.key(), "workload": self.workload, "order": self.order}
