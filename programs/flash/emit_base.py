@@ -13,15 +13,15 @@ from ..asm import add_imm, areg, gp, load_imm, region
 from ..hbm_tensors import HbmTensor, ceil_div
 from .loops import IterRegs, Ix, Loops, Tracker
 from .plan import FP_NEEDED, GP_NEEDED, Block, FlashPlan, TileStep
-from .problem import act_type_info, kv_type_info
+from .problem import hbm_type_info
 from .schedule import block_coords, tile_runs
 
 __all__ = ["EmitterBase", "phase"]
 
 
 def _dummy_tensors(plan: FlashPlan) -> tuple[HbmTensor, HbmTensor, HbmTensor]:
-    eb_kv, blk_kv, _ = kv_type_info(plan.config)
-    eb_q, blk_q, _ = act_type_info(plan.config)
+    eb_kv, blk_kv, _ = hbm_type_info(plan.config, "HBM_M_KV_TYPE")
+    eb_q, blk_q, _ = hbm_type_info(plan.config, "HBM_V_ACT_TYPE")
     q = plan.q or HbmTensor(0, plan.q_alloc_elems * eb_q, eb_q, 0, plan.hq * plan.d, plan.q_alloc_elems)
     k = plan.k or HbmTensor(1, plan.kv_alloc_elems * eb_kv, eb_kv, 1, plan.kv_row_elems, plan.kv_alloc_elems)
     v = plan.v or HbmTensor(2, plan.kv_alloc_elems * eb_kv, eb_kv, 1, plan.kv_row_elems, plan.kv_alloc_elems)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from ..common import Region, check_disjoint
+from ..common import Region, check_disjoint, fail, need_int
 from ..hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
 from .plan import Block
-from .problem import Problem, check_int, fail
+from .problem import Problem
 from .state import FpState
 
 __all__ = ["VramLayout", "plan_vram", "check_mram", "kv_alloc_elems", "q_alloc_elems", "check_hbm"]
@@ -30,7 +30,7 @@ class VramLayout(NamedTuple):
 
 def check_mram(pb: Problem, mram_tile0: int) -> None:
     """K chunks (and V chunks for flash attention) from ``mram_tile0`` must fit MRAM."""
-    check_int(pb.kernel, "mram_tile0", mram_tile0, 0)
+    need_int(pb.kernel, "mram_tile0", mram_tile0, 0)
     n_tiles = 2 * pb.nc if pb.flash else pb.nc
     if mram_tile0 + n_tiles > pb.cfg.mram_tiles:
         fail(pb.kernel, "mram_tile0", mram_tile0, f"+ {n_tiles} tiles exceeds the {pb.cfg.mram_tiles} MRAM tiles")
@@ -38,8 +38,8 @@ def check_mram(pb: Problem, mram_tile0: int) -> None:
 
 def _check_vram_bases(pb: Problem, o_base: int, scratch_base: int) -> None:
     K, V = pb.kernel, pb.cfg.VLEN
-    check_int(K, "o_base", o_base, 0)
-    check_int(K, "scratch_base", scratch_base, 0)
+    need_int(K, "o_base", o_base, 0)
+    need_int(K, "scratch_base", scratch_base, 0)
     if o_base % V:
         fail(K, "o_base" if pb.flash else "s_out", o_base, f"must be a multiple of VLEN={V}")
     if scratch_base % V:
@@ -54,7 +54,7 @@ def _output_rows(pb: Problem, o_rows_p: int | None, Tq: int) -> tuple[int, int, 
         return 0, 0, pb.batch * pb.hq * Tq * pb.Tk * cfg.MLEN
     RP = row_pad(cfg)
     rows_o_p = round_up(pb.batch * pb.q_len, RP) if o_rows_p is None else o_rows_p
-    check_int(pb.kernel, "o_rows_p", rows_o_p)
+    need_int(pb.kernel, "o_rows_p", rows_o_p, 1)
     if rows_o_p < pb.batch * pb.q_len or rows_o_p % RP:
         fail(pb.kernel, "o_rows_p", rows_o_p, f"must be >= batch*q_len={pb.batch * pb.q_len} and a multiple of {RP}")
     o_blocks = ceil_div(pb.hq * pb.d, cfg.VLEN)

@@ -9,7 +9,7 @@ It is the single source of truth for readback (:meth:`FlashPlan.output_read`, :m
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -17,10 +17,11 @@ import numpy as np
 from plena_sim.config import HardwareConfig
 
 from .. import mutation_hooks
-from ..common import Footprint, Region
+from ..common import Region
+from ..footprint import Footprint
 from ..hbm_tensors import HbmTensor, ceil_div
 
-__all__ = ["GP_NEEDED", "FP_NEEDED", "TileStep", "Block", "FlashPlan"]
+__all__ = ["GP_NEEDED", "FP_NEEDED", "TileStep", "Block", "AttentionShape", "FlashPlan"]
 
 
 #: general-purpose and FP registers the emitters take
@@ -56,10 +57,9 @@ class Block:
 
 
 @dataclass(frozen=True)
-class FlashPlan:
-    kernel: str  # "flash_attention" or "attention_scores"
-    config: HardwareConfig = field(repr=False)
-    # problem
+class AttentionShape:
+    """The attention problem as given (§3.2), which the validated problem and the plan both extend."""
+
     batch: int
     hq: int
     hkv: int
@@ -68,6 +68,17 @@ class FlashPlan:
     kv_len: int
     causal: bool
     kv_layout: str
+
+    def shape_fields(self) -> dict[str, Any]:
+        """The shape as keyword arguments (to build a dataclass that extends it)."""
+        return {f.name: getattr(self, f.name) for f in fields(AttentionShape)}
+
+
+@dataclass(frozen=True)
+class FlashPlan(AttentionShape):
+    kernel: str  # "flash_attention" or "attention_scores"
+    config: HardwareConfig = field(repr=False)
+    # problem (and the shape's fields)
     kv_capacity: int
     kv_row_elems: int  # Wp
     path: str  # "batched" | "per_head" (resolved)

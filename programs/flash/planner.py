@@ -18,7 +18,7 @@ from ..hbm_tensors import HbmTensor, ceil_div
 from .emit import emit_kernel
 from .layout import check_hbm, check_mram, kv_alloc_elems, plan_vram, q_alloc_elems
 from .loops import NullSink, Tracker
-from .plan import FP_NEEDED, GP_NEEDED, FlashPlan
+from .plan import FP_NEEDED, GP_NEEDED, AttentionShape, FlashPlan
 from .problem import check_slots, check_tensors, elem_bytes, validate_problem
 from .schedule import schedule_blocks
 from .state import plan_fp_state
@@ -65,21 +65,8 @@ def _plan(
     loops: bool = True,
     dry_run: bool = True,
 ) -> FlashPlan:
-    pb = validate_problem(
-        kernel,
-        config,
-        batch=batch,
-        hq=hq,
-        hkv=hkv,
-        d=d,
-        q_len=q_len,
-        kv_len=kv_len,
-        causal=causal,
-        kv_layout=kv_layout,
-        kv_capacity=kv_capacity,
-        kv_row_elems=kv_row_elems,
-        path=path,
-    )
+    shape = AttentionShape(batch, hq, hkv, d, q_len, kv_len, causal, kv_layout)
+    pb = validate_problem(kernel, config, shape, kv_capacity=kv_capacity, kv_row_elems=kv_row_elems, path=path)
     eb_q, eb_kv = elem_bytes(pb, q, k, v)
     check_tensors(pb, q, k, v)
     check_slots(kernel, qk_slot, neg_slot)
@@ -92,16 +79,9 @@ def _plan(
     q_alloc = q_alloc_elems(pb, st.path, blocks)
     check_hbm(pb, q, k, eb_q, eb_kv, q_alloc, kv_alloc)
     plan = FlashPlan(
+        **shape.shape_fields(),
         kernel=kernel,
         config=config,
-        batch=batch,
-        hq=hq,
-        hkv=hkv,
-        d=d,
-        q_len=q_len,
-        kv_len=kv_len,
-        causal=causal,
-        kv_layout=kv_layout,
         kv_capacity=pb.S_cap,
         kv_row_elems=pb.Wp,
         path=st.path,

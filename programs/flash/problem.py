@@ -9,19 +9,17 @@ inside each step) fixes which error a bad parameter set reports.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NoReturn
 
 from plena_sim.config import HardwareConfig, MxType
 
+from ..common import fail, need_int
 from ..hbm_tensors import HbmTensor, ceil_div
+from .plan import AttentionShape
 
 __all__ = [
     "SUPPORTS_HEAD_DIM_CHUNKS",
     "Problem",
-    "fail",
-    "check_int",
-    "kv_type_info",
-    "act_type_info",
+    "hbm_type_info",
     "validate_problem",
     "elem_bytes",
     "check_tensors",
@@ -33,46 +31,21 @@ __all__ = [
 SUPPORTS_HEAD_DIM_CHUNKS = True
 
 
-def fail(kernel: str, param: str, value: object, rule: str) -> NoReturn:
-    raise ValueError(f"{kernel}: {param}={value} {rule}")
-
-
-def kv_type_info(cfg: HardwareConfig) -> tuple[int, int, bool]:
-    t = cfg.hbm_type("HBM_M_KV_TYPE")
+def hbm_type_info(cfg: HardwareConfig, key: str) -> tuple[int, int, bool]:
+    """``(bytes per element, MX block bytes or 1, is MX)`` of the config's HBM type ``key``
+    (``HBM_M_KV_TYPE`` for K/V, ``HBM_V_ACT_TYPE`` for Q)."""
+    t = cfg.hbm_type(key)
     eb = t.elem_bytes
     blk = t.block * eb if isinstance(t, MxType) else 1
     return eb, blk, isinstance(t, MxType)
-
-
-def act_type_info(cfg: HardwareConfig) -> tuple[int, int, bool]:
-    t = cfg.hbm_type("HBM_V_ACT_TYPE")
-    eb = t.elem_bytes
-    blk = t.block * eb if isinstance(t, MxType) else 1
-    return eb, blk, isinstance(t, MxType)
-
-
-def check_int(kernel: str, name: str, v: object, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        fail(kernel, name, repr(v), "must be an integer")
-    if v < lo:
-        fail(kernel, name, v, f"must be >= {lo}")
-    return v
 
 
 @dataclass(frozen=True)
-class Problem:
-    """A validated attention problem (§3.2): shapes, K/V cache geometry, and what follows from them."""
+class Problem(AttentionShape):
+    """A validated attention problem (§3.2): the shape, K/V cache geometry, and what follows from them."""
 
     kernel: str
     cfg: HardwareConfig
-    batch: int
-    hq: int
-    hkv: int
-    d: int
-    q_len: int
-    kv_len: int
-    causal: bool
-    kv_layout: str
     S_cap: int  # kv_capacity
     Wp: int  # kv_row_elems
     ratio: int  # hq // hkv
@@ -105,7 +78,7 @@ def _check_shapes(
     K: str, batch: int, hq: int, hkv: int, d: int, q_len: int, kv_len: int, causal: bool, kv_layout: str, path: str
 ) -> None:
     for name, val in (("batch", batch), ("hq", hq), ("hkv", hkv), ("d", d), ("q_len", q_len), ("kv_len", kv_len)):
-        check_int(K, name, val)
+        need_int(K, name, val, 1)
     if not isinstance(causal, bool):
         fail(K, "causal", repr(causal), "must be a bool")
     if kv_layout not in ("bshd", "sbhd"):
@@ -166,11 +139,11 @@ def _kv_cache_shape(
     if causal and q_len > kv_len:
         fail(K, "q_len", q_len, f"must be <= kv_len={kv_len} when causal")
     S_cap = kv_len if kv_capacity is None else kv_capacity
-    check_int(K, "kv_capacity", S_cap)
+    need_int(K, "kv_capacity", S_cap, 1)
     if S_cap < kv_len:
         fail(K, "kv_capacity", S_cap, f"must be >= kv_len={kv_len}")
     Wp = hkv * d if kv_row_elems is None else kv_row_elems
-    check_int(K, "kv_row_elems", Wp)
+    need_int(K, "kv_row_elems", Wp, 1)
     if Wp < hkv * d:
         fail(K, "kv_row_elems", Wp, f"(Wp) must be >= hkv*d={hkv * d}")
     return S_cap, Wp
@@ -179,27 +152,22 @@ def _kv_cache_shape(
 def validate_problem(
     kernel: str,
     cfg: HardwareConfig,
+    shape: AttentionShape,
     *,
-    batch: int,
-    hq: int,
-    hkv: int,
-    d: int,
-    q_len: int,
-    kv_len: int,
-    causal: bool,
-    kv_layout: str,
     kv_capacity: int | None,
     kv_row_elems: int | None,
     path: str,
 ) -> Problem:
     """Validate the shapes against the rules of §3.2, §3.3, §3.9 and §3.10 that need no tensor or layout."""
+    batch, hq, hkv, d, q_len, kv_len = shape.batch, shape.hq, shape.hkv, shape.d, shape.q_len, shape.kv_len
+    causal, kv_layout = shape.causal, shape.kv_layout
     _check_shapes(kernel, batch, hq, hkv, d, q_len, kv_len, causal, kv_layout, path)
     ratio = hq // hkv
     _check_machine(kernel, cfg)
     nc = _head_dim_chunks(kernel, cfg, d)
     legal = _batched_legal(kernel, cfg, d, ratio, path)
     S_cap, Wp = _kv_cache_shape(kernel, q_len, kv_len, causal, hkv, d, kv_capacity, kv_row_elems)
-    return Problem(kernel, cfg, batch, hq, hkv, d, q_len, kv_len, causal, kv_layout, S_cap, Wp, ratio, nc, legal)
+    return Problem(**shape.shape_fields(), kernel=kernel, cfg=cfg, S_cap=S_cap, Wp=Wp, ratio=ratio, nc=nc, legal=legal)
 
 
 def _check_mx_alignment(pb: Problem, eb_q: int, blk_q: int, mx_q: bool, eb_kv: int, blk_kv: int, mx_kv: bool) -> None:
@@ -220,8 +188,8 @@ def _check_mx_alignment(pb: Problem, eb_q: int, blk_q: int, mx_q: bool, eb_kv: i
 def elem_bytes(pb: Problem, q: HbmTensor | None, k: HbmTensor | None, v: HbmTensor | None) -> tuple[int, int]:
     """``(eb_q, eb_kv)``: bytes per element of Q and of K/V -- the tensors' own when given, else those of the
     config's HBM types -- once the MX alignment rules hold."""
-    eb_kv, blk_kv, mx_kv = kv_type_info(pb.cfg)
-    eb_q, blk_q, mx_q = act_type_info(pb.cfg)
+    eb_kv, blk_kv, mx_kv = hbm_type_info(pb.cfg, "HBM_M_KV_TYPE")
+    eb_q, blk_q, mx_q = hbm_type_info(pb.cfg, "HBM_V_ACT_TYPE")
     for t_, name in ((q, "q"), (k, "k"), (v, "v")):
         if t_ is not None and not isinstance(t_, HbmTensor):
             fail(pb.kernel, name, repr(t_), "must be an HbmTensor")
@@ -255,6 +223,6 @@ def check_tensors(pb: Problem, q: HbmTensor | None, k: HbmTensor | None, v: HbmT
 
 def check_slots(K: str, qk_slot: int, neg_slot: int) -> None:
     for name, slot in (("qk_slot", qk_slot), ("neg_slot", neg_slot)):
-        check_int(K, name, slot, 0)
+        need_int(K, name, slot, 0)
         if slot >= 16:
             fail(K, name, slot, "must be a constant slot < 16")

@@ -9,9 +9,9 @@ from typing import NamedTuple
 from plena_sim.config import HardwareConfig
 
 from .. import mutation_hooks
-from ..common import check_fp_range
+from ..common import check_fp_range, fail, need_int
 from ..hbm_tensors import ceil_div
-from .problem import Problem, check_int, fail
+from .problem import Problem
 
 __all__ = ["FpState", "plan_fp_state"]
 
@@ -98,7 +98,7 @@ def plan_fp_state(
         the_path = "batched" if (path == "batched" or (path == "auto" and pb.legal)) else "per_head"
         return FpState(the_path, pb.ratio, cfg.MLEN, 0, 0)
     F = fp_state_base
-    check_int(K, "fp_state_base", F, 0)
+    need_int(K, "fp_state_base", F, 0)
     if mutation_hooks.active("fp_state_overlap"):
         F = 3  # mutation: state over the constants, no range check
     elif F < 16:
