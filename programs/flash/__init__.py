@@ -24,7 +24,8 @@ are supported on the per-head path (:data:`SUPPORTS_HEAD_DIM_CHUNKS`).
 
 The modules, one job each:
 
-* :mod:`.plan` -- :class:`FlashPlan`, :class:`Block`, :class:`TileStep`: the plan and every address;
+* :mod:`.plan` -- :class:`FlashPlan` (extends the problem's ``AttentionShape``), :class:`Block`, :class:`TileStep`:
+  the plan and every address;
 * :mod:`.planner` -- the ``plan_*`` entry points: the steps below in order, then the dry run;
 * :mod:`.problem` -- validating the problem (shapes, machine, head-dim chunks, K/V cache, tensors);
 * :mod:`.state` -- the path and the online-softmax state in FP SRAM;
