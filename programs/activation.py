@@ -13,7 +13,7 @@ Only the sigmoid form of GELU exists; any other ``kind`` (e.g. ``"gelu_tanh"``) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from plena_sim.config import HardwareConfig
 
@@ -21,7 +21,8 @@ from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
-from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
+from .common import SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, out_pointer, take_regs
+from .footprint import KernelPlan
 
 __all__ = ["ActivationPlan", "plan_activation", "emit_activation", "KINDS"]
 
@@ -30,18 +31,13 @@ KINDS = ("silu", "gelu")
 
 
 @dataclass(frozen=True)
-class ActivationPlan:
+class ActivationPlan(KernelPlan):
     kind: str
     src_base: int
     dst_base: int
     nrows: int
     t_base: int
     V: int
-    vram_regions: dict[str, Region]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = 4
-    fp_needed: int = 2
-    fp_range: tuple[int, int] | None = None
 
 
 def plan_activation(
@@ -61,7 +57,9 @@ def plan_activation(
     else:
         regions["dst"] = (dst_base // V, nrows, "output")
     check_disjoint(KERNEL, regions)
-    return ActivationPlan(kind, src_base, dst_base, nrows, t_base, V, regions, config)
+    return ActivationPlan(
+        kind, src_base, dst_base, nrows, t_base, V, vram_regions=regions, cfg=config, gp_needed=4, fp_needed=2
+    )
 
 
 def emit_activation(asm: Asm, plan: ActivationPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -75,10 +73,7 @@ def emit_activation(asm: Asm, plan: ActivationPlan, *, gp: Sequence[int], fp: Se
         if plan.kind == "gelu":
             asm.S_LD_FP(F(fAlpha), G(0), SLOT["ONE"] if mutation_hooks.active("gelu_alpha_one") else SLOT["GELU_ALPHA"])
         load_imm(asm, gX, plan.src_base)
-        if plan.dst_base != plan.src_base:
-            load_imm(asm, gY, plan.dst_base)
-        else:
-            gY = gX
+        gY = out_pointer(asm, gX, gY, plan.src_base, plan.dst_base)
         load_imm(asm, gT, plan.t_base)
         asm.comment(f"{KERNEL}: rows loop ({plan.kind})")
         with region(asm, "rows"), lb.loop(gL, plan.nrows, "rows"):

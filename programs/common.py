@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
 from plena_sim.config import HardwareConfig
@@ -25,6 +25,7 @@ __all__ = [
     "need_multiple",
     "check_disjoint",
     "take_regs",
+    "out_pointer",
     "check_loop",
     "check_addr",
     "rp",
@@ -34,7 +35,6 @@ __all__ = [
     "SLOT",
     "vector_rows",
     "check_fp_range",
-    "Footprint",
     "step_adder",
     "LoopBudget",
     "LoopVar",
@@ -175,6 +175,15 @@ def take_regs(
     return gp[:gp_needed], fp[:fp_needed]
 
 
+def out_pointer(asm: AsmSink, g_in: int, g_out: int, in_base: int, out_base: int) -> int:
+    """The register that points at the output: ``g_out`` loaded with ``out_base``, or, in place
+    (``out_base == in_base``), ``g_in`` itself (which already points there)."""
+    if out_base == in_base:
+        return g_in
+    load_imm(asm, g_out, out_base)
+    return g_out
+
+
 def check_loop(kernel: str, loop: str, per_iteration: int, cfg: HardwareConfig) -> None:
     """A hardware loop iteration's dynamic instruction count must stay below MAX_LOOP_INSTRUCTIONS."""
     if per_iteration >= cfg.MAX_LOOP_INSTRUCTIONS:
@@ -182,17 +191,6 @@ def check_loop(kernel: str, loop: str, per_iteration: int, cfg: HardwareConfig) 
             f"{kernel}: loop {loop} executes {per_iteration} instructions per iteration, "
             f"reaching MAX_LOOP_INSTRUCTIONS={cfg.MAX_LOOP_INSTRUCTIONS}"
         )
-
-
-@dataclass
-class Footprint:
-    """The full footprint of a plan (kernels.md §1.1)."""
-
-    vram_regions: dict[str, Region] = field(default_factory=dict)
-    fp_range: tuple[int, int] | None = None  # (base, size) of FP SRAM state/outputs
-    int_range: tuple[int, int] | None = None
-    mram_tiles: tuple[int, int] | None = None  # (first tile, count)
-    hbm_slack: dict[str, int] = field(default_factory=dict)  # tensor -> alloc_elems it needs
 
 
 @dataclass

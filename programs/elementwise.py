@@ -14,7 +14,8 @@ from plena_sim.config import HardwareConfig
 from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import gp as G
-from .common import Region, check_addr, check_disjoint, check_loop, need_int, need_multiple, take_regs
+from .common import check_addr, check_disjoint, check_loop, need_int, need_multiple, out_pointer, take_regs
+from .footprint import KernelPlan
 
 __all__ = ["AddRowsPlan", "plan_add_rows", "emit_add_rows", "ScaleRowsPlan", "plan_scale_rows", "emit_scale_rows"]
 
@@ -22,15 +23,12 @@ KERNEL = "add_rows"
 
 
 @dataclass(frozen=True)
-class AddRowsPlan:
+class AddRowsPlan(KernelPlan):
     nrows: int
     a_base: int
     b_base: int
     out_base: int
     V: int
-    vram_regions: dict[str, Region]
-    gp_needed: int = 4
-    fp_needed: int = 0
     loop_body: int = 5
 
 
@@ -54,7 +52,7 @@ def plan_add_rows(config: HardwareConfig, *, nrows: int, a_base: int, b_base: in
         allowed.append(("a", "b"))
         regions.pop("b")
     check_disjoint(KERNEL, regions, allowed)
-    plan = AddRowsPlan(nrows, a_base, b_base, out_base, V, regions)
+    plan = AddRowsPlan(nrows, a_base, b_base, out_base, V, vram_regions=regions, cfg=config, gp_needed=4, fp_needed=0)
     check_loop(KERNEL, "rows", plan.loop_body, config)
     return plan
 
@@ -82,15 +80,12 @@ def emit_add_rows(asm: Asm, plan: AddRowsPlan, *, gp: Sequence[int], fp: Sequenc
 
 
 @dataclass(frozen=True)
-class ScaleRowsPlan:
+class ScaleRowsPlan(KernelPlan):
     nrows: int
     src_base: int
     dst_base: int
     slot: int
     V: int
-    vram_regions: dict[str, Region]
-    gp_needed: int = 3
-    fp_needed: int = 1
     loop_body: int = 4
 
 
@@ -108,7 +103,7 @@ def plan_scale_rows(config: HardwareConfig, *, nrows: int, src_base: int, dst_ba
     if src_base != dst_base:
         regions["dst"] = (dst_base // V, nrows, "output")
     check_disjoint(k, regions)
-    plan = ScaleRowsPlan(nrows, src_base, dst_base, slot, V, regions)
+    plan = ScaleRowsPlan(nrows, src_base, dst_base, slot, V, vram_regions=regions, cfg=config, gp_needed=3, fp_needed=1)
     check_loop(k, "rows", plan.loop_body, config)
     return plan
 
@@ -122,10 +117,7 @@ def emit_scale_rows(asm: Asm, plan: ScaleRowsPlan, *, gp: Sequence[int], fp: Seq
     with region(asm, "scale_rows"):
         asm.S_LD_FP(F(fS), G(0), plan.slot)
         load_imm(asm, gS, plan.src_base)
-        if plan.dst_base != plan.src_base:
-            load_imm(asm, gD, plan.dst_base)
-        else:
-            gD = gS
+        gD = out_pointer(asm, gS, gD, plan.src_base, plan.dst_base)
         if plan.nrows > 1:
             asm.C_LOOP_START(G(gC), plan.nrows)
         asm.V_MUL_VF(G(gD), G(gS), F(fS), 0)

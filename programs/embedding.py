@@ -11,7 +11,7 @@ nested hardware loop (HBM offset advanced by ``V*eb``, out pointer by ``pitch*V`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from plena_sim.config import HardwareConfig
 
@@ -23,7 +23,6 @@ from .common import (
     SLOT,
     U32,
     LoopBudget,
-    Region,
     check_addr,
     check_disjoint,
     fail,
@@ -33,6 +32,7 @@ from .common import (
     step_adder,
     take_regs,
 )
+from .footprint import KernelPlan
 from .hbm_tensors import HbmTensor
 
 __all__ = ["EmbeddingPlan", "plan_embedding", "emit_embedding"]
@@ -41,7 +41,7 @@ KERNEL = "embedding"
 
 
 @dataclass(frozen=True)
-class EmbeddingPlan:
+class EmbeddingPlan(KernelPlan):
     T: int
     vocab: int
     hidden: int
@@ -52,13 +52,6 @@ class EmbeddingPlan:
     land_base: int
     V: int
     Pv: int
-    vram_regions: dict[str, Region]
-    int_range: tuple[int, int]
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = 8
-    fp_needed: int = 1
-    fp_range: tuple[int, int] | None = None
 
 
 def plan_embedding(
@@ -133,11 +126,12 @@ def plan_embedding(
         land_base,
         V,
         Pv,
-        regions,
-        (ids_base, T),
-        {"table": need_alloc},
-        config,
+        vram_regions=regions,
+        int_range=(ids_base, T),
+        hbm_slack={"table": need_alloc},
+        cfg=config,
         gp_needed=gp_needed,
+        fp_needed=1,
     )
 
 

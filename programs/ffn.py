@@ -26,8 +26,8 @@ from .asm import Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
 from .common import SLOT, LoopBudget, Region, check_disjoint, need_int, need_multiple, rp, take_regs
+from .footprint import KernelPlan
 from .hbm_tensors import HbmTensor
-from .linear import GP_NEEDED as LIN_GP
 from .linear import LinearPlan, WOffset, emit_linear_core, plan_linear
 
 __all__ = [
@@ -59,7 +59,7 @@ def ffn_workspace_rows(
 
 
 @dataclass(frozen=True)
-class FfnPlan:
+class FfnPlan(KernelPlan):
     kernel: str
     rows: int
     hidden: int
@@ -78,13 +78,7 @@ class FfnPlan:
     act: ActivationPlan
     down: LinearPlan | None
     V: int
-    vram_regions: dict[str, Region]
-    mram_tiles: tuple[int, int]
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = LIN_GP
-    fp_needed: int = 2
-    fp_range: tuple[int, int] | None = None
+    mram_tiles: tuple[int, int] = field(kw_only=True)  # always some
 
 
 def _plan(
@@ -206,11 +200,12 @@ def _plan(
         act,
         down,
         V,
-        regions,
-        mram,
-        slack,
-        config,
+        vram_regions=regions,
+        mram_tiles=mram,
+        hbm_slack=slack,
+        cfg=config,
         gp_needed=gp_needed,
+        fp_needed=2,
     )
 
 

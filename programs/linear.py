@@ -30,7 +30,6 @@ from .asm import gp as G
 from .common import (
     Index,
     LoopBudget,
-    Region,
     check_addr,
     check_disjoint,
     fail,
@@ -40,6 +39,7 @@ from .common import (
     take_regs,
     vector_rows,
 )
+from .footprint import KernelPlan
 from .hbm_tensors import HbmTensor, load_vector, row_pad
 
 __all__ = [
@@ -59,7 +59,7 @@ LOOPED_GP = 11  # the looped form; batched_matmul's batch loop takes a 12th
 
 
 @dataclass(frozen=True)
-class LinearPlan:
+class LinearPlan(KernelPlan):
     rows: int
     K: int
     N: int
@@ -81,14 +81,8 @@ class LinearPlan:
     B: int
     y_rows: int
     chunks: tuple[tuple[int, ...], ...]
-    vram_regions: dict[str, Region]
-    mram_tiles: tuple[int, int]
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
     kernel: str = KERNEL
-    gp_needed: int = GP_NEEDED
-    fp_needed: int = 0
-    fp_range: tuple[int, int] | None = None
+    mram_tiles: tuple[int, int] = field(kw_only=True)  # always some
 
     @property
     def n_chunks(self) -> int:
@@ -225,12 +219,13 @@ def plan_linear(
         B,
         y_rows,
         chunks,
-        regions,
-        mram,
-        slack,
-        cfg,
         kernel,
+        vram_regions=regions,
+        mram_tiles=mram,
+        hbm_slack=slack,
+        cfg=cfg,
         gp_needed=gp_needed,
+        fp_needed=0,
     )
 
 
@@ -587,7 +582,7 @@ def emit_linear(
 
 
 @dataclass(frozen=True)
-class BmmPlan:
+class BmmPlan(KernelPlan):
     nb: int
     Mr: int
     K: int
@@ -595,13 +590,7 @@ class BmmPlan:
     a_base: int
     y_base: int
     parts: tuple[LinearPlan, ...]
-    vram_regions: dict[str, Region]
-    mram_tiles: tuple[int, int]
-    hbm_slack: dict[str, int]
     loops: bool
-    gp_needed: int = GP_NEEDED
-    fp_needed: int = 0
-    fp_range: tuple[int, int] | None = None
 
 
 def plan_batched_matmul(
@@ -658,11 +647,13 @@ def plan_batched_matmul(
         a_base,
         y_base,
         tuple(parts),
-        regions,
-        parts[0].mram_tiles,
-        {"w": nb * K * N},
         loops,
+        vram_regions=regions,
+        mram_tiles=parts[0].mram_tiles,
+        hbm_slack={"w": nb * K * N},
+        cfg=config,
         gp_needed=parts[0].gp_needed + int(loops and nb > 1),
+        fp_needed=0,
     )
 
 

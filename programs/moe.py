@@ -72,8 +72,8 @@ from .common import (
     take_regs,
 )
 from .ffn import FfnPlan, emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_swiglu
+from .footprint import KernelPlan
 from .hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
-from .linear import GP_NEEDED as LIN_GP
 from .linear import LinearPlan, emit_linear_core, plan_linear
 
 __all__ = [
@@ -96,7 +96,7 @@ POLICIES = {0: (32, 4), 1: (128, 8)}
 
 
 @dataclass(frozen=True)
-class TopkPlan:
+class TopkPlan(KernelPlan):
     T: int
     policy: int
     E: int
@@ -108,13 +108,7 @@ class TopkPlan:
     stage_base: int | None
     nrow: int
     V: int
-    vram_regions: dict[str, Region]
-    fp_range: tuple[int, int]
-    int_range: tuple[int, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
     kernel: str = "topk"
-    gp_needed: int = 6
-    fp_needed: int = 1
     row0: int = 0  # the first token's row of the logits (a token chunk of a longer logits block)
 
 
@@ -185,12 +179,14 @@ def plan_topk(
         stage_base if nrow > 1 else None,
         nrow,
         V,
-        regions,
-        (fp_out, T * k),
-        (int_out, T * k),
-        config,
         kernel,
-        row0=row0,
+        row0,
+        vram_regions=regions,
+        fp_range=(fp_out, T * k),
+        int_range=(int_out, T * k),
+        cfg=config,
+        gp_needed=6,
+        fp_needed=1,
     )
 
 
@@ -236,21 +232,13 @@ def emit_topk(asm: Asm, plan: TopkPlan, *, gp: Sequence[int], fp: Sequence[int])
 
 
 @dataclass(frozen=True)
-class RouterPlan:
+class RouterPlan(KernelPlan):
     T: int
     hidden: int
     E: int
     Epad: int
     linear: LinearPlan
     topk: TopkPlan
-    vram_regions: dict[str, Region]
-    fp_range: tuple[int, int]
-    int_range: tuple[int, int]
-    mram_tiles: tuple[int, int]
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = LIN_GP
-    fp_needed: int = 1
 
 
 def plan_router_topk(
@@ -316,13 +304,14 @@ def plan_router_topk(
         Epad,
         lin,
         tk,
-        regions,
-        tk.fp_range,
-        tk.int_range,
-        lin.mram_tiles,
-        lin.hbm_slack,
-        config,
+        vram_regions=regions,
+        fp_range=tk.fp_range,
+        int_range=tk.int_range,
+        mram_tiles=lin.mram_tiles,
+        hbm_slack=lin.hbm_slack,
+        cfg=config,
         gp_needed=lin.gp_needed,
+        fp_needed=1,
     )
 
 
@@ -405,7 +394,7 @@ def moe_workspace_rows(
 
 
 @dataclass(frozen=True)
-class MoeLayerPlan:
+class MoeLayerPlan(KernelPlan):
     T: int
     hidden: int
     inter: int
@@ -428,14 +417,8 @@ class MoeLayerPlan:
     offset_int: int  # INT SRAM word holding the selected expert's byte offset (read by the FFN)
     loops: bool
     V: int
-    vram_regions: dict[str, Region]
-    fp_range: tuple[int, int]
-    int_range: tuple[int, int]
-    mram_tiles: tuple[int, int]
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = LIN_GP
-    fp_needed: int = 2
+    fp_range: tuple[int, int] = field(kw_only=True)  # always some
+    int_range: tuple[int, int] = field(kw_only=True)  # always some
 
     @property
     def policy(self) -> int:
@@ -633,12 +616,12 @@ def plan_moe_layer(
         int_out + C * k,
         loops,
         V,
-        regions,
-        (fp_out, C * k),
-        (int_out, C * k + 1),
-        (mram_tile0, max(router.mram_tiles[1], ffn.mram_tiles[1])),
-        {"wr": router.hbm_slack["w"], **{n: ffn.hbm_slack[n] for n in ("wg", "wu", "wd")}},
-        config,
+        vram_regions=regions,
+        fp_range=(fp_out, C * k),
+        int_range=(int_out, C * k + 1),
+        mram_tiles=(mram_tile0, max(router.mram_tiles[1], ffn.mram_tiles[1])),
+        hbm_slack={"wr": router.hbm_slack["w"], **{n: ffn.hbm_slack[n] for n in ("wg", "wu", "wd")}},
+        cfg=config,
         gp_needed=gp_own + int(loops),  # + the token loop's counter
         fp_needed=max(topk[0].fp_needed, ffn.fp_needed),
     )

@@ -10,7 +10,7 @@ loop; every pass over the ``hidden/V`` column blocks is a nested hardware loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from plena_sim.config import HardwareConfig
 
@@ -21,23 +21,24 @@ from .asm import gp as G
 from .common import (
     SLOT,
     LoopBudget,
-    Region,
     check_addr,
     check_disjoint,
     fail,
     need_int,
     need_multiple,
+    out_pointer,
     step_adder,
     take_regs,
     vector_rows,
 )
+from .footprint import KernelPlan
 from .hbm_tensors import HbmTensor, load_vector
 
 __all__ = ["NormPlan", "plan_rms_norm", "plan_layer_norm", "emit_rms_norm", "emit_layer_norm"]
 
 
 @dataclass(frozen=True)
-class NormPlan:
+class NormPlan(KernelPlan):
     kernel: str
     rows: int
     hidden: int
@@ -51,12 +52,6 @@ class NormPlan:
     beta_base: int | None
     V: int
     nb: int
-    vram_regions: dict[str, Region]
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = 9
-    fp_needed: int = 6
-    fp_range: tuple[int, int] | None = None
 
 
 def _plan(
@@ -120,10 +115,11 @@ def _plan(
         beta_base,
         V,
         nb,
-        regions,
-        slack,
-        cfg,
+        vram_regions=regions,
+        hbm_slack=slack,
+        cfg=cfg,
         gp_needed=gp_needed,
+        fp_needed=6,
     )
 
 
@@ -207,10 +203,7 @@ def _emit_body(asm: Asm, plan: NormPlan, regs: Sequence[int], fregs: Sequence[in
             body()
 
     load_imm(asm, gX, plan.x_base)
-    if plan.y_base != plan.x_base:
-        load_imm(asm, gY, plan.y_base)
-    else:
-        gY = gX
+    gY = out_pointer(asm, gX, gY, plan.x_base, plan.y_base)
     load_imm(asm, gT, plan.t_base)
     gamma_once = plan.gamma is not None and mutation_hooks.active("norm_gamma_pointer_not_reset")
     _param_pointers(asm, plan, gGc, gBc, gamma=gamma_once, beta=False)  # mutation: row r >= 1 reads past gamma

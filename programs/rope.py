@@ -16,7 +16,7 @@ Then per row of every block: ``V_MUL_VV Y, X, COS ; V_MUL_VV t, XR, SIN ; V_ADD_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,7 +30,6 @@ from .common import (
     SLOT,
     Index,
     LoopBudget,
-    Region,
     check_addr,
     check_disjoint,
     fail,
@@ -38,6 +37,7 @@ from .common import (
     need_multiple,
     take_regs,
 )
+from .footprint import KernelPlan
 from .hbm_tensors import HbmTensor, preload_act, row_pad
 
 __all__ = ["RopePlan", "plan_rope", "emit_rope", "rope_rotation_tile", "SUPPORTS_BLOCK_PATH"]
@@ -62,7 +62,7 @@ def rope_rotation_tile(d: int, M: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class RopePlan:
+class RopePlan(KernelPlan):
     rows: int
     nh: int
     d: int
@@ -82,13 +82,6 @@ class RopePlan:
     B: int
     nblk: int
     block_path: bool
-    vram_regions: dict[str, Region]
-    mram_tiles: tuple[int, int] | None
-    hbm_slack: dict[str, int]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = 8
-    fp_needed: int = 1
-    fp_range: tuple[int, int] | None = None
 
 
 def plan_rope(
@@ -192,11 +185,12 @@ def plan_rope(
         B,
         nblk,
         block_path,
-        regions,
-        None if block_path else (mram_tile0, 1),
-        slack,
-        config,
+        vram_regions=regions,
+        mram_tiles=None if block_path else (mram_tile0, 1),
+        hbm_slack=slack,
+        cfg=config,
         gp_needed=gp_needed,
+        fp_needed=1,
     )
 
 

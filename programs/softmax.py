@@ -14,7 +14,7 @@ nested hardware loops over the full column blocks)::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from plena_sim.config import HardwareConfig
 
@@ -22,7 +22,8 @@ from . import mutation_hooks
 from .asm import LOOP_COUNT_MAX, Asm, load_imm, region
 from .asm import fp as F
 from .asm import gp as G
-from .common import SLOT, LoopBudget, Region, check_addr, check_disjoint, fail, need_int, need_multiple, take_regs
+from .common import SLOT, LoopBudget, check_addr, check_disjoint, fail, need_int, need_multiple, out_pointer, take_regs
+from .footprint import KernelPlan
 from .hbm_tensors import ceil_div
 
 __all__ = ["SoftmaxPlan", "plan_softmax", "emit_softmax", "softmax_scratch_rows"]
@@ -35,7 +36,7 @@ def softmax_scratch_rows(config: HardwareConfig, L: int) -> int:
 
 
 @dataclass(frozen=True)
-class SoftmaxPlan:
+class SoftmaxPlan(KernelPlan):
     rows: int
     L: int
     x_base: int
@@ -46,11 +47,6 @@ class SoftmaxPlan:
     V: int
     nb: int
     tail: int
-    vram_regions: dict[str, Region]
-    cfg: HardwareConfig = field(repr=False, compare=False)
-    gp_needed: int = 9
-    fp_needed: int = 3
-    fp_range: tuple[int, int] | None = None
 
 
 def plan_softmax(
@@ -89,7 +85,20 @@ def plan_softmax(
         regions["scratch"] = (scratch_base // V, 2, "scratch")
     check_disjoint(KERNEL, regions)
     return SoftmaxPlan(
-        rows, L, x_base, pitch, y_base, scratch_base if tail else None, scale_slot, V, nb, tail, regions, config
+        rows,
+        L,
+        x_base,
+        pitch,
+        y_base,
+        scratch_base if tail else None,
+        scale_slot,
+        V,
+        nb,
+        tail,
+        vram_regions=regions,
+        cfg=config,
+        gp_needed=9,
+        fp_needed=3,
     )
 
 
@@ -134,10 +143,7 @@ def _emit_body(asm: Asm, plan: SoftmaxPlan, regs: Sequence[int], fregs: Sequence
     step = V if mutation_hooks.active("softmax_block_step_row") else plan.pitch * V  # column block = one row
     load_imm(asm, gStep, step)
     load_imm(asm, gX, plan.x_base)
-    if not inplace:
-        load_imm(asm, gY, plan.y_base)
-    else:
-        gY = gX
+    gY = out_pointer(asm, gX, gY, plan.x_base, plan.y_base)
 
     def adv(*rs: int) -> None:
         for r in rs:

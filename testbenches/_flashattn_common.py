@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from plena_sim.config import HardwareConfig
-from programs import flash_attention as fa
+from programs import flash as fa
 from programs.hbm_tensors import HbmTensor, ceil_div, round_up, row_pad
 
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, FpWords, VramCbm, VramRows

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from plena_sim.config import HardwareConfig
-from programs import flash_attention as _fa
+from programs import flash as _fa
 
 from ._flashattn_common import build_flash, resolve_sweep_values
 from .harness import Case

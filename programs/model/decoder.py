@@ -30,7 +30,7 @@ from typing import Any
 
 from plena_sim.config import HardwareConfig
 
-from .. import flash_attention as fa
+from .. import flash as fa
 from .. import mutation_hooks
 from ..asm import Asm, region
 from ..common import FP_STATE_BASE, fail, need_int, need_multiple, round_up, rp, vector_rows

@@ -20,7 +20,7 @@ import pytest
 
 from isa.assembler import assemble  # noqa: E402
 from plena_sim.config import MxType  # noqa: E402
-from programs import flash_attention as fa  # noqa: E402
+from programs import flash as fa  # noqa: E402
 from programs import mutation_hooks  # noqa: E402
 from programs.asm import Asm  # noqa: E402
 from programs.hbm_tensors import HbmTensor, ceil_div, round_up, row_pad  # noqa: E402
@@ -328,7 +328,8 @@ def test_deterministic_and_hook_free_identical(case_id, monkeypatch):
 
 
 def test_every_flash_hook_is_registered_and_live():
-    src = Path(fa.__file__).read_text() + Path(fa.__file__).with_name("asm.py").read_text()
+    package = Path(fa.__file__).parent
+    src = "".join(f.read_text() for f in sorted(package.glob("*.py"))) + (package.parent / "asm.py").read_text()
     for hook, cases in HOOK_CASES.items():
         assert hook in mutation_hooks.HOOKS
         assert f'"{hook}"' in src, f"hook {hook} is not placed in the generator"
@@ -707,7 +708,7 @@ def _levels_program(fn, counts, loopmax=100_000):
     """A block level over len(counts) items, each with a kv level of counts[q] items; every iteration
     loads fn(q, t) into gp2 and records it with an H_PREFETCH_M (the scalar trace reads gp2 back), then
     runs 200 filler instructions (so that a loop is worth its counter arithmetic)."""
-    from programs.flash_loops import IterRegs, Loops, Tracker
+    from programs.flash.loops import IterRegs, Loops, Tracker
 
     asm = Asm()
     tr = Tracker(asm, loopmax, "test")

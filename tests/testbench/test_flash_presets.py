@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import testbenches
-from programs import flash_attention as fa
+from programs import flash as fa
 from testbenches.harness import run_case
 from testbenches.variants import get_config
 from tests.testbench.catalogue_util import COVERAGE_CASES

@@ -12,7 +12,7 @@ import itertools
 import pytest
 
 import testbenches
-from programs import flash_attention as fa
+from programs import flash as fa
 from testbenches.harness import run_case
 
 FLASH = ("flashattn_prefill", "flashattn_decode", "flashattn_qkt")

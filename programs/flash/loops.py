@@ -1,4 +1,4 @@
-"""Hardware-loop machinery of the flash-attention emitters (:mod:`programs.flash_attention`).
+"""Hardware-loop machinery of the flash-attention emitters (:mod:`programs.flash`).
 
 The emitters describe the kernel as nested *levels* -- consecutive blocks (q tiles), the kv tiles of a
 block, the heads of a tile -- each iterating over a list of items.  :meth:`Loops.repeat` emits a level as a
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from .asm import LOOP_COUNT_MAX, gp, load_imm
+from ..asm import LOOP_COUNT_MAX, gp, load_imm
 
 __all__ = ["NullSink", "Tracker", "IterRegs", "Ix", "Loops", "NotLoopable"]
 
