@@ -69,13 +69,13 @@ def _dma_blocks(alu, f, g_rs1, areg, ctrl, hp, gr, blocks, hset, work, stopf):
 
 @njit(cache=True)
 def account_serial(ts, unit, lat):
-    """timing.md §3: issue = the running total; returns the issue cycle. (The run loop writes these lines out for
-    the fixed-latency instructions: a call per instruction would cost more than the work.)"""
+    """timing.md §3: issue = the running total; returns the issue cycle. Branch-free (a unit < 0 adds 0 to slot 0):
+    LLVM inlines it into the run loop, and a branch would leave an NRT incref / decref pair of ``ts`` per
+    instruction there (docs/performance.md)."""
     issue = ts[TM.T_CYCLES]
     ts[TM.T_CYCLES] = issue + lat
     ts[TM.T_LAST_ISSUE] = issue
-    if unit >= 0:
-        ts[TM.T_BUSY + unit] += lat
+    ts[TM.T_BUSY + max(unit, 0)] += lat * (unit >= 0)
     return issue
 
 

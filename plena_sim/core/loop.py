@@ -53,16 +53,14 @@ from ..memory.state import CTRL_LOOP_DEPTH, CTRL_PC
 from ..timing.scoreboard import (
     MODE_OVERLAP,
     MODE_SERIAL,
-    T_BUSY,
     T_CYCLES,
-    T_LAST_ISSUE,
     T_LAST_STALL,
     T_MODE,
     T_STALL_REASON,
     X_STALL,
 )
 from . import control, dma, matrix, scalar, vector
-from .account import account_dma, account_overlap, account_rtl, trace_after, trace_before
+from .account import account_dma, account_overlap, account_rtl, account_serial, trace_after, trace_before
 from .common import fault
 from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
@@ -101,14 +99,14 @@ def _runaway(pc, depth, lstart, lreg, lcount, retired, maxloop, frec):
 
 
 @njit(cache=True)
-def _gate(pc, n, runaway_at, max_work, maxloop, ctrl, loops, stats, facts, stopf, frec):
+def _gate(pc, runaway_at, max_work, maxloop, ctrl, loops, stats, facts, stopf, frec):
     """The checks before the instruction at ``pc`` once one of them may end the run: (status, the work units at
     which to come back, the retired count at which to come back for the runaway guard). In order: the end of the
     program, the stop flag (polled here every :data:`POLL_UNITS` units and between the rows of an H_* instruction),
     then isa.md §8: the budget, the runaway guard, the static checks. The loop calls it only then: a call that
     passes arrays costs reference counts, too much for every instruction."""
     work, retired = stats[STAT_WORK], stats[STAT_RETIRED]
-    if pc >= n:
+    if pc >= facts[3].shape[0]:
         return RUN_DONE, work, runaway_at
     if stop_requested(stopf):
         return RUN_STOP, work, runaway_at
@@ -142,38 +140,32 @@ def run(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
 
 @njit(cache=True, error_model="numpy")
 def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
-    """:func:`run` with the loop records holding bases."""
+    """:func:`run` with the loop records holding bases. Per instruction: the checks that may end the run (one
+    condition on scalars and plain loads, pc-indexed ones only after ``pc < n``; :func:`_gate` only when it trips),
+    dispatch on the table's family, then account (timing.md §3-§5), trace, retire."""
     op, word, (rd_a, rs1_a, rs2_a, rs3_a, f1_a, i18_a, i22_a), (lat_pc, unit_pc, end_of, bad, work_pc) = prog
-    gp, fp, areg, ctrl, loops = regs
-    lstart, lreg, lcount = loops
+    (gp, fp, areg, ctrl, loops), (lstart, lreg, lcount) = regs, regs[4]
     cfg, fmt, _lat_table, _macs, tabs, bmm_scale = par
     fam_of, alu_of, vf_of, is_end = tabs[TAB_FAMILY], tabs[TAB_ALU], tabs[TAB_VF], tabs[TAB_LOOPEND]
-    vram, mram, fp_sram, int_sram, (pidx, pages, meta) = mem
-    m_acc, v_acc, hm_acc, hv_acc = accs
+    (vram, mram, fp_sram, int_sram, (pidx, pages, meta)), (m_acc, v_acc, hm_acc, hv_acc) = mem, accs
     ts, ready, rdone, cv, _unit_of, hbm_tm, _tbuf, _tcount, rr, wr, rtl = tim
     stats, (pc_count, pc_cycles, pcx), frec, need = out
     rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
-    n, maxloop, reg = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0)
-    brk = (op, rd_a, end_of, is_end)
+    n, maxloop, reg, brk = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0), (op, rd_a, end_of, is_end)
     gate_at, runaway_at = np.int64(-1), _deadline(ctrl[CTRL_LOOP_DEPTH], lcount, stats[STAT_RETIRED], maxloop)
     while True:
         pc = ctrl[CTRL_PC]
-        # the checks that may end the run (see _gate; reads of pc-indexed arrays only after pc < n)
         if pc >= n or stats[STAT_WORK] + work_pc[pc] > gate_at or stats[STAT_RETIRED] >= runaway_at or bad[pc] != 0:
-            st, gate_at, runaway_at = _gate(
-                pc, n, runaway_at, max_work, maxloop, ctrl, loops, stats, prog[3], stopf, frec
-            )
+            st, gate_at, runaway_at = _gate(pc, runaway_at, max_work, maxloop, ctrl, loops, stats, prog[3], stopf, frec)
             if st != RUN_OK:
                 return st
-        w, depth, retired = work_pc[pc], ctrl[CTRL_LOOP_DEPTH], stats[STAT_RETIRED]
-        o = op[pc]
+        w, depth, retired, o = work_pc[pc], ctrl[CTRL_LOOP_DEPTH], stats[STAT_RETIRED], op[pc]
         rd, rs1, rs2, rs3, f1, imm = rd_a[pc], rs1_a[pc], rs2_a[pc], rs3_a[pc], f1_a[pc], i18_a[pc]
         fam, alu, npc, st, f = fam_of[o], alu_of[o], pc + 1, RUN_OK, (rd, rs1, rs2, rs3, f1, imm)
         g = (np.int64(gp[rd]), np.int64(gp[rs1]), np.int64(gp[rs2]))  # register values at issue
         aux = lreg[depth - 1] if depth > 0 else np.int64(-1)  # innermost loop register (C_BREAK)
         reg = trace_before(o, rd, aux, regs, tim) if tcap > 0 else reg
-        # ---------------------------------------------------------------- dispatch on the table's family
-        if fam == FAM_SINT:  # gp0 / f0 stay 0
+        if fam == FAM_SINT:  # dispatch on the table's family; gp0 / f0 stay 0
             gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
         elif fam == FAM_SFP:
             fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2]) if rd != 0 else 0
@@ -181,14 +173,12 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), retired + 1, lstart[depth - 1] + 1
         elif fam in (FAM_LOOP, FAM_CREG):
             st, npc = control.execute(fam, alu, pc, f, i22_a[pc], depth, gp, areg, ctrl, loops, brk, frec, retired + 1)
-        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):
+        elif fam in (FAM_VBIN, FAM_VUNARY, FAM_SHIFT):  # straight to the unit functions, only the arrays they use
             st = vector.elementwise(fam, alu, vf_of[o], pc, f, gp, fp, ctrl, vram, cfg, frec, rowf)
-        elif fam in (FAM_REDUCE, FAM_TOPK):  # straight to the unit function, with only the arrays it reads
-            st = (
-                vector.reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
-                if fam == FAM_REDUCE
-                else vector.topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
-            )
+        elif fam == FAM_REDUCE:
+            st = vector.reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
+        elif fam == FAM_TOPK:
+            st = vector.topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
         elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
             st = matrix.execute(
                 fam, alu, pc, f, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
@@ -203,8 +193,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
         if st != RUN_OK:  # nothing was changed (RUN_STOP: the H_* re-executes from its start)
             return st
-        # ---------------------------------------------------------------- account, trace, retire
-        unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]
+        unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]  # account, trace, retire
         if fam == FAM_DMA:
             issue, lat = account_dma(
                 pc, o, alu, f, g, aux, unit, areg, ctrl, ts, ready, rdone, cv, rr, wr, hbm_tm, stopf, rtl, pcx
@@ -213,11 +202,8 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
                 return RUN_STOP
             dma.commit(stats, cnt)
             pc_cycles[pc] += ts[T_CYCLES] - before
-        elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3 (account_serial, written out); adds lat_pc[pc] (host)
-            ts[T_CYCLES], ts[T_LAST_ISSUE] = before + lat, before
-            issue = before
-            if unit >= 0:
-                ts[T_BUSY + unit] += lat
+        elif ts[T_MODE] == MODE_SERIAL:  # timing.md §3; adds lat_pc[pc] (the host derives those cycles)
+            issue = account_serial(ts, unit, lat)
         elif ts[T_MODE] == MODE_OVERLAP:  # timing.md §4; its stall booked on the pc's row
             issue = account_overlap(o, f, g, aux, unit, lat, ts, ready, rdone, cv, rr, wr)
             pc_cycles[pc] += ts[T_CYCLES] - before
