@@ -32,6 +32,7 @@ DEFAULTS = {
     "vram_base_row": 0,
     "scale": 1.0,
     "big_base": False,
+    "kv_chunk_tiles": None,  # split-KV chunk length in kv tiles (None: from the datapath format, 0: off)
     "seed": 0,
 }
 #: issue 21 cases: batch-2 bshd/sbhd caches with kv_capacity > kv_len (D8 also padded, Wp = M), BMM_SCALE != 1

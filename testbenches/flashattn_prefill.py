@@ -37,6 +37,7 @@ DEFAULTS = {
     "vram_base_row": 0,
     "scale": 1.0,
     "big_base": False,
+    "kv_chunk_tiles": None,  # split-KV chunk length in kv tiles (None: from the datapath format, 0: off)
     "seed": 0,
 }
 #: issue 21 cases: bshd/sbhd caches with kv_capacity > kv_len and batch 2 (P12 also padded, Wp = M),
