@@ -147,7 +147,7 @@ class EmitterBase:
         """What two blocks of one block loop must share: rows, heads, off-grid heads, the kv tile runs
         (masks and lengths; the length of a leading run of fully visible tiles may differ)."""
         runs = self.tile_runs(blk)
-        sig = tuple(
+        sig: tuple[object, ...] = tuple(
             (r[0].masked, r[0].mask_n, None if k == 0 and not r[0].masked else len(r)) for k, r in enumerate(runs)
         )
         off_grid = tuple(self.p.o_lane(h) % self.B != 0 for h in blk.heads)

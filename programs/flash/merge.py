@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from plena_sim.config import HardwareConfig, MxType, PlainType
+from plena_sim.config import FpType, HardwareConfig, MxType, PlainType
 
 from ..asm import fp, gp, region
 
@@ -43,6 +43,8 @@ def accumulator_precision(cfg: HardwareConfig) -> int:
     element type (bf16: 8)."""
     t = cfg.precision["VECTOR_SRAM_TYPE"]
     data = t.data if isinstance(t, PlainType) else t.elem if isinstance(t, MxType) else t
+    if not isinstance(data, FpType):
+        raise ValueError(f"flash_attention: VECTOR_SRAM_TYPE {t.describe()} is not a floating-point format")
     return int(data.mantissa) + 1
 
 
@@ -105,13 +107,24 @@ def tree_signature(tree: Tree) -> tuple[object, ...]:
     return (tree.level, tuple(tree_signature(t) for t in tree.subtrees))
 
 
+def _runs(items: list[_T], key: Callable[[_T], object]) -> list[list[_T]]:
+    """Consecutive items with equal ``key``."""
+    runs: list[list[_T]] = []
+    for it in items:
+        if runs and key(it) == key(runs[-1][0]):
+            runs[-1].append(it)
+        else:
+            runs.append([it])
+    return runs
+
+
 class _State(NamedTuple):
     """Where a state lives: its m word and O row (head-dim chunk c) as functions of the loop indices, and the
     offset of its l word from its m word."""
 
     m: Callable[[Ix], int]
     l_off: int
-    o: Callable[[Ix, int], int]
+    o: Callable[[int, Ix], int]  # (head-dim chunk c, indices)
 
 
 class ChunkTree:
@@ -123,7 +136,7 @@ class ChunkTree:
     # ---- the states
     def working(self) -> _State:
         e, Q = self.e, self.e.p.qrows
-        return _State(e.st, 2 * Q, lambda ix, c: e.o_addr(ix, c))
+        return _State(e.st, 2 * Q, lambda c, ix: e.o_addr(ix, c))
 
     def acc(self, s: int) -> _State:
         p, e = self.e.p, self.e
@@ -131,39 +144,58 @@ class ChunkTree:
         def base(ix: Ix) -> int:
             return p.slot_state_base(s - 1, e.head(ix)[0])
 
-        return _State(base, p.qrows, lambda ix, c: p.slot_o_addr(s - 1, e.head(ix)[0], c))
+        return _State(base, p.qrows, lambda c, ix: p.slot_o_addr(s - 1, e.head(ix)[0], c))
 
     # ---- the block
     def block(self, tiles: Sequence[TileStep], body: Callable[[], None]) -> None:
-        """The block's kv tiles as the chunk tree; ``body`` is the per-tile emission, run by the caller's
-        tile levels for the chunk at level "k"."""
+        """The block's kv tiles as the chunk tree; ``body`` emits the kv tiles of the chunk at level "k"."""
         p = self.e.p
         tree = chunk_tree(tiles, p.chunk_tiles, p.merge_levels)
         self.subtree(tree, body)
         self.heads(partial(self.copy, self.acc(tree.level), self.working()), "result to the working state")
 
     def subtree(self, tree: Tree, body: Callable[[], None]) -> None:
+        """Accumulator ``A_s`` of ``tree`` (level s) from its subtrees: level 1 a chunk loop, level 2 a loop
+        over runs of equal level-1 groups (counted in the block-loop register when the block is not looped),
+        higher levels unrolled (more than T^3 kv tiles)."""
         s = tree.level
-        self.heads(partial(self.empty, self.acc(s)), f"empty accumulator {s}")
         if s == 1:
-            self.chunk_runs([t.chunk for t in tree.subtrees], body)
+            self.level1(lambda ix: tree, body)
             return
-        for sub in tree.subtrees:
-            self.subtree(sub, body)
-            with region(self.e.a, "merge"):
-                self.heads(partial(self.merge, self.acc(s), self.acc(s - 1)), f"merge accumulator {s - 1}")
-
-    def chunk_runs(self, chunks: list[tuple[TileStep, ...]], body: Callable[[], None]) -> None:
-        """Consecutive chunks of equal structure: one hardware loop each (reset P, tiles, A_1 (+)= P)."""
-        runs: list[list[tuple[TileStep, ...]]] = []
-        for ch in chunks:
-            if runs and chunk_signature(ch) == chunk_signature(runs[-1][0]):
-                runs[-1].append(ch)
-            else:
-                runs.append([ch])
+        self.heads(partial(self.empty, self.acc(s)), f"empty accumulator {s}")
+        if s > 2:
+            for sub in tree.subtrees:
+                self.subtree(sub, body)
+                self.merge_up(s)
+            return
         e = self.e
-        for run in runs:
-            e.L.repeat("k", e.cK, run, partial(self.chunk, body), "kv chunks")
+        for run in _runs(list(tree.subtrees), tree_signature):
+            e.L.repeat("g", e.cQ, run, partial(self.group, body), "chunk groups", loop_ok=not e.L.looped("q"))
+
+    def group(self, body: Callable[[], None]) -> None:
+        """One level-1 group of the level-2 loop, then ``A_2 (+)= A_1``."""
+        self.level1(lambda ix: self.e.L.get("g", ix), body)
+        self.merge_up(2)
+
+    def merge_up(self, s: int) -> None:
+        with region(self.e.a, "merge"):
+            self.heads(partial(self.merge, self.acc(s), self.acc(s - 1)), f"merge accumulator {s - 1}")
+
+    def level1(self, node_of: Callable[[Ix], Tree], body: Callable[[], None]) -> None:
+        """Empty ``A_1``, then its chunks: one hardware loop per run of equally structured chunks (reset P, the
+        chunk's kv tiles, ``A_1 (+)= P``)."""
+        e = self.e
+        self.heads(partial(self.empty, self.acc(1)), "empty accumulator 1")
+        first = node_of(e.L.first_ix())
+        k0 = 0
+        for run in _runs(list(first.subtrees), lambda t: chunk_signature(t.chunk)):
+            lo, hi = k0, k0 + len(run)
+            k0 = hi
+
+            def chunks(ix: Ix, lo: int = lo, hi: int = hi) -> list[tuple[TileStep, ...]]:
+                return [t.chunk for t in node_of(ix).subtrees[lo:hi]]
+
+            e.L.repeat("k", e.cK, chunks, partial(self.chunk, body), "kv chunks")
 
     def chunk(self, body: Callable[[], None]) -> None:
         e = self.e
@@ -190,7 +222,7 @@ class ChunkTree:
                 a.S_ADDI_INT(gp(gM), gp(gM), 1)
         e.li(e.t0, e.V)
         for c in range(e.p.nc):
-            e.load(gO, partial(dst.o, c=c))
+            e.load(gO, partial(dst.o, c))
             with a.loop(e.l1, br, "empty O rows"):
                 a.V_SHFT_V(gp(gO), gp(gO), gp(e.t0))
                 if br > 1:
@@ -256,8 +288,8 @@ class ChunkTree:
             e.L.set_mask()
         gD, gS, gW, gB = e.p1, e.p2, e.p3, e.t0
         for c in range(p.nc):
-            e.load(gD, partial(dst.o, c=c))
-            e.load(gS, partial(src.o, c=c))
+            e.load(gD, partial(dst.o, c))
+            e.load(gS, partial(src.o, c))
             if merge:
                 e.load(gW, e.st)
                 e.load(gB, src.m)
