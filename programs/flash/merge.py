@@ -152,7 +152,8 @@ class ChunkTree:
         p = self.e.p
         tree = chunk_tree(tiles, p.chunk_tiles, p.merge_levels)
         self.subtree(tree, body)
-        self.heads(partial(self.copy, self.acc(tree.level), self.working()), "result to the working state")
+        with region(self.e.a, "merge"):
+            self.heads(partial(self.copy, self.acc(tree.level), self.working()), "result to the working state")
 
     def subtree(self, tree: Tree, body: Callable[[], None]) -> None:
         """Accumulator ``A_s`` of ``tree`` (level s) from its subtrees: level 1 a chunk loop, level 2 a loop
@@ -162,7 +163,8 @@ class ChunkTree:
         if s == 1:
             self.level1(lambda ix: tree, body)
             return
-        self.heads(partial(self.empty, self.acc(s)), f"empty accumulator {s}")
+        with region(self.e.a, "merge"):
+            self.heads(partial(self.empty, self.acc(s)), f"empty accumulator {s}")
         if s > 2:
             for sub in tree.subtrees:
                 self.subtree(sub, body)
@@ -185,7 +187,8 @@ class ChunkTree:
         """Empty ``A_1``, then its chunks: one hardware loop per run of equally structured chunks (reset P, the
         chunk's kv tiles, ``A_1 (+)= P``)."""
         e = self.e
-        self.heads(partial(self.empty, self.acc(1)), "empty accumulator 1")
+        with region(e.a, "merge"):
+            self.heads(partial(self.empty, self.acc(1)), "empty accumulator 1")
         first = node_of(e.L.first_ix())
         k0 = 0
         for run in _runs(list(first.subtrees), lambda t: chunk_signature(t.chunk)):
