@@ -43,9 +43,8 @@ def main() -> None:
         ("flashattn_decode", {}),
         ("flashattn_prefill", {"q_len": 64, "causal": False}),
     ):
-        print(
-            f"\n{tb} ({args.hw or 'reference machine'}, {', '.join(f'{k}={v}' for k, v in extra.items()) or 'q_len=1'})\n"
-        )
+        shape = ", ".join(f"{k}={v}" for k, v in extra.items()) or "q_len=1"
+        print(f"\n{tb} ({args.hw or 'reference machine'}, {shape})\n")
         print("| kv_len | rel-RMS single state | verdict | rel-RMS split-KV | verdict | merge cycles (rtl) | share |")
         print("|---:|---:|---|---:|---|---:|---:|")
         for kv in lengths:
