@@ -45,8 +45,11 @@ def main() -> None:
     ):
         shape = ", ".join(f"{k}={v}" for k, v in extra.items()) or "q_len=1"
         print(f"\n{tb} ({args.hw or 'reference machine'}, {shape})\n")
-        print("| kv_len | rel-RMS single state | verdict | rel-RMS split-KV | verdict | merge cycles (rtl) | share |")
-        print("|---:|---:|---|---:|---|---:|---:|")
+        print(
+            "| kv_len | rel-RMS single state | verdict | rel-RMS split-KV | verdict | kernel cycles single / split "
+            "(rtl) | flash/merge cycles | merge share |"
+        )
+        print("|---:|---:|---|---:|---|---:|---:|---:|")
         for kv in lengths:
             if tb == "flashattn_prefill" and kv > args.prefill_max:
                 continue
@@ -55,7 +58,8 @@ def main() -> None:
             share = new[3] / new[4] if new[4] else 0.0
             print(
                 f"| {kv:,} | {old[1]:.4f} | {'PASS' if old[2] else 'FAIL'} | {new[1]:.4f} | "
-                f"{'PASS' if new[2] else 'FAIL'} | {new[3]:,} of {new[4]:,} | {100 * share:.2f} % |",
+                f"{'PASS' if new[2] else 'FAIL'} | {old[4]:,} / {new[4]:,} ({100 * (new[4] / old[4] - 1):+.2f} %) | "
+                f"{new[3]:,} | {100 * share:.2f} % |",
                 flush=True,
             )
 
