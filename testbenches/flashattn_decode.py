@@ -57,6 +57,8 @@ REQUIRED_CASES = [
     ("D5", {}, "emu025"),
     ("D6", {"hq": 2, "hkv": 2, "d": hw(1, "HLEN"), "path": "per_head"}, "default"),
     ("D7", {"causal": False}, "default"),
+    # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists D1-D7)
+    *COVERAGE_CASES,
     # issue 29: split-KV (>= 2 chunks, merges): 97 tiles (7 chunks) batched; 72 tiles per head, 2 groups of
     # chunks (levels 2) with kv_chunk_tiles=4; a 2-tile cache split in chunks of 2 tiles x 1
     ("LC1", {"batch": 1, "kv_len": hw(96, "MLEN", 5)}, "default"),
@@ -66,8 +68,6 @@ REQUIRED_CASES = [
         "default",
     ),
     ("LC3", {"batch": 2, "hq": 4, "hkv": 2, "kv_len": hw(40, "MLEN", 9), "kv_chunk_tiles": 4}, "default"),
-    # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists D1-D7)
-    *COVERAGE_CASES,
 ]
 STRETCH_CASES: list[CaseSpec] = []
 #: issue 29: long contexts, run under ``-m slow`` on the reference machine and v80-128x64

@@ -107,6 +107,8 @@ REQUIRED_CASES = [
     ("P8", {"q_len": hw(1, "MLEN"), "kv_len": hw(5, "MLEN"), "Wp": hw(16, "MLEN")}, "default"),
     ("P9", {"hq": 2, "hkv": 1, "q_len": 70, "kv_len": 100}, "small"),
     ("P10", {"vram_base_row": 4160}, "default"),  # O at element 266240, scratch past it: > 2^18
+    # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists P1-P11)
+    *COVERAGE_CASES,
     # issue 29: split-KV (>= 2 chunks, merges): causal over 81 tiles (6 chunks), non-causal per-head over 64 tiles,
     # causal with the causal edge one tile past a chunk start (kv_chunk_tiles=3: levels 2)
     ("LC1", {"batch": 1, "q_len": hw(1, "MLEN"), "kv_len": hw(80, "MLEN", 7)}, "default"),
@@ -124,8 +126,6 @@ REQUIRED_CASES = [
         "default",
     ),
     ("LC3", {"batch": 1, "q_len": hw(2, "MLEN"), "kv_len": hw(11, "MLEN", 5), "kv_chunk_tiles": 3}, "default"),
-    # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists P1-P11)
-    *COVERAGE_CASES,
 ]
 STRETCH_CASES = [
     (

@@ -49,7 +49,7 @@ def test_structure(quick_json):
     assert d["workloads"]["reference_ratio"]["identical"] is True
     assert d["workloads"]["reference_ratio"]["ratio"] > 0
     names = {t["target"] for t in d["targets"]}
-    assert len(names) == 12 and all(t["met"] is None for t in d["targets"])  # quick sizes judge nothing
+    assert len(names) == 13 and all(t["met"] is None for t in d["targets"])  # quick sizes judge nothing
     assert "compile" not in d  # --quick: no cold compile
 
 
