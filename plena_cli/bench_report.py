@@ -52,6 +52,16 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     add(label, shares.get(worst) if worst else None, 0.15, "<=", "share")
     add("prefill_1k static instructions", g("prefill_1k", "static_instructions"), 10_000, "<=", "instr")
     add("decode_32k peak RSS", mib("decode_32k"), 300.0, "<=", "MiB")
+    verdicts = {w: v["verdict"] for w, v in wl.items() if v.get("verdict") is not None}
+    failing = sorted(w for w, v in verdicts.items() if v != "PASS")
+    judged = "testbench workloads that fail their checks" + (f" ({', '.join(failing)})" if failing else "")
+    add(
+        judged + (", decode_32k included" if "decode_32k" in verdicts else ""),
+        float(len(failing)) if verdicts else None,
+        0.0,
+        "<=",
+        "FAIL",
+    )
     add("linear_4k peak RSS", mib("linear_4k"), 500.0, "<=", "MiB")
     add("first run after install (empty cache)", comp.get("e2e_run_cold", {}).get("seconds"), 30.0, "<=", "s")
     add("scalar_loop instructions/s", g("scalar_loop", "instr_per_s"), 60e6, ">=", "instr/s")

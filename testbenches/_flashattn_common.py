@@ -50,6 +50,7 @@ def shape_params(p: Mapping[str, Any]) -> dict[str, Any]:
         kv_capacity=p.get("kv_capacity") or p["kv_len"],
         kv_row_elems=hkv * d if wp in (None, "hkv*d") else int(wp),
         path=p.get("path", "auto"),
+        **({} if p.get("kv_chunk_tiles") is None else {"kv_chunk_tiles": p["kv_chunk_tiles"]}),
     )
 
 
@@ -100,21 +101,39 @@ def make_inputs(
     return q_t, k_t, v_t, Q, K, Vv
 
 
-def count_golden(allowed: npt.NDArray[np.bool_], q0: int, br: int, M: int, causal: bool) -> F64:
-    """The softmax mass l of the count probe's rows ``q0 .. q0+br-1`` (its Q is zero: every score is 0, every
-    allowed key has p = 1 exactly, m = 0): the number of allowed keys, as the kernel accumulates it -- an f32 sum of
-    the kv tile's ones added to l, rounded to bf16 when l is stored after each visited kv tile (§3.7; masked keys
-    give p ~ 6e-39, below an f32 ulp of l).  Exact up to 256 keys: one added or dropped key changes it."""
-    from plena_sim.numerics.bf16 import round_values
+def count_golden(plan: fa.FlashPlan, allowed: npt.NDArray[np.bool_]) -> F64:
+    """The softmax mass l of the count probe's rows in the plan's last block (its Q is zero: every score is 0,
+    every allowed key has p = 1 exactly, m = 0): the number of allowed keys, as the kernel accumulates it.
 
-    L = allowed.shape[1]
-    rows = allowed[q0 : q0 + br]
-    off = L - allowed.shape[0]
-    l_val = np.zeros(br, dtype=np.float32)
-    for c0 in range(0, L, M):
-        if causal and c0 > q0 + br - 1 + off:  # this and every later tile fully masked: not visited
-            break
-        l_val = round_values(l_val + rows[:, c0 : c0 + M].sum(axis=1).astype(np.float32))
+    Within a split-KV chunk (:mod:`programs.flash_merge`) an f32 sum of each visited kv tile's ones is added to l
+    and rounded to bf16 when l is stored (§3.7; masked keys give p ~ 6e-39, below an f32 ulp of l); states merge
+    into their accumulator in the kernel's tree order, ``l = bf16(1 * l_acc + 1 * l_sub)`` (m = 0 everywhere, so
+    both weights are exp(0) = 1 exactly; an empty accumulator's weight ~6e-39 meets l = 0).
+    The model follows every rounding of the kernel, so the check is exact at any
+    length; a single added or dropped key changes l wherever the chunk sum it lands in is below 256 or changes
+    the rounding."""
+    from plena_sim.numerics.bf16 import round_values
+    from programs.flash.merge import Tree, chunk_tree
+
+    blk = plan.last_block
+    rows = allowed[blk.q0 : blk.q0 + blk.br]
+    M = plan.config.MLEN
+
+    def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return round_values(a.astype(np.float32) + b.astype(np.float32))
+
+    def mass(node: Tree) -> np.ndarray:
+        acc = np.zeros(blk.br, dtype=np.float32)
+        for ts in node.chunk:
+            acc = add(acc, rows[:, ts.c0 : ts.c0 + M].sum(axis=1).astype(np.float32))
+        for sub in node.subtrees:
+            acc = add(acc, mass(sub))
+        return acc
+
+    if plan.merge_levels and len(blk.tiles) > plan.chunk_tiles:
+        l_val = mass(chunk_tree(blk.tiles, plan.chunk_tiles, plan.merge_levels))
+    else:
+        l_val = mass(Tree(0, blk.tiles, ()))
     return l_val.astype(np.float64)
 
 
@@ -237,8 +256,7 @@ def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case
     cb.check("m", state_read(plan, "m"), m_g, ("head", "row"), "flash_m")
     cb.check("l", state_read(plan, "l"), l_g, ("head", "row"), "flash_l", Tk=Tk)
     if probe:  # the probe head is the last one: in the last block
-        blk = plan.last_block
-        counts = count_golden(allowed, blk.q0, blk.br, M, sp["causal"])
+        counts = count_golden(plan, allowed)
         cb.check("l_count", state_read(plan, "l", head=sp["hq"] - 1), counts, ("row",), "exact")
     return cb.case(asm, notes=f"{plan.describe()} dyn={plan.dynamic_instructions}", plan=plan)
 

@@ -32,6 +32,7 @@ DEFAULTS = {
     "vram_base_row": 0,
     "scale": 1.0,
     "big_base": False,
+    "kv_chunk_tiles": None,  # split-KV chunk length in kv tiles (None: from the datapath format, 0: off)
     "seed": 0,
 }
 #: issue 21 cases: batch-2 bshd/sbhd caches with kv_capacity > kv_len (D8 also padded, Wp = M), BMM_SCALE != 1
@@ -58,8 +59,28 @@ REQUIRED_CASES = [
     ("D7", {"causal": False}, "default"),
     # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists D1-D7)
     *COVERAGE_CASES,
+    # issue 29: split-KV (>= 2 chunks, merges): 97 tiles (7 chunks) batched; 72 tiles per head, 2 groups of
+    # chunks (levels 2) with kv_chunk_tiles=4; a 2-tile cache split in chunks of 2 tiles x 1
+    ("LC1", {"batch": 1, "kv_len": hw(96, "MLEN", 5)}, "default"),
+    (
+        "LC2",
+        {"batch": 1, "hq": 4, "hkv": 2, "d": hw(2, "HLEN"), "kv_len": hw(72, "MLEN"), "path": "per_head"},
+        "default",
+    ),
+    ("LC3", {"batch": 2, "hq": 4, "hkv": 2, "kv_len": hw(40, "MLEN", 9), "kv_chunk_tiles": 4}, "default"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
+#: issue 29: long contexts, run under ``-m slow`` on the reference machine and v80-128x64
+#: (tests/testbench/test_long_context.py)
+SLOW_CASES = [
+    ("L32k", {"batch": 1, "kv_len": 32768}, "default"),
+    ("L128k", {"batch": 1, "kv_len": 131072}, "default"),
+    (
+        "L32k_per_head",
+        {"batch": 1, "hq": 4, "hkv": 2, "d": hw(2, "HLEN"), "kv_len": 32768, "path": "per_head"},
+        "default",
+    ),
+]
 #: the paper-scale machine (preset ``analytic``): run under ``-m slow`` and by ``plena-sim bench``
 PAPER_CASES = [
     ("paper", {"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 16, "hkv": 4, "d": 128, "causal": True}, "analytic"),

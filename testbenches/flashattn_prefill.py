@@ -37,6 +37,7 @@ DEFAULTS = {
     "vram_base_row": 0,
     "scale": 1.0,
     "big_base": False,
+    "kv_chunk_tiles": None,  # split-KV chunk length in kv tiles (None: from the datapath format, 0: off)
     "seed": 0,
 }
 #: issue 21 cases: bshd/sbhd caches with kv_capacity > kv_len and batch 2 (P12 also padded, Wp = M),
@@ -108,6 +109,23 @@ REQUIRED_CASES = [
     ("P10", {"vram_base_row": 4160}, "default"),  # O at element 266240, scratch past it: > 2^18
     # issue 21: the coverage holes held-out codegen bugs slipped through (kernels.md §4.5 lists P1-P11)
     *COVERAGE_CASES,
+    # issue 29: split-KV (>= 2 chunks, merges): causal over 81 tiles (6 chunks), non-causal per-head over 64 tiles,
+    # causal with the causal edge one tile past a chunk start (kv_chunk_tiles=3: levels 2)
+    ("LC1", {"batch": 1, "q_len": hw(1, "MLEN"), "kv_len": hw(80, "MLEN", 7)}, "default"),
+    (
+        "LC2",
+        {
+            "hq": 2,
+            "hkv": 1,
+            "d": hw(2, "HLEN"),
+            "q_len": hw(1, "MLEN", -3),
+            "kv_len": hw(64, "MLEN"),
+            "causal": False,
+            "path": "per_head",
+        },
+        "default",
+    ),
+    ("LC3", {"batch": 1, "q_len": hw(2, "MLEN"), "kv_len": hw(11, "MLEN", 5), "kv_chunk_tiles": 3}, "default"),
 ]
 STRETCH_CASES = [
     (
@@ -119,6 +137,31 @@ STRETCH_CASES = [
             "q_len": hw(1, "MLEN", 6),
             "kv_len": hw(2, "MLEN", 2),
             "Wp": hw(4, "MLEN"),
+        },
+        "default",
+    ),
+]
+#: issue 29: long contexts, run under ``-m slow`` on the reference machine and v80-128x64
+#: (tests/testbench/test_long_context.py)
+SLOW_CASES = [
+    ("L32k", {"batch": 1, "q_len": 64, "kv_len": 32768, "causal": True}, "default"),
+    ("L32k_noncausal", {"batch": 1, "q_len": 64, "kv_len": 32768, "causal": False}, "default"),
+    (
+        "L32k_per_head",
+        {"batch": 1, "hq": 4, "hkv": 2, "d": hw(2, "HLEN"), "q_len": 64, "kv_len": 32768, "path": "per_head"},
+        "default",
+    ),
+    (
+        "L32k_per_head_noncausal",
+        {
+            "batch": 1,
+            "hq": 4,
+            "hkv": 2,
+            "d": hw(2, "HLEN"),
+            "q_len": 64,
+            "kv_len": 32768,
+            "causal": False,
+            "path": "per_head",
         },
         "default",
     ),

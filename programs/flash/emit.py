@@ -33,7 +33,7 @@ def emit_flash_attention(asm: Asm, plan: FlashPlan, *, gp: Sequence[int], fp: Se
     if plan.kernel != "flash_attention":
         raise ValueError(f"flash_attention: plan is for {plan.kernel}")
     _check_bound("flash_attention", plan)
-    gpr, fpr = take_regs("flash_attention", gp, fp, GP_NEEDED, FP_NEEDED)
+    gpr, fpr = take_regs("flash_attention", gp, fp, plan.gp_needed, FP_NEEDED)
     tr = Tracker(asm, plan.config.MAX_LOOP_INSTRUCTIONS, "flash_attention")
     emit_kernel(tr, plan, gpr, fpr)
 

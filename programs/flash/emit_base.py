@@ -12,7 +12,8 @@ from .. import mutation_hooks
 from ..asm import add_imm, areg, gp, load_imm, region
 from ..hbm_tensors import HbmTensor, ceil_div
 from .loops import IterRegs, Ix, Loops, Tracker
-from .plan import FP_NEEDED, GP_NEEDED, Block, FlashPlan, TileStep
+from .merge import chunk_tree, tree_signature
+from .plan import FP_NEEDED, Block, FlashPlan, TileStep
 from .problem import hbm_type_info
 from .schedule import block_coords, tile_runs
 
@@ -63,9 +64,10 @@ class EmitterBase:
         cfg = plan.config
         self.M, self.V, self.B, self.H, self.BA = cfg.MLEN, cfg.VLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT
         self.Pv = cfg.P_V
-        regs = list(gpr)[:GP_NEEDED]
+        regs = list(gpr)[: plan.gp_needed]
         (self.t0, self.t1, self.l1, self.cQ, self.p1, self.p2, self.p3, self.p4) = regs[:8]
-        (self.cT, self.cH, self.mk) = regs[8:]
+        (self.cT, self.cH, self.mk) = regs[8:11]
+        self.cK = regs[11] if len(regs) > 11 else -1  # the kv-chunk loop counter of split-KV (merge.py)
         (self.f_neg, self.f_qk, self.f_old, self.f_m, self.f_t, self.f_l) = list(fpr)[:FP_NEEDED]
         memo = plan.loop_decisions.setdefault(mutation_hooks.enabled(), {})
         self.L = Loops(tr, IterRegs(tmp=self.p4, t0=self.t0, mask=self.mk, vcount=self.t1), plan.loops, memo)
@@ -145,10 +147,12 @@ class EmitterBase:
         """What two blocks of one block loop must share: rows, heads, off-grid heads, the kv tile runs
         (masks and lengths; the length of a leading run of fully visible tiles may differ)."""
         runs = self.tile_runs(blk)
-        sig = tuple(
+        sig: tuple[object, ...] = tuple(
             (r[0].masked, r[0].mask_n, None if k == 0 and not r[0].masked else len(r)) for k, r in enumerate(runs)
         )
         off_grid = tuple(self.p.o_lane(h) % self.B != 0 for h in blk.heads)
+        if self.p.merge_levels and len(blk.tiles) > self.p.chunk_tiles:  # split-KV: the whole chunk tree
+            sig = tree_signature(chunk_tree(blk.tiles, self.p.chunk_tiles, self.p.merge_levels))
         return (blk.br, len(blk.heads), sig, off_grid)
 
     def _lead(self, blk: Block) -> int:
@@ -267,6 +271,17 @@ class EmitterBase:
             if with_v:
                 self.li(self.t0, self.vtile(c))
                 a.H_PREFETCH_M(gp(self.t0), gp(self.t1), areg(self.v.areg), rs, self.v.prec)
+
+    def chunk_run_of(self, ix: Ix, r: int) -> list[TileStep]:
+        """The r-th run of equally masked kv tiles of the split-KV chunk at level "k"."""
+        return tile_runs(self.L.get("k", ix))[r]
+
+    def chunk_tile_levels(self, body: Callable[[TileStep], None]) -> None:
+        """``tile_levels`` over the kv tiles of the split-KV chunk at level "k" (merge.py)."""
+        for r, run in enumerate(tile_runs(self.L.first("k"))):
+            ts = run[0]
+            self.a.comment(f"kv tiles t={ts.t}.. ({len(run)} in the first chunk) c0={ts.c0} masked={int(ts.masked)}")
+            self.L.repeat("t", self.cT, partial(self.chunk_run_of, r=r), partial(body, ts), "kv tiles")
 
     def tile_levels(self, body: Callable[[TileStep], None]) -> None:
         """``body(first tile)`` over every kv tile of the block, one level per run of equally masked tiles."""

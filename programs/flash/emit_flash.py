@@ -11,6 +11,7 @@ from ..asm import LOOP_COUNT_MAX, fp, gp, region
 from ..hbm_tensors import ceil_div
 from .emit_base import EmitterBase, phase
 from .loops import Ix
+from .merge import ChunkTree
 from .plan import Block, TileStep
 from .schedule import mask_runs
 
@@ -108,7 +109,11 @@ class FlashEmitter(EmitterBase):
         if not per_tile_reset:
             self.reset_state()
         self.kv_scale_stride()
-        self.tile_levels(lambda ts: self.tile_body(ts, per_tile_reset))
+        tiles = L.first("q").tiles
+        if p.merge_levels and len(tiles) > p.chunk_tiles:  # split-KV: chunks merged in a tree (merge.py)
+            ChunkTree(self).block(tiles, lambda: self.chunk_tile_levels(lambda ts: self.tile_body(ts, per_tile_reset)))
+        else:
+            self.tile_levels(lambda ts: self.tile_body(ts, per_tile_reset))
         if not mutation_hooks.active("normalize_per_tile"):
             L.repeat(
                 "h",

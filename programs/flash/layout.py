@@ -62,7 +62,8 @@ def _output_rows(pb: Problem, o_rows_p: int | None, Tq: int) -> tuple[int, int, 
 
 
 def _scratch_items(pb: Problem, st: FpState) -> list[tuple[str, int]]:
-    """Rows of each scratch item, in layout order (§3.5): NEG, KEEP, MASK, the Q slots, S, PV."""
+    """Rows of each scratch item, in layout order (§3.5): NEG, KEEP, MASK, the Q slots, S, PV, the split-KV
+    accumulators' O rows."""
     M, V, BA = pb.cfg.MLEN, pb.cfg.VLEN, pb.cfg.BROADCAST_AMOUNT
     batched = st.path == "batched"
     return [
@@ -72,6 +73,7 @@ def _scratch_items(pb: Problem, st: FpState) -> list[tuple[str, int]]:
         ("q", M if batched else st.nh * pb.nc * M),
         ("s", (BA if pb.decode else BA * M) if batched else M),
         ("pv", pb.nc * M if pb.flash else 0),
+        ("merge", st.levels * st.nh * pb.nc * st.qrows),  # split-KV accumulators' O rows (merge.py)
     ]
 
 

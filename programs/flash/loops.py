@@ -247,7 +247,11 @@ class Loops:
 
     def first(self, name: str) -> Any:
         """The item of level ``name`` in the first iteration of every looped level (its representative)."""
-        return self.get(name, self._points(frozenset())[0])
+        return self.get(name, self.first_ix())
+
+    def first_ix(self) -> Ix:
+        """The index assignment of the first iteration of every looped level."""
+        return self._points(frozenset())[0]
 
     def _levels(self, depth: int | None) -> list[_Level]:
         return self.stack if depth is None else self.stack[:depth]

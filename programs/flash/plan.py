@@ -121,6 +121,9 @@ class FlashPlan(AttentionShape):
     max_loop_iteration: int = 0
     gp_needed: int = GP_NEEDED
     fp_needed: int = FP_NEEDED
+    #: split-KV (merge.py): kv tiles per chunk and states per accumulator (0: one chunk), accumulator levels
+    chunk_tiles: int = 0
+    merge_levels: int = 0
 
     # ---- derived numbers
     @property
@@ -247,8 +250,20 @@ class FlashPlan(AttentionShape):
 
         return (self.o_base, self.o_rows, self.o_cols, self.rows_o_p), post
 
+    def slot_state_base(self, s: int, j: int) -> int:
+        """FP SRAM word of split-KV accumulator slot s (level s + 1), head slot j, row 0: m, then l at +qrows."""
+        Q = self.qrows
+        return self.fp_state_base + 3 * Q * self.nh + (s * self.nh + j) * 2 * Q
+
+    def slot_o_addr(self, s: int, j: int, c: int) -> int:
+        """VRAM element address of split-KV accumulator slot s, head slot j, head-dim chunk c, row 0 (the O
+        rows hold the head at its lanes)."""
+        return self.rows["merge"] + ((s * self.nh + j) * self.nc + c) * self.qrows * self.V
+
     def describe(self) -> str:
         rows = f" qrows={self.qrows}" if self.qrows != self.M else ""
+        if self.merge_levels:
+            rows += f" chunk_tiles={self.chunk_tiles} merge_levels={self.merge_levels}"
         return (
             f"batch={self.batch} hq={self.hq} hkv={self.hkv} d={self.d} q_len={self.q_len} "
             f"kv_len={self.kv_len} causal={int(self.causal)} layout={self.kv_layout} "

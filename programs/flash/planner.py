@@ -30,7 +30,7 @@ def _dry_run(plan: FlashPlan) -> None:
     """Emit ``plan`` into a counting sink: its exact dynamic and static instruction counts and largest
     hardware-loop iteration (checked against MAX_LOOP_INSTRUCTIONS) are stored on the plan."""
     tr = Tracker(NullSink(), plan.config.MAX_LOOP_INSTRUCTIONS, plan.kernel)
-    emit_kernel(tr, plan, list(range(1, GP_NEEDED + 1)), list(range(1, FP_NEEDED + 1)))
+    emit_kernel(tr, plan, list(range(1, plan.gp_needed + 1)), list(range(1, FP_NEEDED + 1)))
     object.__setattr__(plan, "dynamic_instructions", tr.dynamic)
     object.__setattr__(plan, "static_instructions", tr.static)
     object.__setattr__(plan, "max_loop_iteration", tr.max_iter)
@@ -64,13 +64,14 @@ def _plan(
     fp_reserved: Mapping[str, tuple[int, int]] | None = None,
     loops: bool = True,
     dry_run: bool = True,
+    kv_chunk_tiles: int | None = None,
 ) -> FlashPlan:
     shape = AttentionShape(batch, hq, hkv, d, q_len, kv_len, causal, kv_layout)
     pb = validate_problem(kernel, config, shape, kv_capacity=kv_capacity, kv_row_elems=kv_row_elems, path=path)
     eb_q, eb_kv = elem_bytes(pb, q, k, v)
     check_tensors(pb, q, k, v)
     check_slots(kernel, qk_slot, neg_slot)
-    st = plan_fp_state(pb, path, fp_state_base, fp_reserved)
+    st = plan_fp_state(pb, path, fp_state_base, fp_reserved, kv_chunk_tiles)
     Tq = ceil_div(q_len, st.qrows)
     check_mram(pb, mram_tile0)
     vram = plan_vram(pb, st, o_base, o_rows_p, scratch_base, Tq)
@@ -114,6 +115,9 @@ def _plan(
         neg_slot=neg_slot,
         blocks=blocks,
         loops=bool(loops),
+        chunk_tiles=st.chunk_tiles,
+        merge_levels=st.levels,
+        gp_needed=GP_NEEDED + 1 if st.levels else GP_NEEDED,
     )
     if dry_run:
         _dry_run(plan)

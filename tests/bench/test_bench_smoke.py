@@ -49,7 +49,7 @@ def test_structure(quick_json):
     assert d["workloads"]["reference_ratio"]["identical"] is True
     assert d["workloads"]["reference_ratio"]["ratio"] > 0
     names = {t["target"] for t in d["targets"]}
-    assert len(names) == 12 and all(t["met"] is None for t in d["targets"])  # quick sizes judge nothing
+    assert len(names) == 13 and all(t["met"] is None for t in d["targets"])  # quick sizes judge nothing
     assert "compile" not in d  # --quick: no cold compile
 
 
@@ -148,3 +148,17 @@ def test_targets_judge_full_results():
     assert t["decode_32k peak RSS"]["met"] is True
     assert t["scalar_loop instructions/s"]["met"] is False
     assert t["reference_ratio"]["met"] is None and t["linear_b64 matrix MAC/s"]["met"] is None
+
+
+def test_targets_judge_the_testbench_verdicts():
+    """Every testbench workload's verdict is judged: decode_32k failing its checks (as before split-KV, issue 29)
+    is a missed target naming it."""
+
+    def judged(verdicts: dict[str, str]) -> dict:
+        res = {"quick": False, "workloads": {w: {"verdict": v} for w, v in verdicts.items()}}
+        return next(x for x in bench_report.targets(res) if x["target"].startswith("testbench workloads"))
+
+    bad = judged({"decode_32k": "FAIL", "prefill_1k": "PASS"})
+    assert bad["met"] is False and bad["value"] == 1.0 and "(decode_32k)" in bad["target"]
+    good = judged({"decode_32k": "PASS", "prefill_1k": "PASS"})
+    assert good["met"] is True and good["value"] == 0.0 and "decode_32k included" in good["target"]

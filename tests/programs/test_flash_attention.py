@@ -664,13 +664,19 @@ def _workload(kind: str, **over):
 
 
 def test_static_size_of_the_issue_18_workloads():
-    """prefill_1k fits 10,000 static instructions (174,010 unrolled); decode's static size does not grow
-    with the kv length (one kv-tile loop per block)."""
+    """prefill_1k fits 10,000 static instructions (174,010 unrolled); decode's static size does not grow with
+    the kv length within one group of T^2 kv tiles (split-KV, issue 29: one chunk loop of T-tile chunks per
+    level-1 group).  Beyond it, it grows by exactly one level-1 group per T^2 tiles and block: a group's
+    dynamic count (here ~131k) exceeds MAX_LOOP_INSTRUCTIONS, so the loop over groups is unrolled."""
     prefill = _workload("prefill")
     assert prefill.static_instructions <= 10_000
-    decode = _workload("decode")
-    assert decode.static_instructions <= 5_000
-    assert _workload("decode", kv_len=8192).static_instructions == decode.static_instructions
+    decode = _workload("decode", kv_len=1024)  # one chunk: the unsplit program
+    assert decode.static_instructions <= 5_000 and decode.merge_levels == 0
+    s4k, s8k = (_workload("decode", kv_len=kv).static_instructions for kv in (4096, 8192))
+    assert s4k == s8k and s8k <= 6_000
+    s32k, s64k, s128k = (_workload("decode", kv_len=kv).static_instructions for kv in (32768, 65536, 131072))
+    assert s128k - s64k == 2 * (s64k - s32k)  # 8, 4 and 2 level-1 groups: linear in the groups
+    assert s128k <= 50_000
     assert prefill.max_loop_iteration < prefill.config.MAX_LOOP_INSTRUCTIONS
 
 

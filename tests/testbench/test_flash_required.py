@@ -60,11 +60,13 @@ def test_module_api(tb):
 
 
 def test_case_ids_match_the_spec():
-    """kernels.md §4.5's P1-P10 and D1-D7, then issue 21's coverage cases P12-P20 and D8-D16."""
+    """kernels.md §4.5's P1-P10 and D1-D7, then issue 21's coverage cases P12-P20 and D8-D16, then issue 29's
+    long-context (split-KV) cases LC1-LC3."""
     pre = [c for c, _, _ in testbenches.get("flashattn_prefill").REQUIRED_CASES]
     dec = [c for c, _, _ in testbenches.get("flashattn_decode").REQUIRED_CASES]
-    assert pre == [f"P{k}" for k in range(1, 11)] + [f"P{k}" for k in range(12, 21)]
-    assert dec == [f"D{k}" for k in range(1, 8)] + [f"D{k}" for k in range(8, 17)]
+    lc = ["LC1", "LC2", "LC3"]
+    assert pre == [f"P{k}" for k in range(1, 11)] + [f"P{k}" for k in range(12, 21)] + lc
+    assert dec == [f"D{k}" for k in range(1, 8)] + [f"D{k}" for k in range(8, 17)] + lc
     assert [c for c, _, _ in testbenches.get("flashattn_prefill").STRETCH_CASES] == ["P11"]
 
 
