@@ -111,7 +111,7 @@ REQUIRED_CASES = [
     *COVERAGE_CASES,
     # issue 29: split-KV (>= 2 chunks, merges): causal over 81 tiles (6 chunks), non-causal per-head over 64 tiles,
     # causal with the causal edge one tile past a chunk start (kv_chunk_tiles=3: levels 2)
-    ("LC1", {"batch": 1, "q_len": hw(1, "MLEN"), "kv_len": hw(80, "MLEN", 7)}, "default"),
+    ("LC1", {"batch": 1, "q_len": 64, "kv_len": hw(80, "MLEN", 7)}, "default"),
     (
         "LC2",
         {
