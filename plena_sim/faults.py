@@ -88,6 +88,7 @@ BD-MTILE    field    MRAM tile index                     tile t  number of MRAM 
 BD-FPS      field    first FP SRAM word accessed         -1      FP_SRAM_SIZE
 BD-INTS     field    first INT SRAM word accessed        -1      INT_SRAM_SIZE
 BD-HBM      rs2      first byte address of the range     row i   HBM_SIZE
+TO-DATA     field    the register's value                -1      -1
 ==========  =======  ==================================  ======  =========================
 
 ==========  ======================================  =====================================================
@@ -121,6 +122,7 @@ BD-MTILE    the tile's / operand's element address  0
 BD-FPS      number of words accessed                0
 BD-INTS     number of words accessed                0
 BD-HBM      0: element range, 1: scale range        range length (bytes)
+TO-DATA     the register index                      the INT SRAM word its value came from
 ==========  ======================================  =====================================================
 
 Notes on the tables: "field" is the word field of the register operand that supplied the address
@@ -155,6 +157,7 @@ __all__ = [
     "InstructionBudgetExceeded",
     "AlignmentFault",
     "BoundsFault",
+    "DataDependenceFault",
     "Rule",
     "RULES",
     "RULE_BY_ID",
@@ -270,6 +273,10 @@ class BoundsFault(SimFault):
     pass
 
 
+class DataDependenceFault(SimFault):
+    """TO-DATA (timing-only runs): an address, loop count or control value comes from data the mode skips."""
+
+
 # ---------------------------------------------------------------- the rule table
 
 
@@ -317,6 +324,12 @@ RULES: tuple[Rule, ...] = tuple(
             ("BD-FPS", BoundsFault, "an FP SRAM word index must be < FP_SRAM_SIZE"),
             ("BD-INTS", BoundsFault, "an INT SRAM word index must be < INT_SRAM_SIZE"),
             ("BD-HBM", BoundsFault, "every HBM byte accessed must be in [0, HBM_SIZE)"),
+            (
+                "TO-DATA",
+                DataDependenceFault,
+                "in a timing-only run no address, loop count or control value may come from skipped data "
+                "(INT SRAM words written by V_TOPK without a routing policy)",
+            ),
         )
     )
 )
@@ -669,6 +682,11 @@ _SPECIFIC: MappingProxyType[str, Callable[[_FaultView], str]] = MappingProxyType
         "BD-FPS": _msg_bd_sram("FP SRAM", "FP_SRAM_SIZE"),
         "BD-INTS": _msg_bd_sram("INT SRAM", "INT_SRAM_SIZE"),
         "BD-HBM": _msg_bd_hbm,
+        "TO-DATA": lambda v: (
+            f"{v.mn}: gp{v.x6} = {v.val} (field {v.fld}) comes from data a timing-only run does not compute (INT SRAM word "
+            f"{v.x7}, written by V_TOPK); give a routing policy (--routing uniform|round-robin|FILE) or run "
+            f"functionally"
+        ),
     }
 )
 

@@ -86,6 +86,12 @@ class MachineState:
         self.hm_accum = np.zeros((BA, M, M), dtype=np.float32)
         self.hv_accum = np.zeros((BA, M), dtype=np.float32)
         self.hbm = hbm if hbm is not None else Hbm(cfg.HBM_SIZE)
+        #: timing-only bookkeeping (plena_sim.routing, isa TO-DATA): ``taint[0]`` = bitmask of the gp registers
+        #: whose value comes from skipped data, ``taint[1]`` = V_TOPK instructions executed this run (the routing
+        #: policy's call index); ``int_taint[w]`` = 1 when INT SRAM word w holds such a value. Reset by
+        #: :meth:`reset_taint` (``Machine.run`` does so unless ``resume=True``); a functional run never sets them
+        self.taint = np.zeros(2, dtype=np.int64)
+        self.int_taint = np.zeros(cfg.INT_SRAM_SIZE, dtype=np.uint8)
         #: :class:`plena_sim.timing.scoreboard.TimingState` of the current run (cycles, scoreboard, HBM bank state,
         #: trace ring); created by the first execute, persists across resumed calls, reset by
         #: :meth:`reset_timing` (``Machine.run`` does so unless ``resume=True``)
@@ -116,6 +122,11 @@ class MachineState:
             )
             self.timing = t
         return t
+
+    def reset_taint(self) -> None:
+        """Forget the timing-only bookkeeping (no data-derived registers or INT SRAM words; V_TOPK count 0)."""
+        self.taint[:] = 0
+        self.int_taint[:] = 0
 
     def reset_timing(self) -> None:
         """Forget all timing state (the next execute starts at cycle 0 with a cold HBM)."""
