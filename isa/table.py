@@ -160,6 +160,14 @@ class Instr:
         return ("opcode",) + tuple(dict.fromkeys(named))
 
     @property
+    def gp_reads(self) -> tuple[str, ...]:
+        """Word fields of the gp registers whose value the instruction reads (every gp operand that is not only
+        written): addresses, counts, shift amounts, stored values and ALU sources."""
+        return tuple(
+            o.field for o in self.operands if o.kind == "gp" and o.field is not None and o.name not in self.writes
+        )
+
+    @property
     def unused_mask(self) -> int:
         """Bits ignored on execution (printed by the disassembler when non-zero)."""
         used = 0
