@@ -369,6 +369,9 @@ class Case:
     build_times: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
     #: (the text, its assembled program) when the builder had the words; used while ``program`` is that text
     compiled: tuple[str, Program] | None = field(default=None, repr=False, compare=False)
+    #: a layout-only case (a testbench's ``build_layout``): the program and the HBM layout, no input values, no
+    #: checks; it can only run timing-only (issue 30)
+    layout_only: bool = False
 
     def assembled(self) -> Program:
         """``assemble(self.program, "<testbench>.asm")``, without re-parsing when the builder kept the words."""
@@ -636,6 +639,51 @@ class CaseBuilder:
         )
         self._clock["placed"] = time.perf_counter()
         return ht, values
+
+    def layout_tensor(
+        self, name: str, rows: int, cols: int, cls: str = "act", *, bind: bool = True, writable: bool = False
+    ) -> tuple[HbmTensor, Placement]:
+        """Place a ``rows x cols`` tensor of class ``cls`` exactly where :meth:`tensor` would (same base, pitch,
+        scale offset and a-register binding), but without values: no HBM byte is written and nothing is encoded
+        (a layout-only case for a timing-only run; its ``inputs`` entry is absent)."""
+        if cls not in _CLASSES:
+            raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
+        key, prec = _CLASSES[cls]
+        t = self.cfg.hbm_type(key)
+        lay = tensor_layout(rows, cols, t)
+        base = self._next_address()
+        if base + lay["total"] > self.image.hbm.size:
+            raise ValueError(
+                f"tensor {name}: bytes [{base:#x}, {base + lay['total']:#x}) exceed HBM_SIZE={self.image.hbm.size}"
+            )
+        mx = isinstance(t, MxType)
+        elem_end = base + lay["elem_bytes"]
+        p = Placement(
+            name, base, (rows, cols), rows, cols, lay["cols_padded"], t, lay["scale_reg"], lay["row_pitch"],
+            (base, elem_end), (elem_end, base + lay["total"]) if mx else None,
+        )  # fmt: skip
+        self._hbm_end = p.end
+        self.tensors[name] = p
+        self._sparse[name] = []  # no data segments
+        a = 0
+        if bind:
+            if len(self.aregs) >= 8:
+                raise ValueError("CaseBuilder: more than 8 HBM tensors need an a-register")
+            a = len(self.aregs)
+            self.aregs[a] = p.base
+        if writable:
+            self.writable.append((p.base, p.end))
+        ht = HbmTensor(
+            areg=a,
+            scale_offset=lay["scale_reg"] if mx else 0,
+            eb=t.elem_bytes,
+            prec=prec,
+            row_pitch_elems=cols,
+            alloc_elems=rows * cols,
+            block=t.block if mx else 0,
+        )
+        self._clock["placed"] = time.perf_counter()
+        return ht, p
 
     def output_tensor(
         self, name: str, rows: int, cols: int, cls: str = "act", *, alloc_rows: int | None = None
