@@ -107,6 +107,7 @@ from .config.hardware import HardwareConfig, check_program_memory, default_confi
 from .limits.budget import MAX_BUDGET
 from .memory.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 from .numerics import bf16
+from .routing import Routing
 from .timing.scoreboard import check_mode
 from .timing.stats import pc_profile, profile_fields, run_profile
 
@@ -235,10 +236,19 @@ class Machine:
     """One PLENA accelerator: configuration + architectural state + an execution backend."""
 
     def __init__(
-        self, cfg: HardwareConfig | str | None = None, backend: str = "numba", *, hbm=None, timing: str = "serial"
+        self,
+        cfg: HardwareConfig | str | None = None,
+        backend: str = "numba",
+        *,
+        hbm=None,
+        timing: str = "serial",
+        functional: bool = True,
+        routing: Routing | None = None,
     ):
         """``cfg``: a :class:`HardwareConfig`, a hardware preset name (``"v80-128x64"``, see
-        :mod:`plena_sim.config.presets`), or None for the reference machine."""
+        :mod:`plena_sim.config.presets`), or None for the reference machine. ``functional=False``: every run is
+        timing-only unless ``run(..., functional=True)`` says otherwise; ``routing``: the default MoE routing
+        policy of timing-only runs (:mod:`plena_sim.routing`)."""
         if isinstance(cfg, str):
             from .config.presets import load_preset
 
@@ -247,6 +257,8 @@ class Machine:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
         check_mode(timing)
         self.timing = timing
+        self.functional = bool(functional)
+        self.routing = routing
         self.cfg = cfg if cfg is not None else default_config()
         self.backend = backend
         self.state = MachineState(self.cfg, hbm=hbm)
@@ -331,7 +343,14 @@ class Machine:
         resume: bool = False,
         name: str = "<asm>",
         timing: str | None = None,
+        functional: bool | None = None,
+        routing: Routing | None = None,
     ) -> RunResult:
+        """Run ``program`` (see the module docstring). ``functional=False`` (default: the machine's own, see
+        ``Machine(functional=...)``): a timing-only run -- the same checks, faults and statistics, no datapath
+        (:func:`plena_sim.core.execute`); ``routing``: its MoE routing policy (:mod:`plena_sim.routing`)."""
+        functional = self.functional if functional is None else bool(functional)
+        routing = self.routing if routing is None else routing
         prog = to_program(program, name)
         check_program_memory(len(prog.words))
         words = np.array(prog.words, dtype=np.uint32)
@@ -352,6 +371,7 @@ class Machine:
             st.loop_reg[:] = 0
             st.loop_count[:] = 0
             st.reset_timing()
+            st.reset_taint()
         execute = _backend_execute(self.backend)
         jit_seconds = 0.0
         if self.backend == "numba":
@@ -359,9 +379,10 @@ class Machine:
 
             jit_seconds = core.jit_seconds()  # compiles or loads the JIT cache on first use
         t0 = time.perf_counter()
-        outcome = execute(st, words, budget, timing=mode, trace_capacity=cap)
+        timing_only = {} if functional else {"functional": False, "routing": routing}
+        outcome = execute(st, words, budget, timing=mode, trace_capacity=cap, **timing_only)
         host = time.perf_counter() - t0
-        stats = self._stats(outcome, host, jit_seconds)
+        stats = self._stats(outcome, host, jit_seconds, functional, routing)
         stats.update(run_profile(outcome, prog.words, self.cfg, mode, stats["matrix_macs"]))
         stats["regions"] = self._regions(prog, outcome)
         trace_obj = None
@@ -396,7 +417,14 @@ class Machine:
 
         return region_stats(prog.regions, outcome.pc_count, outcome.pc_cycles, per_pc_macs, profile, fields)
 
-    def _stats(self, outcome: Outcome, host_seconds: float, jit_seconds: float = 0.0) -> dict:
+    def _stats(
+        self,
+        outcome: Outcome,
+        host_seconds: float,
+        jit_seconds: float = 0.0,
+        functional: bool = True,
+        routing: Routing | None = None,
+    ) -> dict:
         from .timing.scoreboard import T_LAST_ISSUE, T_STALL_DATA, T_STALL_UNIT
 
         by_opcode = {BY_OPCODE[op].mnemonic: int(n) for op, n in enumerate(outcome.by_opcode) if n and op in BY_OPCODE}
@@ -452,7 +480,13 @@ class Machine:
                 "dma_bandwidth_GBps": (rd_b + wr_b) / busy["H"] if busy["H"] else 0.0,
                 "peak_bandwidth_GBps": float(tm.params.peak_bandwidth_GBps),
             },
-            "mx": {"nan_encoded": int(c.get("mx_nan", 0)), "saturated": int(c.get("mx_saturated", 0))},
+            # data counters: unknown in a timing-only run (nothing is encoded)
+            "mx": {
+                "nan_encoded": int(c.get("mx_nan", 0)) if functional else None,
+                "saturated": int(c.get("mx_saturated", 0)) if functional else None,
+            },
+            "timing_only": not functional,
+            "routing": routing.label if routing is not None and not functional else None,
             "host_seconds": host_seconds,
             "sim_cycles_per_second": cycles / host_seconds if host_seconds > 0 else 0.0,
             "jit_compile_seconds": jit_seconds,

@@ -56,6 +56,8 @@ class Routing:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if not 0 <= self.seed < 1 << 63:
+            raise ValueError(f"routing seed {self.seed} must be in [0, 2^63)")
         if self.policy not in (*POLICIES, "file"):
             raise ValueError(f"routing policy {self.policy!r} is not one of {', '.join(POLICIES)} or a file")
         if self.policy == "file":
@@ -103,7 +105,7 @@ class Routing:
         code = {"uniform": ROUTE_UNIFORM, "round-robin": ROUTE_ROUND_ROBIN, "file": ROUTE_TABLE}[self.policy]
         rows, cols = len(self.table), len(self.table[0]) if self.table else 0
         out = np.zeros(ROUTE_HEADER + rows * cols, dtype=np.int64)
-        out[:ROUTE_HEADER] = (code, self.seed & ((1 << 63) - 1), rows, cols)
+        out[:ROUTE_HEADER] = (code, self.seed, rows, cols)
         if rows:
             out[ROUTE_HEADER:] = np.asarray(self.table, dtype=np.int64).ravel()
         return out

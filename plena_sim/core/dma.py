@@ -27,6 +27,7 @@ from ..numerics.formats import (
 )
 from .common import fault, sat_add
 from .slots import (
+    CFG_FUNC,
     CFG_HBM_SIZE,
     CFG_M,
     CFG_NTILES,
@@ -238,6 +239,9 @@ def transfer(
         return st
     base = np.int64(areg[rs2])
     cnt[:] = 0
+    if cfg[CFG_FUNC] == 0:  # timing-only: the bytes the transfer moves, nothing moved
+        cnt[PEND_HBM_WR if alu == ALU_STORE_V else PEND_HBM_RD] = P * (row_bytes + nsc)
+        return RUN_OK
     if alu == ALU_STORE_V:
         missing = _missing_pages(pidx, base, off0, P, pitch, row_bytes, is_mx, scale_reg, blk, nsc)
         if missing > 0 and meta[0] + missing > pages.shape[0]:

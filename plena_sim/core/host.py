@@ -21,6 +21,7 @@ from ..limits.budget import work_table
 from ..limits.stop import after_stop, poll_array
 from ..limits.stop import current as current_stop_flag
 from ..memory.state import CTRL_PC, MachineState, Outcome
+from ..routing import Routing, no_routing_array
 from ..timing import scoreboard as TM
 from ..timing.latency import latency_table
 from ..timing.rtl import PC_II, PC_N, rtl_pc_costs, rtl_table
@@ -30,6 +31,7 @@ from .slots import (
     CFG_B,
     CFG_BA,
     CFG_FPS,
+    CFG_FUNC,
     CFG_H,
     CFG_HBM_SIZE,
     CFG_INTS,
@@ -88,12 +90,15 @@ def _formats(cfg) -> np.ndarray:
     return fmt
 
 
-def _params(cfg) -> tuple:
-    """(cfg vector, HBM formats, latency table, MACs per opcode, opcode tables, BMM_SCALE) of ``cfg``."""
+def _params(cfg, functional: bool = True) -> tuple:
+    """(cfg vector, HBM formats, latency table, MACs per opcode, opcode tables, BMM_SCALE) of ``cfg``; the cfg
+    vector's FUNC slot says whether the run is functional (1) or timing-only (0)."""
     tabs = opcode_tables()
     macs = tabs.macs(cfg.MLEN, cfg.BLEN, cfg.HLEN, cfg.BROADCAST_AMOUNT)
     lat = np.ascontiguousarray(latency_table(cfg), dtype=np.int64)
-    return (_cfg_vector(cfg), _formats(cfg), lat, macs, tabs.arrays, float(cfg.BMM_SCALE))
+    vec = _cfg_vector(cfg)
+    vec[CFG_FUNC] = int(functional)
+    return (vec, _formats(cfg), lat, macs, tabs.arrays, float(cfg.BMM_SCALE))
 
 
 #: V_TOPK scratch sizes (the largest policy)
@@ -101,7 +106,8 @@ _MAX_E = max(e for e, _k in TOPK_POLICIES)
 _MAX_K = max(k for _e, k in TOPK_POLICIES)
 
 
-def _scratch(cfg) -> tuple:
+def _scratch(cfg, tos: tuple) -> tuple:
+    """The loop's scratch buffers and ``tos``, the timing-only state (taint, INT SRAM flags, routing array)."""
     W = max(cfg.MLEN, cfg.VLEN)
     bufs = (
         np.empty(W * 4, dtype=np.uint8),
@@ -116,8 +122,9 @@ def _scratch(cfg) -> tuple:
         bufs,
         np.empty(_MAX_E, dtype=np.float32),
         np.empty(_MAX_E, dtype=np.bool_),
-        np.empty(_MAX_K, dtype=np.int64),
+        np.empty(_MAX_E, dtype=np.int64),  # selections (timing-only routing: a permutation of E)
         np.empty(_MAX_K, dtype=np.float32),
+        tos,
     )
 
 
@@ -160,8 +167,15 @@ def execute(
     max_instructions: int = 10**9,
     timing: str | None = None,
     trace_capacity: int | None = None,
+    functional: bool = True,
+    routing: Routing | None = None,
 ) -> Outcome:
     """Run ``program_words`` on ``state`` (from ``state.ctrl[CTRL_PC]``) with the Numba core.
+
+    ``functional=False``: a timing-only run (issue 30, docs/timing-only.md): the control, address and integer side
+    executes exactly, every check is made, the cycles are charged as in a functional run; the datapath (vector,
+    matrix, FP, MX and the data movement of every memory) is skipped. ``routing``: the MoE routing policy of V_TOPK
+    in a timing-only run (:mod:`plena_sim.routing`; None: its results are data-derived, TO-DATA when used).
 
     Returns an :class:`~plena_sim.memory.state.Outcome`: instructions retired, the fault record (or None),
     retired count per opcode, the cycles this call added (timing.md §3 / §4 for ``timing`` =
@@ -175,8 +189,9 @@ def execute(
     the rows of an H_* instruction); when it is set the loop returns at an instruction boundary and the pending
     signal handler runs (a :class:`~plena_sim.errors.RunStopped` it raises gets this call's retired count and
     propagates; the state is then that of the boundary: ``Machine.run(..., resume=True)`` continues exactly)."""
-    par = _params(state.cfg)
+    par = _params(state.cfg, functional)
     prog = _program(program_words, par, work_table(state.cfg))
+    route = routing.to_array() if routing is not None else no_routing_array()
     tm = state.ensure_timing(timing, trace_capacity, "numba")
     cyc0 = int(tm.ts[TM.T_CYCLES])
     n_words = len(prog[0])
@@ -192,7 +207,7 @@ def execute(
         np.zeros(1, np.int64),
     )
     rpc = _rtl_costs(tm, prog)
-    scr, tim = _scratch(state.cfg), _timing(tm, rpc)
+    scr, tim = _scratch(state.cfg, (state.taint, state.int_taint, route)), _timing(tm, rpc)
     try:
         st = _run_to_status(state, prog, par, tim, out, scr, max_instructions, tm.trace_capacity)
     except RunStopped as stop:  # raised by a signal handler when the loop stopped for it

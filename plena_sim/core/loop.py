@@ -62,8 +62,9 @@ from ..timing.scoreboard import (
 from . import control, dma, matrix, scalar, vector
 from .account import account_dma, account_overlap, account_rtl, account_serial, trace_after, trace_before
 from .common import fault
-from .slots import CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
+from .slots import CFG_FUNC, CFG_MAXLOOP, OPND_NONE, RUN_DONE, RUN_OK, RUN_STATIC, RUN_STOP, STAT_RETIRED, STAT_WORK
 from .static import TAB_ALU, TAB_FAMILY, TAB_LOOPEND, TAB_VF
+from .taint import check_reads, propagate
 
 #: budget units between two polls of the stop flag (a few ms of the heaviest units: 4096 MACs, a DMA row)
 POLL_UNITS = 1 << 13
@@ -99,12 +100,14 @@ def _runaway(pc, depth, lstart, lreg, lcount, retired, maxloop, frec):
 
 
 @njit(cache=True)
-def _gate(pc, runaway_at, max_work, maxloop, ctrl, loops, stats, facts, stopf, frec):
+def _gate(pc, runaway_at, max_work, maxloop, regs, stats, prog, tabs, stopf, frec, tos):
     """The checks before the instruction at ``pc`` once one of them may end the run: (status, the work units at
     which to come back, the retired count at which to come back for the runaway guard). In order: the end of the
     program, the stop flag (polled here every :data:`POLL_UNITS` units and between the rows of an H_* instruction),
-    then isa.md §8: the budget, the runaway guard, the static checks. The loop calls it only then: a call that
-    passes arrays costs reference counts, too much for every instruction."""
+    then isa.md §8: the budget, the runaway guard, the static checks, and in a timing-only run with data-derived
+    registers TO-DATA (:func:`.taint.check_reads`). The loop calls it only then: a call that passes arrays costs
+    reference counts, too much for every instruction."""
+    ctrl, loops, facts = regs[3], regs[4], prog[3]
     work, retired = stats[STAT_WORK], stats[STAT_RETIRED]
     if pc >= facts[3].shape[0]:
         return RUN_DONE, work, runaway_at
@@ -119,6 +122,10 @@ def _gate(pc, runaway_at, max_work, maxloop, ctrl, loops, stats, facts, stopf, f
             return st, work, runaway_at
     if bad != 0:
         return RUN_STATIC, work, runaway_at
+    if tos[0][0] != 0 and facts[1][pc] >= 0:  # a no-op (unit -1) reads nothing
+        st = check_reads(pc, prog[0][pc], prog[2], regs[0], tabs, tos[0], frec)
+        if st != RUN_OK:
+            return st, work, runaway_at
     return RUN_OK, work + w + min(POLL_UNITS, max_work - work - w), runaway_at  # min(max_work, ...): no overflow
 
 
@@ -150,13 +157,22 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
     (vram, mram, fp_sram, int_sram, (pidx, pages, meta)), (m_acc, v_acc, hm_acc, hv_acc) = mem, accs
     ts, ready, rdone, cv, _unit_of, hbm_tm, _tbuf, _tcount, rr, wr, rtl = tim
     stats, (pc_count, pc_cycles, pcx), frec, need = out
-    rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts = scr
+    rowf, xbuf, wbuf, (eb, sb, fb, cnt), logits, taken, sel, wts, tos = scr
     n, maxloop, reg, brk = op.shape[0], cfg[CFG_MAXLOOP], (0, 0, 0, 0), (op, rd_a, end_of, is_end)
+    func, taint = cfg[CFG_FUNC] != 0, tos[0]
     gate_at, runaway_at = np.int64(-1), _deadline(ctrl[CTRL_LOOP_DEPTH], lcount, stats[STAT_RETIRED], maxloop)
     while True:
         pc = ctrl[CTRL_PC]
-        if pc >= n or stats[STAT_WORK] + work_pc[pc] > gate_at or stats[STAT_RETIRED] >= runaway_at or bad[pc] != 0:
-            st, gate_at, runaway_at = _gate(pc, runaway_at, max_work, maxloop, ctrl, loops, stats, prog[3], stopf, frec)
+        if (
+            pc >= n
+            or stats[STAT_WORK] + work_pc[pc] > gate_at
+            or stats[STAT_RETIRED] >= runaway_at
+            or bad[pc] != 0
+            or (not func and taint[0] != 0)  # timing-only with data-derived registers: TO-DATA checks
+        ):
+            st, gate_at, runaway_at = _gate(
+                pc, runaway_at, max_work, maxloop, regs, stats, prog, tabs, stopf, frec, tos
+            )
             if st != RUN_OK:
                 return st
         w, depth, retired, o = work_pc[pc], ctrl[CTRL_LOOP_DEPTH], stats[STAT_RETIRED], op[pc]
@@ -168,7 +184,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
         if fam == FAM_SINT:  # dispatch on the table's family; gp0 / f0 stay 0
             gp[rd] = np.uint32(scalar.int_result(alu, g[1], g[2], imm, i22_a[pc])) if rd != 0 else 0
         elif fam == FAM_SFP:
-            fp[rd] = scalar.fp_result(alu, fp[rs1], fp[rs2]) if rd != 0 else 0
+            fp[rd] = 0 if rd == 0 else scalar.fp_result(alu, fp[rs1], fp[rs2]) if func else fp[rd]  # f: data
         elif fam == FAM_LOOP and alu == ALU_END and aux == rd and g[0] > 1:  # next iteration, innermost loop
             gp[rd], lcount[depth - 1], npc = np.uint32(g[0] - 1), retired + 1, lstart[depth - 1] + 1
         elif fam in (FAM_LOOP, FAM_CREG):
@@ -178,7 +194,9 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
         elif fam == FAM_REDUCE:
             st = vector.reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec)
         elif fam == FAM_TOPK:
-            st = vector.topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts)
+            st = vector.topk(
+                pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts, tos
+            )
         elif fam in (FAM_MAT, FAM_BMAT, FAM_WO):
             st = matrix.execute(
                 fam, alu, pc, f, gp, vram, mram, m_acc, v_acc, hm_acc, hv_acc, cfg, bmm_scale, frec, xbuf, wbuf
@@ -193,6 +211,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
         if st != RUN_OK:  # nothing was changed (RUN_STOP: the H_* re-executes from its start)
             return st
+        propagate(func, fam, alu, f, g[1], taint, tos[1])  # timing-only: which integers come from data
         unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]  # account, trace, retire
         if fam == FAM_DMA:
             issue, lat = account_dma(

@@ -44,6 +44,7 @@ from .common import acc32, canon, dot, fault
 from .slots import (
     CFG_B,
     CFG_BA,
+    CFG_FUNC,
     CFG_H,
     CFG_M,
     CFG_NTILES,
@@ -243,6 +244,8 @@ def _mat(alu, pc, rs1, rs2, gp, vram, mram, acc, cfg, frec, xbuf, wbuf):
     r = _operand_rule(alu, m, v, mf, vf, M, V, B, cfg[CFG_H], cfg[CFG_NTILES], cfg[CFG_VROWS])
     if r[0] >= 0:
         return fault(frec, r[0], pc, r[1], r[2], r[3], r[4], r[5], r[6])
+    if cfg[CFG_FUNC] == 0:  # timing-only: checks only
+        return RUN_OK
     off, R = m % (M * M), acc.shape[0]
     _stage_x(vram, v // V, R, M, 1, 0, xbuf)
     _stage_w(mram[m // (M * M)], alu in (ALU_TMM, ALU_TMV), 0, off if alu == ALU_MV else off // M, M, B, wbuf)
@@ -260,6 +263,8 @@ def _bmat(alu, pc, rd, rs1, rs2, gp, vram, mram, hm_acc, hv_acc, cfg, bmm_scale,
     r = _operand_rule(alu, m, v, OPND_RS1, OPND_RS2, M, V, B, H, cfg[CFG_NTILES], cfg[CFG_VROWS])
     if r[0] >= 0:
         return fault(frec, r[0], pc, r[1], r[2], r[3], r[4], r[5], r[6])
+    if cfg[CFG_FUNC] == 0:
+        return RUN_OK
     s, p = np.float64(np.float32(bmm_scale)), xbuf[xbuf.shape[1] :]
     _stage_w(mram[m // (M * M)], alu in (ALU_BTMM, ALU_BTMV), m % (M * M), 0, H, M, wbuf)
     if mv:
@@ -295,6 +300,8 @@ def _lane_writeout(pc, rs1, addr, gp, vram, acc, cfg, frec):
     for i in range(acc.shape[0]):
         if (vb + i * pitch) // V >= nrows:
             return fault(frec, R_BD_VROW, pc, OPND_RD, (vb + i * pitch) // V, i, nrows, vb + i * pitch, 0)
+    if cfg[CFG_FUNC] == 0:
+        return RUN_OK
     for i in range(acc.shape[0]):
         _write_lanes(vram, (vb + i * pitch) // V, vo, B, V, acc, i)
     acc[:, :] = 0.0
@@ -313,6 +320,8 @@ def _batched_writeout(alu, pc, addr, vram, hm_acc, hv_acc, cfg, frec):
     if r0 + nr > nrows:
         i = nrows - r0 if nrows > r0 else np.int64(0)
         return fault(frec, R_BD_VROW, pc, OPND_RD, r0 + i, i, nrows, addr + i * M, 0)
+    if cfg[CFG_FUNC] == 0:
+        return RUN_OK
     for i in range(nr):
         r = np.uint64(r0 + i)
         for j in range(M):

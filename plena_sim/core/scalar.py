@@ -25,7 +25,7 @@ from isa.encoding import (
 from ..faults import R_AL_VROW, R_BD_FPS, R_BD_INTS, R_BD_VROW
 from ..numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import exp_clamped, fault, nan32
-from .slots import CFG_FPS, CFG_INTS, CFG_V, CFG_VROWS, OPND_RD, OPND_RS1, RUN_OK
+from .slots import CFG_FPS, CFG_FUNC, CFG_INTS, CFG_V, CFG_VROWS, OPND_RD, OPND_RS1, RUN_OK
 
 _U32 = 0xFFFFFFFF
 
@@ -45,10 +45,13 @@ def int_result(alu, a, b, imm18, imm22):
 
 
 @njit(cache=True)
-def sram_access(alu, pc, rd, addr, reg, sram, size, rule, frec):
-    """S_LD_INT / S_ST_INT (``reg`` = gp, INT SRAM) and S_LD_FP / S_ST_FP (``reg`` = f, FP SRAM): one word."""
+def sram_access(alu, pc, rd, addr, reg, sram, size, rule, frec, skip):
+    """S_LD_INT / S_ST_INT (``reg`` = gp, INT SRAM) and S_LD_FP / S_ST_FP (``reg`` = f, FP SRAM): one word (only
+    the check when ``skip``)."""
     if addr >= size:
         return fault(frec, rule, pc, OPND_RS1, addr, -1, size, 1, 0)
+    if skip:  # FP SRAM words of a timing-only run: data
+        return RUN_OK
     if alu == ALU_LOAD:
         if rd != 0:
             reg[rd] = sram[addr]
@@ -93,6 +96,8 @@ def map_v_fp(pc, rd, rs1, imm18, gp, vram, fp_sram, cfg, frec):
         return fault(frec, R_BD_VROW, pc, OPND_RD, d // V, 0, cfg[CFG_VROWS], d, 0)
     if addr + V > cfg[CFG_FPS]:
         return fault(frec, R_BD_FPS, pc, OPND_RS1, addr, -1, cfg[CFG_FPS], V, 0)
+    if cfg[CFG_FUNC] == 0:
+        return RUN_OK
     r = d // V
     for j in range(V):
         vram[r, j] = fp_sram[addr + j]
@@ -106,7 +111,7 @@ def memory(fam, alu, pc, f, gp, fp, vram, fp_sram, int_sram, cfg, frec):
     rd, rs1, imm18 = f[0], f[1], f[5]
     addr = np.int64(gp[rs1]) + imm18
     if fam == FAM_FPMEM:
-        return sram_access(alu, pc, rd, addr, fp, fp_sram, cfg[CFG_FPS], R_BD_FPS, frec)
+        return sram_access(alu, pc, rd, addr, fp, fp_sram, cfg[CFG_FPS], R_BD_FPS, frec, cfg[CFG_FUNC] == 0)
     if fam == FAM_INTMEM:
-        return sram_access(alu, pc, rd, addr, gp, int_sram, cfg[CFG_INTS], R_BD_INTS, frec)
+        return sram_access(alu, pc, rd, addr, gp, int_sram, cfg[CFG_INTS], R_BD_INTS, frec, False)
     return map_v_fp(pc, rd, rs1, imm18, gp, vram, fp_sram, cfg, frec)

@@ -31,7 +31,24 @@ COUNTER_NAMES = ("matrix_macs",) + STAT_NAMES[STAT_MX_NAN:]
 PENDING_NAMES = ("mx_nan", "mx_saturated", "hbm_payload_read", "hbm_payload_written")
 (PEND_MX_NAN, PEND_MX_SAT, PEND_HBM_RD, PEND_HBM_WR) = range(len(PENDING_NAMES))
 
-CFG_NAMES = ("M", "V", "B", "H", "BA", "VROWS", "NTILES", "FPS", "INTS", "HBM_SIZE", "PM", "PV", "PW", "MAXLOOP")
+#: ``FUNC``: 1 for a functional run, 0 for a timing-only one (the datapath skipped, issue 30)
+CFG_NAMES = (
+    "M",
+    "V",
+    "B",
+    "H",
+    "BA",
+    "VROWS",
+    "NTILES",
+    "FPS",
+    "INTS",
+    "HBM_SIZE",
+    "PM",
+    "PV",
+    "PW",
+    "MAXLOOP",
+    "FUNC",
+)
 (
     CFG_M,
     CFG_V,
@@ -47,6 +64,7 @@ CFG_NAMES = ("M", "V", "B", "H", "BA", "VROWS", "NTILES", "FPS", "INTS", "HBM_SI
     CFG_PV,
     CFG_PW,
     CFG_MAXLOOP,
+    CFG_FUNC,
 ) = range(len(CFG_NAMES))
 N_CFG = len(CFG_NAMES)
 

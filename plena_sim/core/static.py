@@ -41,7 +41,20 @@ MAX_CHECKS = 4
 #: code, fault limit, x6 word field (-1: x6 = 0)
 N_CK = 7
 #: the opcode tables tuple (:attr:`OpcodeTables.arrays`)
-TAB_NAMES = ("family", "alu", "valid", "checks", "n_checks", "n_il", "cf_vm", "cf_ba", "vf", "loop_end", "noop")
+TAB_NAMES = (
+    "family",
+    "alu",
+    "valid",
+    "checks",
+    "n_checks",
+    "n_il",
+    "cf_vm",
+    "cf_ba",
+    "vf",
+    "loop_end",
+    "noop",
+    "gp_checked",
+)
 (
     TAB_FAMILY,
     TAB_ALU,
@@ -54,6 +67,7 @@ TAB_NAMES = ("family", "alu", "valid", "checks", "n_checks", "n_il", "cf_vm", "c
     TAB_VF,
     TAB_LOOPEND,
     TAB_NOOP,
+    TAB_GPCHECKED,
 ) = range(len(TAB_NAMES))
 #: instruction-word fields in decode order (the per-pc field arrays of the run loop)
 WORD_FIELDS = ("rd", "rs1", "rs2", "rs3", "funct1", "imm18", "imm22")
@@ -94,6 +108,22 @@ def checks_of(instr: Instr) -> list[tuple[int, int, int, int, int, int, int]]:
     return il + lp
 
 
+#: the register fields in fault-record operand order (OPERAND_NAMES: rd, rs1, rs2, rs3)
+_REG_FIELDS = ("rd", "rs1", "rs2", "rs3")
+
+
+def gp_checked_mask(instr: Instr) -> int:
+    """Bit k set: a timing-only run checks that the gp register in field ``_REG_FIELDS[k]`` does not hold a
+    data-derived value (TO-DATA). Every gp the instruction reads, except the values the integer side only moves:
+    the ALU sources of the ``sint`` family and the value S_ST_INT stores (their taint propagates instead)."""
+    reads = list(instr.gp_reads)
+    if instr.family == "sint":
+        reads = []
+    elif instr.family == "intmem" and instr.alu == "store":
+        reads = [f for f in reads if f != "rd"]
+    return sum(1 << _REG_FIELDS.index(f) for f in reads)
+
+
 class OpcodeTables:
     """Arrays indexed by opcode, built once per process from the table; :attr:`arrays` is the tuple the
     run loop takes, indexed by the ``TAB_*`` constants."""
@@ -119,10 +149,12 @@ class OpcodeTables:
         self.vf = np.zeros(N_OPCODES, dtype=np.int64)  # vector op whose rs2 is an f register (VF form)
         self.loop_end = np.zeros(N_OPCODES, dtype=np.int64)  # C_LOOP_END (the C_BREAK target scan)
         self.noop = np.zeros(N_OPCODES, dtype=np.int64)  # a zero-latency no-op when rd = 0
+        self.gp_checked = np.zeros(N_OPCODES, dtype=np.int64)  # bit k: the gp in field k (rd, rs1, rs2, rs3) is checked
         for i in INSTRUCTIONS:
             self.vf[i.opcode] = i.family == "vbin" and i.operands[2].kind == "f"
             self.loop_end[i.opcode] = i.family == "loop" and i.alu == "end"
             self.noop[i.opcode] = i.noop_if_rd0
+            self.gp_checked[i.opcode] = gp_checked_mask(i)
         self.arrays = (
             self.family,
             self.alu,
@@ -135,6 +167,7 @@ class OpcodeTables:
             self.vf,
             self.loop_end,
             self.noop,
+            self.gp_checked,
         )
 
     @staticmethod

@@ -31,6 +31,7 @@ from ..numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 from .common import exp_clamped, fault, lane_on, nan32, nan64
 from .slots import (
     CFG_FPS,
+    CFG_FUNC,
     CFG_H,
     CFG_INTS,
     CFG_V,
@@ -40,6 +41,7 @@ from .slots import (
     OPND_RS2,
     RUN_OK,
 )
+from .taint import route_topk
 
 #: V_TOPK policies (isa.md §6.2): experts E and selections K per policy
 TOPK_EXPERTS = tuple(e for e, _k in TOPK_POLICIES)
@@ -131,7 +133,7 @@ def elementwise(fam, alu, vf, pc, f, gp, fp, ctrl, vram, cfg, frec, rowf):
     a = np.int64(gp[rs1])
     b = np.int64(gp[rs2])
     st = _row_checks(pc, d, a, b, vv, V, cfg[CFG_VROWS], frec)
-    if st != RUN_OK:
+    if st != RUN_OK or cfg[CFG_FUNC] == 0:  # timing-only: checks only
         return st
     ra, rb, rdst = a // V, b // V, d // V
     if fam == FAM_SHIFT:  # shift amount gp[rs2], unchecked; never masked
@@ -192,6 +194,8 @@ def reduce_row(alu, pc, rd, rs1, rs3, gp, fp, ctrl, vram, cfg, frec):
         return fault(frec, R_AL_VROW, pc, OPND_RS1, a, -1, V, a % V, 0)
     if a // V >= cfg[CFG_VROWS]:
         return fault(frec, R_BD_VROW, pc, OPND_RS1, a // V, 0, cfg[CFG_VROWS], a, 0)
+    if cfg[CFG_FUNC] == 0:
+        return RUN_OK
     masked = rs3 != 0
     vmask = ctrl[CTRL_V_MASK]
     if alu == ALU_SUM:
@@ -236,8 +240,9 @@ def _rank(logits, taken, sel, E, K):
 
 
 @njit(cache=True, error_model="numpy")
-def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts):
-    """V_TOPK (isa.md §6.2): softmax weights of the top K of E logits -> FP SRAM, indices -> INT SRAM."""
+def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, taken, sel, wts, tos):
+    """V_TOPK (isa.md §6.2): softmax weights of the top K of E logits -> FP SRAM, indices -> INT SRAM. ``tos`` =
+    the timing-only state (taint, INT SRAM flags, routing array: :func:`.taint.route_topk`)."""
     V = cfg[CFG_V]
     E = TOPK_EXPERTS[rs3]
     K = TOPK_SELECT[rs3]
@@ -245,6 +250,9 @@ def topk(pc, rd, rs1, rs2, rs3, gp, vram, fp_sram, int_sram, cfg, frec, logits, 
     st = _topk_checks(pc, fdst, a, idst, (E + V - 1) // V, K, cfg, frec)
     if st != RUN_OK:
         return st
+    if cfg[CFG_FUNC] == 0:
+        route_topk(idst, E, K, int_sram, tos[1], tos[2], tos[0], sel)
+        return RUN_OK
     r0 = a // V
     for e in range(E):
         x = bf16_bits_to_f32(vram[r0 + e // V, e % V])
