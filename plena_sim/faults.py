@@ -684,7 +684,7 @@ _SPECIFIC: MappingProxyType[str, Callable[[_FaultView], str]] = MappingProxyType
         "BD-INTS": _msg_bd_sram("INT SRAM", "INT_SRAM_SIZE"),
         "BD-HBM": _msg_bd_hbm,
         "TO-DATA": lambda v: (
-            f"{v.mn}: gp{v.x6} = {v.val} (field {v.fld}) comes from data a timing-only run does not compute (a "
+            f"gp{v.x6} = {v.val} (field {v.fld}) comes from data a timing-only run does not compute (a "
             f"V_TOPK result); give a routing policy (--routing uniform|round-robin|FILE) or run functionally"
         ),
     }
