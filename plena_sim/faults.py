@@ -22,7 +22,8 @@ Check order (isa.md §8, memory.md §5.2)
 Before each instruction: BUDGET (the work budget of :mod:`plena_sim.limits.budget`: the units used so far plus the
 instruction's own exceed ``max_instructions``; one unit per instruction, so ``retired == max_instructions`` for a
 program without H_* and matrix instructions), then the runaway increment and
-LP-RUNAWAY, then decode (IL-OPC). Within an instruction: IL -> CF -> LP -> AL -> BD. Within one class,
+LP-RUNAWAY, then decode (IL-OPC). Within an instruction: IL -> CF -> LP -> (timing-only runs: TO-DATA, the gp
+operands in field order rd, rs1, rs2, rs3) -> AL -> BD. Within one class,
 operands are taken **in assembly operand order** (isa.md §4 column "Assembly operands"), and the rows /
 tiles of one operand in ascending order. Concretely (the AL and BD operand sequence per instruction):
 
@@ -122,7 +123,7 @@ BD-MTILE    the tile's / operand's element address  0
 BD-FPS      number of words accessed                0
 BD-INTS     number of words accessed                0
 BD-HBM      0: element range, 1: scale range        range length (bytes)
-TO-DATA     the register index                      the INT SRAM word its value came from
+TO-DATA     the register index                      0
 ==========  ======================================  =====================================================
 
 Notes on the tables: "field" is the word field of the register operand that supplied the address
@@ -683,9 +684,8 @@ _SPECIFIC: MappingProxyType[str, Callable[[_FaultView], str]] = MappingProxyType
         "BD-INTS": _msg_bd_sram("INT SRAM", "INT_SRAM_SIZE"),
         "BD-HBM": _msg_bd_hbm,
         "TO-DATA": lambda v: (
-            f"{v.mn}: gp{v.x6} = {v.val} (field {v.fld}) comes from data a timing-only run does not compute (INT SRAM word "
-            f"{v.x7}, written by V_TOPK); give a routing policy (--routing uniform|round-robin|FILE) or run "
-            f"functionally"
+            f"gp{v.x6} = {v.val} (field {v.fld}) comes from data a timing-only run does not compute (a "
+            f"V_TOPK result); give a routing policy (--routing uniform|round-robin|FILE) or run functionally"
         ),
     }
 )

@@ -219,9 +219,9 @@ def to_program(program, name: str = "<asm>") -> Program:
 
 def _backend_execute(backend: str):
     if backend == "reference":
-        from .reference import execute
+        from .reference import execute as reference_execute  # its own name: the backends' signatures may differ
 
-        return execute
+        return reference_execute
     if backend == "numba":
         from .core import execute  # lazy: the JIT backend compiles on first use
 

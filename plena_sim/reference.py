@@ -14,7 +14,11 @@ Dispatch: :data:`HANDLERS` maps every mnemonic of :mod:`isa.table` to its functi
 (checked complete at import); :data:`BY_OPCODE` is the same keyed by opcode number.
 
 Each handler makes **all** of its checks first (via the ``_check_*`` / ``_fault`` helpers, which raise
-:class:`_Fault`) and only then changes state. Numerics follow isa.md §5-§7 literally:
+:class:`_Fault`) and only then changes state. In a timing-only run (``execute(..., functional=False)``) the
+TO-DATA check (:func:`_check_to_data`) comes between an instruction's IL / CF / LP checks and its AL / BD checks,
+and a handler of the datapath (FP scalar, vector, matrix, DMA) returns right after its checks.
+
+Numerics follow isa.md §5-§7 literally:
 
 * dot products: float64, sequential in ascending k from +0.0 (vectorised only across *outputs*, never
   across k; no np.dot / np.sum / BLAS), ``p_s = f32(p * s)``, ``acc = f32(acc + p_s)``;
@@ -55,7 +59,7 @@ import numpy as np
 
 from isa.encoding import decode_program
 from isa.program import Program
-from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES
+from isa.table import BY_MNEMONIC, EXP_CLAMP, FIELDS, INSTRUCTIONS, TOPK_POLICIES, Instr
 
 from . import faults as F
 from .config.hardware import MxType
@@ -65,6 +69,7 @@ from .limits.budget import work_table
 from .memory.state import CTRL_LOOP_DEPTH, CTRL_PC, CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState, Outcome
 from .numerics import bf16
 from .numerics.formats import fp_params, mx_decode_row, mx_encode_row, plain_decode_row, plain_encode_row
+from .routing import Routing
 from .timing.latency import NOOP_IF_RD0, instruction_latency, latency_table, topk_experts
 
 __all__ = ["execute", "HANDLERS", "BY_OPCODE"]
@@ -145,12 +150,14 @@ class Fields:
 
 
 class _Run:
-    """Mutable context of one :func:`execute` call."""
+    """Mutable context of one :func:`execute` call (``functional=False``: a timing-only run, see :func:`execute`)."""
 
-    def __init__(self, state: MachineState, words: list[int]):
+    def __init__(self, state: MachineState, words: list[int], functional: bool = True, routing: Routing | None = None):
         self.st = state
         self.cfg = state.cfg
         self.words = words
+        self.functional = functional
+        self.routing = routing
         self.next_pc = 0
         self.hbm_bytes = 0
         self.counters = {"matrix_macs": 0, "mx_nan": 0, "mx_saturated": 0}
@@ -176,6 +183,21 @@ class _Run:
 
     def vwrite(self, addr: int, values) -> None:
         self.st.vram[addr // self.cfg.VLEN] = bf16.encode(values)
+
+    # ---- taint (timing-only runs): which gp registers / INT SRAM words hold data-derived values
+    def tainted(self, i: int) -> bool:
+        return (int(self.st.taint[0]) >> i) & 1 == 1
+
+    def set_taint(self, i: int, bit: bool) -> None:
+        """Mark gp ``i`` data-derived (``bit``) or not; nothing in a functional run or for gp0."""
+        if self.functional or i == 0:
+            return
+        self.st.taint[0] = (int(self.st.taint[0]) & ~(1 << i)) | (int(bit) << i)
+
+    def set_int_taint(self, addr: int, bit: bool) -> None:
+        """Mark INT SRAM word ``addr`` data-derived or not; nothing in a functional run."""
+        if not self.functional:
+            self.st.int_taint[addr] = int(bit)
 
     def lane_enable(self) -> np.ndarray:
         """bool[V]: lanes whose head is enabled in V_MASK (heads >= 32 never)."""
@@ -236,6 +258,32 @@ def _bd_fps(r: _Run, f: Fields, field: str, addr: int, n: int) -> None:
 def _bd_ints(r: _Run, f: Fields, field: str, addr: int, n: int) -> None:
     if addr + n > r.cfg.INT_SRAM_SIZE:
         _fault("BD-INTS", f.pc, field, addr, limit=r.cfg.INT_SRAM_SIZE, x6=n)
+
+
+def _guarded_fields(instr: Instr) -> tuple[str, ...]:
+    """The gp fields a timing-only run requires to hold no data-derived value (TO-DATA), in operand order: every
+    gp register read, except that the scalar integer ALU propagates taint and S_LD_INT / S_ST_INT only need a clean
+    base (rs1; a stored value may be data-derived)."""
+    if instr.family == "sint":
+        return ()
+    if instr.family == "intmem":
+        return ("rs1",)
+    return instr.gp_reads
+
+
+_GUARDED = {i.opcode: _guarded_fields(i) for i in INSTRUCTIONS}
+_GP_READS = {i.opcode: i.gp_reads for i in INSTRUCTIONS}
+
+
+def _check_to_data(r: _Run, f: Fields) -> None:
+    """TO-DATA (timing-only runs, after the IL / CF / LP checks, before AL / BD): a guarded gp operand holds a
+    value derived from data the run does not compute."""
+    if r.functional:
+        return
+    for name in _GUARDED[f.opcode]:
+        reg = getattr(f, name)
+        if r.tainted(reg):
+            _fault("TO-DATA", f.pc, name, r.gp(reg), x6=reg)
 
 
 # ====================================================================== matrix unit (isa.md §5)
@@ -300,30 +348,36 @@ def op_M_MM(r: _Run, f: Fields) -> None:
     c_ = r.cfg
     m, v = r.gp(f.rs1), r.gp(f.rs2)
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     c = _check_al_mm(r, f, "rs1", m)
     _al_vrow(r, f, "rs2", v)
     _bd_mtile(r, f, "rs1", m)
     _check_vec_rows(r, f, "rs2", v, c_.BLEN)
+    r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
+    if not r.functional:
+        return
     T = r.st.mram[m // (c_.MLEN * c_.MLEN)]
     X = _read_rows(r, v, c_.BLEN)  # B x M
     W = T[:, c : c + c_.BLEN]  # M x B
     _accumulate(r.st.m_accum, _dot_rows(X, W), 1.0)
-    r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
 
 
 def op_M_TMM(r: _Run, f: Fields) -> None:
     c_ = r.cfg
     v, m = r.gp(f.rs1), r.gp(f.rs2)
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rs1", v)
     rr = _check_al_mm(r, f, "rs2", m)
     _check_vec_rows(r, f, "rs1", v, c_.BLEN)
     _bd_mtile(r, f, "rs2", m)
+    r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
+    if not r.functional:
+        return
     T = r.st.mram[m // (c_.MLEN * c_.MLEN)]
     X = _read_rows(r, v, c_.BLEN)  # B x M
     W = T[rr : rr + c_.BLEN, :].T  # M x B: W[k, j] = T[r+j][k]
     _accumulate(r.st.m_accum, _dot_rows(X, W), 1.0)
-    r.counters["matrix_macs"] += c_.BLEN * c_.BLEN * c_.MLEN
 
 
 def op_M_MV(r: _Run, f: Fields) -> None:
@@ -331,6 +385,7 @@ def op_M_MV(r: _Run, f: Fields) -> None:
     M, B = c_.MLEN, c_.BLEN
     m, v = r.gp(f.rs1), r.gp(f.rs2)
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     _, off = _mat_decode(r, m)
     if off % B:
         _fault("AL-MV", f.pc, "rs1", m, limit=B, x6=off, x7=0)
@@ -339,11 +394,13 @@ def op_M_MV(r: _Run, f: Fields) -> None:
     _al_vrow(r, f, "rs2", v)
     _bd_mtile(r, f, "rs1", m)
     _bd_vrow(r, f, "rs2", v)
+    r.counters["matrix_macs"] += B * M
+    if not r.functional:
+        return
     T = r.st.mram[m // (M * M)]
     x = r.vread(v)[None, :]  # 1 x M
     W = T[:, off : off + B]  # M x B
     _accumulate(r.st.v_accum, _dot_rows(x, W)[0], 1.0)
-    r.counters["matrix_macs"] += B * M
 
 
 def op_M_TMV(r: _Run, f: Fields) -> None:
@@ -351,18 +408,21 @@ def op_M_TMV(r: _Run, f: Fields) -> None:
     M, B = c_.MLEN, c_.BLEN
     m, v = r.gp(f.rs1), r.gp(f.rs2)
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     _, off = _mat_decode(r, m)
     if off % (B * M):
         _fault("AL-TMV", f.pc, "rs1", m, limit=B * M, x6=off)
     _al_vrow(r, f, "rs2", v)
     _bd_mtile(r, f, "rs1", m)
     _bd_vrow(r, f, "rs2", v)
+    r.counters["matrix_macs"] += B * M
+    if not r.functional:
+        return
     T = r.st.mram[m // (M * M)]
     rr = off // M
     x = r.vread(v)[None, :]
     W = T[rr : rr + B, :].T  # W[k, j] = T[r+j][k]
     _accumulate(r.st.v_accum, _dot_rows(x, W)[0], 1.0)
-    r.counters["matrix_macs"] += B * M
 
 
 def _check_bhead(r: _Run, f: Fields, m: int) -> int:
@@ -383,16 +443,19 @@ def _batched_mm(r: _Run, f: Fields, transposed: bool) -> None:
     m, v = r.gp(f.rs1), r.gp(f.rs2)
     _check_cf_vm(r, f)
     _check_cf_ba(r, f)
+    _check_to_data(r, f)
     h = _check_bhead(r, f, m)
     _al_vrow(r, f, "rs2", v)
     _bd_mtile(r, f, "rs1", m)
     _check_vec_rows(r, f, "rs2", v, M)
+    r.counters["matrix_macs"] += BA * M * M * H
+    if not r.functional:
+        return
     T = r.st.mram[m // (M * M)]
     X = _read_rows(r, v, M)  # M (s) x M
     Xb = X.reshape(M, BA, H).transpose(1, 0, 2)  # [b, s, k] = X[s][b*H + k]
     W = T[0:M, h : h + H].T if transposed else T[h : h + H, 0:M]  # H (k) x M (n)
     _accumulate(r.st.hm_accum, _dot_rows(Xb, W), _bmm_scale(r))
-    r.counters["matrix_macs"] += BA * M * M * H
 
 
 def op_M_BMM(r: _Run, f: Fields) -> None:
@@ -410,15 +473,18 @@ def _batched_mv(r: _Run, f: Fields, transposed: bool) -> None:
     v = r.gp(f.rs2)
     _check_cf_vm(r, f)
     _check_cf_ba(r, f)
+    _check_to_data(r, f)
     h = _check_bhead(r, f, m)
     _al_vrow(r, f, "rs2", v)
     _bd_mtile(r, f, "rs1", m)
     _bd_vrow(r, f, "rs2", v)
+    r.counters["matrix_macs"] += BA * M * H
+    if not r.functional:
+        return
     T = r.st.mram[m // (M * M)]
     xb = r.vread(v).reshape(BA, H)  # [b, k] = x[b*H + k]
     W = T[0:M, h : h + H].T if transposed else T[h : h + H, 0:M]
     _accumulate(r.st.hv_accum, _dot_rows(xb, W), _bmm_scale(r))
-    r.counters["matrix_macs"] += BA * M * H
 
 
 def op_M_BMV(r: _Run, f: Fields) -> None:
@@ -435,6 +501,7 @@ def op_M_MM_WO(r: _Run, f: Fields) -> None:
     addr = r.gp(f.rd) + f.imm18
     s = 1 if f.rs1 == 0 else r.gp(f.rs1)
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     vo = addr % M
     if vo % B:
         _fault("AL-WO", f.pc, "rd", addr, limit=B, x6=vo)
@@ -442,6 +509,8 @@ def op_M_MM_WO(r: _Run, f: Fields) -> None:
     rows = [vb + i * M * s for i in range(B)]
     for i, row in enumerate(rows):
         _bd_vrow(r, f, "rd", row, i)
+    if not r.functional:
+        return
     acc = r.st.m_accum.copy()
     for i, row in enumerate(rows):
         R = r.vread(row)
@@ -455,11 +524,14 @@ def op_M_MV_WO(r: _Run, f: Fields) -> None:
     M, B = c_.MLEN, c_.BLEN
     addr = r.gp(f.rd) + f.imm18
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     vo = addr % M
     if vo % B:
         _fault("AL-WO", f.pc, "rd", addr, limit=B, x6=vo)
     vb = addr - vo
     _bd_vrow(r, f, "rd", vb)
+    if not r.functional:
+        return
     R = r.vread(vb)
     R[vo : vo + B] = r.st.v_accum
     r.vwrite(vb, R)
@@ -471,11 +543,14 @@ def _batched_wo(r: _Run, f: Fields, acc: np.ndarray) -> None:
     M = r.cfg.MLEN
     addr = r.gp(f.rd) + f.imm18
     _check_cf_vm(r, f)
+    _check_to_data(r, f)
     if addr % M:
         _fault("AL-BWO", f.pc, "rd", addr, limit=M, x6=addr % M)
     rows = acc.reshape(-1, M)  # hm: row j = b*M + s; hv: row j = b
     for j in range(rows.shape[0]):
         _bd_vrow(r, f, "rd", addr + j * M, j)
+    if not r.functional:
+        return
     for j in range(rows.shape[0]):
         r.vwrite(addr + j * M, rows[j])
     acc[...] = 0
@@ -501,12 +576,15 @@ def _masked_write(r: _Run, f: Fields, dst: int, result: np.ndarray, a: np.ndarra
 
 def _vv(r: _Run, f: Fields, fn) -> None:
     d, a_addr, b_addr = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rd", d)
     _al_vrow(r, f, "rs1", a_addr)
     _al_vrow(r, f, "rs2", b_addr)
     _bd_vrow(r, f, "rd", d)
     _bd_vrow(r, f, "rs1", a_addr)
     _bd_vrow(r, f, "rs2", b_addr)
+    if not r.functional:
+        return
     a, b = r.vread(a_addr), r.vread(b_addr)
     _masked_write(r, f, d, fn(a, b), a)
 
@@ -514,20 +592,26 @@ def _vv(r: _Run, f: Fields, fn) -> None:
 def _vf(r: _Run, f: Fields, fn) -> None:
     _check_fp_field(f, "rs2")
     d, a_addr = r.gp(f.rd), r.gp(f.rs1)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rd", d)
     _al_vrow(r, f, "rs1", a_addr)
     _bd_vrow(r, f, "rd", d)
     _bd_vrow(r, f, "rs1", a_addr)
+    if not r.functional:
+        return
     a = r.vread(a_addr)
     _masked_write(r, f, d, fn(a, r.fp(f.rs2)), a)
 
 
 def _vun(r: _Run, f: Fields, fn) -> None:
     d, a_addr = r.gp(f.rd), r.gp(f.rs1)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rd", d)
     _al_vrow(r, f, "rs1", a_addr)
     _bd_vrow(r, f, "rd", d)
     _bd_vrow(r, f, "rs1", a_addr)
+    if not r.functional:
+        return
     a = r.vread(a_addr)
     _masked_write(r, f, d, fn(a), a)
 
@@ -590,10 +674,13 @@ def op_V_RECI_V(r, f):
 def op_V_SHFT_V(r: _Run, f: Fields) -> None:
     V = r.cfg.VLEN
     d, a_addr, s = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rd", d)
     _al_vrow(r, f, "rs1", a_addr)
     _bd_vrow(r, f, "rd", d)
     _bd_vrow(r, f, "rs1", a_addr)
+    if not r.functional:
+        return
     a = r.vread(a_addr)
     out = np.zeros(V, dtype=np.float32)
     if s < V:
@@ -602,12 +689,17 @@ def op_V_SHFT_V(r: _Run, f: Fields) -> None:
 
 
 def _red_operand(r: _Run, f: Fields) -> tuple[np.ndarray, np.ndarray] | None:
+    """The operand row's bits and lane enables of a V_RED_*, after its checks; None when nothing is computed (a
+    no-op, or a timing-only run)."""
     _check_fp_field(f, "rd")
     if f.rd == 0:
         return None  # no-op: no VRAM access, no checks
     a_addr = r.gp(f.rs1)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rs1", a_addr)
     _bd_vrow(r, f, "rs1", a_addr)
+    if not r.functional:
+        return None
     en = r.lane_enable() if f.rs3 != 0 else np.ones(r.cfg.VLEN, dtype=bool)
     return r.st.vram[a_addr // r.cfg.VLEN].copy(), en
 
@@ -654,12 +746,16 @@ def op_V_TOPK(r: _Run, f: Fields) -> None:
     E = int(topk_experts(policy))
     K = TOPK_POLICIES[policy][1]
     fpd, src, intd = r.gp(f.rd), r.gp(f.rs1), r.gp(f.rs2)
+    _check_to_data(r, f)
     _al_vrow(r, f, "rs1", src)
     n_rows = -(-E // V)
     _bd_fps(r, f, "rd", fpd, K)
     for k in range(n_rows):
         _bd_vrow(r, f, "rs1", src + k * V, k)
     _bd_ints(r, f, "rs2", intd, K)
+    if not r.functional:
+        _route_topk(r, intd, E, K)
+        return
     logits = np.concatenate([r.vread(src + k * V) for k in range(n_rows)])[:E]
     x = [(-math.inf if math.isnan(float(v)) else float(v)) for v in logits]
     order = sorted(range(E), key=lambda i: (-x[i], i))[:K]  # value descending, ties -> lower index
@@ -678,6 +774,19 @@ def op_V_TOPK(r: _Run, f: Fields) -> None:
         r.st.int_sram[intd + i] = order[i]
 
 
+def _route_topk(r: _Run, intd: int, E: int, K: int) -> None:
+    """V_TOPK in a timing-only run: the routing policy's experts for this call as ordinary INT SRAM words, or,
+    without a policy, the K words marked data-derived (values unchanged). FP SRAM is never written."""
+    st = r.st
+    if r.routing is None:
+        st.int_taint[intd : intd + K] = 1
+        return
+    j = int(st.taint[1])
+    st.int_sram[intd : intd + K] = r.routing.experts(j, E, K)
+    st.int_taint[intd : intd + K] = 0
+    st.taint[1] = j + 1
+
+
 # ====================================================================== scalar FP (isa.md §6.3)
 
 
@@ -686,8 +795,8 @@ def _sfp(r: _Run, f: Fields, fn, binary: bool) -> None:
     _check_fp_field(f, "rs1")
     if binary:
         _check_fp_field(f, "rs2")
-    if f.rd == 0:
-        return  # no-op, latency 0
+    if f.rd == 0 or not r.functional:
+        return  # rd 0: a no-op, latency 0
     a = r.fp(f.rs1)
     res = fn(a, r.fp(f.rs2)) if binary else fn(a)
     r.set_fp_bits(f.rd, bf16.encode_scalar(res))
@@ -724,14 +833,20 @@ def op_S_SQRT_FP(r, f):
 def op_S_LD_FP(r: _Run, f: Fields) -> None:
     _check_fp_field(f, "rd")
     addr = r.gp(f.rs1) + f.imm18
+    _check_to_data(r, f)
     _bd_fps(r, f, "rs1", addr, 1)
+    if not r.functional:
+        return
     r.set_fp_bits(f.rd, int(r.st.fp_sram[addr]))
 
 
 def op_S_ST_FP(r: _Run, f: Fields) -> None:
     _check_fp_field(f, "rd")
     addr = r.gp(f.rs1) + f.imm18
+    _check_to_data(r, f)
     _bd_fps(r, f, "rs1", addr, 1)
+    if not r.functional:
+        return
     r.st.fp_sram[addr] = r.st.fp[f.rd]
 
 
@@ -739,44 +854,58 @@ def op_S_MAP_V_FP(r: _Run, f: Fields) -> None:
     V = r.cfg.VLEN
     d = r.gp(f.rd)
     addr = r.gp(f.rs1) + f.imm18
+    _check_to_data(r, f)
     _al_vrow(r, f, "rd", d)
     _bd_vrow(r, f, "rd", d)
     _bd_fps(r, f, "rs1", addr, V)
+    if not r.functional:
+        return
     r.st.vram[d // V] = r.st.fp_sram[addr : addr + V]  # exact copy of bf16 words
 
 
 # ====================================================================== scalar INT (isa.md §6.4)
 
 
+def _sint(r: _Run, f: Fields, value: int) -> None:
+    """gp[rd] = value (mod 2^32); in a timing-only run rd is data-derived iff one of the registers read is."""
+    if not r.functional:
+        r.set_taint(f.rd, any(r.tainted(getattr(f, name)) for name in _GP_READS[f.opcode]))
+    r.set_gp(f.rd, value)
+
+
 def op_S_ADD_INT(r, f):
-    r.set_gp(f.rd, r.gp(f.rs1) + r.gp(f.rs2))
+    _sint(r, f, r.gp(f.rs1) + r.gp(f.rs2))
 
 
 def op_S_SUB_INT(r, f):
-    r.set_gp(f.rd, r.gp(f.rs1) - r.gp(f.rs2))
+    _sint(r, f, r.gp(f.rs1) - r.gp(f.rs2))
 
 
 def op_S_MUL_INT(r, f):
-    r.set_gp(f.rd, r.gp(f.rs1) * r.gp(f.rs2))
+    _sint(r, f, r.gp(f.rs1) * r.gp(f.rs2))
 
 
 def op_S_ADDI_INT(r, f):
-    r.set_gp(f.rd, r.gp(f.rs1) + f.imm18)
+    _sint(r, f, r.gp(f.rs1) + f.imm18)
 
 
 def op_S_LUI_INT(r, f):
-    r.set_gp(f.rd, f.imm22 << 12)
+    _sint(r, f, f.imm22 << 12)
 
 
 def op_S_LD_INT(r: _Run, f: Fields) -> None:
     addr = r.gp(f.rs1) + f.imm18
+    _check_to_data(r, f)
     _bd_ints(r, f, "rs1", addr, 1)
+    r.set_taint(f.rd, bool(r.st.int_taint[addr]))
     r.set_gp(f.rd, int(r.st.int_sram[addr]))
 
 
 def op_S_ST_INT(r: _Run, f: Fields) -> None:
     addr = r.gp(f.rs1) + f.imm18
+    _check_to_data(r, f)
     _bd_ints(r, f, "rs1", addr, 1)
+    r.set_int_taint(addr, r.tainted(f.rd))
     r.st.int_sram[addr] = r.gp(f.rd)
 
 
@@ -815,6 +944,7 @@ def _dma_setup(r: _Run, f: Fields, unit: str):
     off0 = r.gp(f.rs1)
     dst = r.gp(f.rd)
     scale_reg = int(r.st.ctrl[CTRL_SCALE])
+    _check_to_data(r, f)
     # Row i's offset is off0 + i*pitch with pitch >= 0, so every per-row condition below is monotone in
     # i (false, then true from some row on): the first faulting row is found by bisection instead of
     # walking all P rows, which keeps a huge HBM_*_Amount from costing P Python iterations or a P-long list.
@@ -872,6 +1002,8 @@ def _decode_row(r: _Run, T, E, Mt, eb, mx, L, e_start, s_start, row_bytes, scale
 
 def op_H_PREFETCH_M(r: _Run, f: Fields) -> None:
     T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "M")
+    if not r.functional:
+        return
     M = r.cfg.MLEN
     rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]  # all reads first
     t0 = dst // (M * M)
@@ -881,6 +1013,8 @@ def op_H_PREFETCH_M(r: _Run, f: Fields) -> None:
 
 def op_H_PREFETCH_V(r: _Run, f: Fields) -> None:
     T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "V")
+    if not r.functional:
+        return
     rows = [_decode_row(r, T, E, Mt, eb, mx, L, e, s, rb, sl) for e, s in plan]
     for i, row in enumerate(rows):
         r.vwrite(dst + i * r.cfg.VLEN, row)  # bf16 RNE
@@ -888,6 +1022,8 @@ def op_H_PREFETCH_V(r: _Run, f: Fields) -> None:
 
 def op_H_STORE_V(r: _Run, f: Fields) -> None:
     T, E, Mt, eb, mx, L, P, dst, plan, rb, sl = _dma_setup(r, f, "S")
+    if not r.functional:
+        return
     rows = [r.vread(dst + i * r.cfg.VLEN) for i in range(P)]  # all reads first
     counts = np.zeros(2, dtype=np.int64)
     for (e_start, s_start), x in zip(plan, rows, strict=True):
@@ -909,18 +1045,22 @@ def op_H_STORE_V(r: _Run, f: Fields) -> None:
 
 def op_C_SET_ADDR_REG(r: _Run, f: Fields) -> None:
     _check_a_field(f, "rd")
+    _check_to_data(r, f)
     r.st.areg[f.rd] = (r.gp(f.rs1) << 32) + r.gp(f.rs2)
 
 
 def op_C_SET_SCALE_REG(r, f):
+    _check_to_data(r, f)
     r.st.ctrl[CTRL_SCALE] = r.gp(f.rd)
 
 
 def op_C_SET_STRIDE_REG(r, f):
+    _check_to_data(r, f)
     r.st.ctrl[CTRL_STRIDE] = r.gp(f.rd)
 
 
 def op_C_SET_V_MASK_REG(r, f):
+    _check_to_data(r, f)
     r.st.ctrl[CTRL_V_MASK] = r.gp(f.rd)
 
 
@@ -933,6 +1073,7 @@ def op_C_LOOP_START(r: _Run, f: Fields) -> None:
     depth = int(st.ctrl[CTRL_LOOP_DEPTH])
     if depth >= st.loop_start.shape[0]:
         st.grow_loop_stack()
+    r.set_taint(f.rd, False)
     r.set_gp(f.rd, f.imm22)
     st.loop_start[depth], st.loop_reg[depth], st.loop_count[depth] = f.pc, f.rd, 0
     st.ctrl[CTRL_LOOP_DEPTH] = depth + 1
@@ -949,6 +1090,7 @@ def _remove_record(st: MachineState, k: int) -> None:
 def op_C_LOOP_END(r: _Run, f: Fields) -> None:
     st = r.st
     depth = int(st.ctrl[CTRL_LOOP_DEPTH])
+    _check_to_data(r, f)
     k = next((k for k in range(depth - 1, -1, -1) if int(st.loop_reg[k]) == f.rd), None)
     if k is None:
         _fault("LP-NOMATCH", f.pc, "rd", f.rd, x6=depth)
@@ -1114,6 +1256,8 @@ def execute(
     max_instructions: int = 10**9,
     timing: str | None = None,
     trace_capacity: int | None = None,
+    functional: bool = True,
+    routing: Routing | None = None,
 ) -> Outcome:
     """Run ``program_words`` (a Program or a sequence of u32 words) on ``state`` from its PC.
 
@@ -1121,6 +1265,13 @@ def execute(
     = the record; the state is unchanged by the faulting instruction; the PC stays on it).
     ``timing`` / ``trace_capacity``: as :func:`plena_sim.core.execute` (with a capacity, the trace ring
     of the TimingState receives the same records as the core writes).
+
+    ``functional=False``: a timing-only run. Every check, fault, cycle, trace record and counter is as in a
+    functional run, and the integer side (gp, loops, control and address registers, INT SRAM loads and stores,
+    the PC) executes exactly, but the datapath is skipped: no f register, FP SRAM, VRAM, MRAM, accumulator or HBM
+    byte changes. V_TOPK writes ``routing``'s experts into INT SRAM, or without a policy marks its INT SRAM
+    words data-derived; ``state.taint`` / ``state.int_taint`` follow data-derived values through the integer
+    side, and one used as an address, count or control value faults TO-DATA. They are not reset here.
     """
     from .timing import scoreboard as T
     from .timing.scoreboard import MAX_RANGES, T_CYCLES
@@ -1138,7 +1289,7 @@ def execute(
     pc_count, pc_cycles = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     pcx = np.zeros((n, T.X_N), dtype=np.int64)
     rpc = _rtl_costs(tm, words)
-    run = _Run(st, words)
+    run = _Run(st, words, functional, routing)
     run.counters.setdefault("hbm_payload_read", 0)
     run.counters.setdefault("hbm_payload_written", 0)
     retired = work = 0

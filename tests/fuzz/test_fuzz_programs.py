@@ -128,7 +128,8 @@ def test_fuzz_programs_seeded():
         seen[rule] = seen.get(rule, 0) + 1
     # the campaign must reach every outcome class (a generator regression would silently weaken it)
     if n >= 4000:
-        missing = {r.id for r in F.RULES} - set(seen) - {"CF-VM", "CF-BA"}
+        # TO-DATA: only a timing-only run can break it (these runs are functional)
+        missing = {r.id for r in F.RULES} - set(seen) - {"CF-VM", "CF-BA", "TO-DATA"}
         assert not missing, f"campaign never produced {sorted(missing)}; outcomes: {seen}"
         assert seen.get("ok", 0) > n // 50
 
