@@ -379,8 +379,7 @@ class Machine:
 
             jit_seconds = core.jit_seconds()  # compiles or loads the JIT cache on first use
         t0 = time.perf_counter()
-        timing_only = {} if functional else {"functional": False, "routing": routing}
-        outcome = execute(st, words, budget, timing=mode, trace_capacity=cap, **timing_only)
+        outcome = execute(st, words, budget, timing=mode, trace_capacity=cap, functional=functional, routing=routing)
         host = time.perf_counter() - t0
         stats = self._stats(outcome, host, jit_seconds, functional, routing)
         stats.update(run_profile(outcome, prog.words, self.cfg, mode, stats["matrix_macs"]))

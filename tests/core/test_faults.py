@@ -1,5 +1,5 @@
 """One test per fault rule of isa.md §8 (every rule in faults.RULES), on both backends (the rules only a
-timing-only run can break, TO-DATA, on the reference backend only for now: ``TIMING_ONLY_CASES``).
+timing-only run can break, TO-DATA, on both backends: ``TIMING_ONLY_CASES``).
 
 Each case asserts the exception class, the rule, the pc, that the message names ``file:line``, the pc
 and the rule id, and the exact raw fault record (the slot contract documented in plena_sim/faults.py,
@@ -17,8 +17,8 @@ from simhelpers import MXFP8, machine, small_cfg, unvalidated, with_precision
 
 from isa.assembler import assemble
 from isa.encoding import encode
+from plena_sim import core, reference
 from plena_sim import faults as F
-from plena_sim import reference
 from plena_sim.faults import (
     AlignmentFault,
     BoundsFault,
@@ -467,12 +467,14 @@ TIMING_ONLY_CASES = [
 ]
 
 
+@pytest.mark.parametrize("backend", ["reference", "numba"])
 @pytest.mark.parametrize("case", TIMING_ONLY_CASES, ids=[c[0] for c in TIMING_ONLY_CASES])
-def test_timing_only_fault_rule(case):
+def test_timing_only_fault_rule(case, backend):
     _id, cfg_f, program, cls, expected, frags = case
     st = MachineState(cfg_f())
     prog = assemble(program, "faults.asm")
-    out = reference.execute(st, prog, functional=False)
+    execute = reference.execute if backend == "reference" else core.execute
+    out = execute(st, prog, functional=False)
     assert out.fault == expected, (out.fault, expected)
     exc = F.make_fault(out.fault, prog, state=st)
     assert isinstance(exc, cls) and exc.rule == F.RULE_BY_CODE[expected[0]].id and exc.pc == expected[1]

@@ -41,6 +41,7 @@ from plena_sim.faults import RULE_BY_CODE
 from plena_sim.hbm.storage import Hbm
 from plena_sim.memory.state import CTRL_SCALE, CTRL_STRIDE, CTRL_V_MASK, MachineState
 from plena_sim.numerics import bf16
+from plena_sim.routing import Routing
 
 EXAMPLES = int(os.environ.get("PLENA_LOCKSTEP_EXAMPLES", "2000"))
 WORD_EXAMPLES = max(100, EXAMPLES // 4)
@@ -727,14 +728,19 @@ def _listing(words, limit=200):
 TIMINGS = ("serial", "overlap", "rtl")
 
 
-def run_lockstep(cfg, words, seed, pool_pages=16, budget=BUDGET, *, what=""):
-    """Run both backends; assert identical outcome and state. Returns the (reference) outcome."""
+def run_lockstep(cfg, words, seed, pool_pages=16, budget=BUDGET, *, what="", functional=True, routing=None):
+    """Run both backends; assert identical outcome and state. Returns the (reference) outcome. ``functional=False``:
+    both run timing-only (issue 30) with ``routing``; their taint bookkeeping must agree too."""
     s_ref = make_state(cfg, seed, pool_pages)
     s_jit = clone_state(s_ref)
     timing = TIMINGS[seed % 3]  # every accounting (timing.md §3 / §4, docs/timing.md rtl) in lock step
-    o_ref = reference.execute(s_ref, words, budget, timing=timing)
-    o_jit = core.execute(s_jit, words, budget, timing=timing)
+    mode = dict(functional=functional, routing=routing)
+    o_ref = reference.execute(s_ref, words, budget, timing=timing, **mode)
+    o_jit = core.execute(s_jit, words, budget, timing=timing, **mode)
     diffs = diff_outcomes(o_ref, o_jit) + diff_states(s_ref, s_jit)
+    for k in ("taint", "int_taint"):
+        if not np.array_equal(getattr(s_ref, k), getattr(s_jit, k)):
+            diffs.append(f"{k}: ref {getattr(s_ref, k)[:8]} jit {getattr(s_jit, k)[:8]}")
     if not np.array_equal(s_ref.timing.ts, s_jit.timing.ts):
         diffs.append(f"timing state ({timing}): ref {list(s_ref.timing.ts)} jit {list(s_jit.timing.ts)}")
     for k in ("ready", "rdone", "wcls"):  # the scoreboard (overlap / rtl) and the rtl hazard classes
@@ -804,6 +810,37 @@ def test_lockstep_corpus():
     # the corpus must exercise both clean runs and faults
     assert rules.get("ok", 0) > CORPUS_SEEDS // 10, rules
     assert len(rules) > 8, rules
+
+
+#: the routing of the timing-only lock-step by state seed: none (V_TOPK results data-derived), or a policy
+ROUTINGS = (
+    None,
+    Routing("uniform", seed=5),
+    Routing("round-robin"),
+    Routing("file", table=((3, 1, 0, 2, 7, 6, 5, 4),)),
+)
+
+
+@settings(max_examples=max(100, EXAMPLES // 4), **_SETTINGS)
+@given(_cases())
+def test_lockstep_timing_only_random_programs(case):
+    """Timing-only runs (issue 30) in lock step: same checks, faults (TO-DATA included), integer state, taint and
+    every timing statistic on both backends."""
+    ci, words, seed, pool = case
+    run_lockstep(CONFIGS[ci], words, seed, pool, functional=False, routing=ROUTINGS[seed % len(ROUTINGS)])
+
+
+def test_lockstep_timing_only_corpus():
+    rules: dict[str, int] = {}
+    for seed in range(max(50, CORPUS_SEEDS // 4)):
+        ci, words, sseed, pool = gen_case(RandChooser(seed))
+        routing = ROUTINGS[seed % len(ROUTINGS)]
+        o = run_lockstep(
+            CONFIGS[ci], words, sseed, pool, what=f"timing-only seed {seed}", functional=False, routing=routing
+        )
+        key = RULE_BY_CODE[o.fault[0]].id if o.fault else "ok"
+        rules[key] = rules.get(key, 0) + 1
+    assert rules.get("ok", 0) > 10 and len(rules) > 6, rules
 
 
 def test_corpus_covers_every_opcode():
