@@ -124,6 +124,8 @@ def _dumps(args: argparse.Namespace, cfg: HardwareConfig) -> _Dumps:
         fp_sram=out_path(args.dump_fp_sram, "--dump-fp-sram") if args.dump_fp_sram is not None else None,
     )
     outputs = [("--dump-vram", p) for _a, _n, p in d.vram] + [("--dump-hbm", p) for _a, _n, p in d.hbm]
+    if outputs + ([("--dump-fp-sram", d.fp_sram)] if d.fp_sram else []) and getattr(args, "timing_only", False):
+        raise UsageError("--dump-*: a timing-only run computes no data (VRAM, HBM and FP SRAM keep their inputs)")
     distinct_outputs(outputs + ([("--dump-fp-sram", d.fp_sram)] if d.fp_sram else []), input_files(args))
     for addr, rows, _ in d.vram:
         if addr % cfg.VLEN or addr // cfg.VLEN + rows > cfg.VECTOR_SRAM_SIZE:

@@ -13,7 +13,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .options import int_arg, split_spec
+from .options import int_arg, split_spec, timing_only_of
 
 if TYPE_CHECKING:
     from plena_sim.config import HardwareConfig
@@ -59,7 +59,8 @@ def loaded_machine(args: argparse.Namespace, cfg: HardwareConfig) -> Machine:
         load_int_sram_file,
     )
 
-    m = Machine(cfg, backend=args.backend, timing=args.timing)
+    functional, routing = timing_only_of(args)
+    m = Machine(cfg, backend=args.backend, timing=args.timing, functional=functional, routing=routing)
     placed = [(0, args.hbm)] if args.hbm else []
     for spec in args.hbm_at or []:
         a, path = split_spec(spec, "--hbm-at", "ADDR=FILE")

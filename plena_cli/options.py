@@ -13,6 +13,7 @@ from .paths import out_path
 if TYPE_CHECKING:
     from isa.program import Program
     from plena_sim.config import HardwareConfig
+    from plena_sim.routing import Routing
 
 __all__ = [
     "add_hw_arg",
@@ -22,6 +23,7 @@ __all__ = [
     "read_program_arg",
     "add_backend_arg",
     "add_timing_arg",
+    "timing_only_of",
     "config_from_args",
     "int_arg",
     "split_spec",
@@ -122,8 +124,42 @@ def add_backend_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("numba", "reference"), default="numba")
 
 
-def add_timing_arg(p: argparse.ArgumentParser, help_text: str | None = TIMING_HELP) -> None:
+def add_timing_arg(
+    p: argparse.ArgumentParser, help_text: str | None = TIMING_HELP, *, timing_only: bool = True
+) -> None:
+    """``--timing``; with ``timing_only`` also ``--timing-only`` and ``--routing`` (:func:`timing_only_of`)."""
     p.add_argument("--timing", choices=TIMING_CHOICES, default="serial", help=help_text)
+    if not timing_only:
+        return
+    p.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="execute the control and address side only: the same cycles and statistics, no datapath "
+        "arithmetic, no inputs built where the testbench can avoid it, nothing judged (docs/timing-only.md)",
+    )
+    p.add_argument(
+        "--routing",
+        metavar="POLICY",
+        help="with --timing-only: the experts a V_TOPK selects (uniform, round-robin, or a FILE of one row of "
+        "expert ids per V_TOPK); stated as an assumption in every output",
+    )
+
+
+def timing_only_of(args: argparse.Namespace) -> tuple[bool, Routing | None]:
+    """(functional, routing) of ``--timing-only`` / ``--routing`` (a bad routing or --routing without
+    --timing-only is a UsageError)."""
+    from plena_sim.routing import load_routing
+
+    timing_only = bool(getattr(args, "timing_only", False))
+    spec = getattr(args, "routing", None)
+    if spec is None:
+        return not timing_only, None
+    if not timing_only:
+        raise UsageError("--routing: only with --timing-only (a functional run computes the routing)")
+    try:
+        return False, load_routing(spec)
+    except ValueError as exc:
+        raise UsageError(f"--routing: {exc}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> HardwareConfig:

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 from .errors import UsageError
 from .interrupts import add_timeout_arg
 from .machine_inputs import add_memory_args, loaded_machine, memory_inputs_given
-from .options import add_backend_arg, add_budget_arg, add_max_program_arg, config_from_args, read_program_arg
+from .options import (
+    add_backend_arg,
+    add_budget_arg,
+    add_max_program_arg,
+    config_from_args,
+    read_program_arg,
+    timing_only_of,
+)
 from .testbench_args import add_machine_args, build_case, case_params_and_config, get_testbench
 
 if TYPE_CHECKING:
@@ -84,7 +91,7 @@ def _run_program(args: argparse.Namespace, trace: int, check: Callable[[Config],
     prog = read_program_arg(args.program, args.max_program)
     m = loaded_machine(args, cfg)
     res = m.run(prog, max_instructions=args.max_instructions, raise_on_fault=False, trace=trace)
-    return SourceRun(res, prog, f"{args.program} ({args.timing})", cfg)
+    return SourceRun(res, prog, f"{args.program} ({_mode(args)})", cfg)
 
 
 def _run_testbench(args: argparse.Namespace, trace: int, check: Callable[[Config], None]) -> SourceRun:
@@ -93,7 +100,8 @@ def _run_testbench(args: argparse.Namespace, trace: int, check: Callable[[Config
     mod = get_testbench(args.testbench)
     params, cfg = case_params_and_config(mod, args.testbench, args)
     check(cfg)
-    case = build_case(mod, args.testbench, params, cfg, args)
+    functional, routing = timing_only_of(args)
+    case = build_case(mod, args.testbench, params, cfg, args, functional)
     prog = case.assembled()
     m = prepare_machine(case, args.backend)
     res = m.run(
@@ -103,8 +111,15 @@ def _run_testbench(args: argparse.Namespace, trace: int, check: Callable[[Config
         raise_on_fault=False,
         name=f"{case.testbench}.asm",
         timing=args.timing,
+        functional=functional,
+        routing=routing,
     )
-    return SourceRun(res, prog, f"{args.testbench} [{case.case_id}] ({args.timing})", cfg)
+    return SourceRun(res, prog, f"{args.testbench} [{case.case_id}] ({_mode(args)})", cfg)
+
+
+def _mode(args: argparse.Namespace) -> str:
+    """The run's timing model, and ``timing-only`` when it is."""
+    return f"{args.timing}, timing-only" if getattr(args, "timing_only", False) else args.timing
 
 
 def fault_row(fault: SimFault | dict[str, Any]) -> dict[str, Any]:

@@ -67,9 +67,15 @@ def case_params_and_config(
 
 
 def build_case(
-    mod: ModuleType, name: str, params: dict[str, Any], cfg: HardwareConfig, args: argparse.Namespace
+    mod: ModuleType,
+    name: str,
+    params: dict[str, Any],
+    cfg: HardwareConfig,
+    args: argparse.Namespace,
+    functional: bool = True,
 ) -> Case:
-    """The case of the arguments' request, built (:func:`studies.testbench_run.build_case`)."""
+    """The case of the arguments' request, built (:func:`studies.testbench_run.build_case`; for a timing-only run
+    the testbench's layout-only build where it has one)."""
     from studies import testbench_run
 
-    return testbench_run.build_case(mod, params, cfg, case_request(args, name))
+    return testbench_run.build_case(mod, params, cfg, case_request(args, name), functional)

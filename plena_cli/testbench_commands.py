@@ -18,7 +18,7 @@ from isa.safetext import json_text
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .interrupts import add_timeout_arg
-from .options import add_backend_arg, add_capacity_arg, add_hw_arg, add_timing_arg, examples
+from .options import add_backend_arg, add_capacity_arg, add_hw_arg, add_timing_arg, examples, timing_only_of
 from .paths import out_path, save_transaction, usage_errors, write_perfetto
 from .plot_command import PLOT_FILES
 from .render import (
@@ -219,6 +219,7 @@ class _Outputs:
 
 
 def cmd_run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    timing_only_of(args)  # a bad --routing before anything runs
     mod = get_testbench(args.name)
     params, cfg = case_params_and_config(mod, args.name, args)
     perfetto = out_path(args.perfetto, "--perfetto") if args.perfetto is not None else None
@@ -295,6 +296,7 @@ def _run_case(
 
     compile_core(err, args.json)
     with status(err, "build + generate ...", args.json) as spinner:
+        functional, routing = timing_only_of(args)
         ran = run_case(
             mod,
             params,
@@ -305,6 +307,8 @@ def _run_case(
             trace=int(args.capacity) if want_trace else False,
             keep_artifacts=True,
             progress=None if spinner is None else spinner.update,
+            functional=functional,
+            routing=routing,
         )
     return _Ran(ran.case, ran.report, _outputs(ran.report)), ran.doc
 

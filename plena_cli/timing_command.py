@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     add_config_args(p)
-    add_timing_arg(p, "the timing model whose table to print (default serial)")
+    add_timing_arg(p, "the timing model whose table to print (default serial)", timing_only=False)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_timing)
 

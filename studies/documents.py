@@ -62,7 +62,9 @@ def result_json(
         "hardware": cfg.values(),
         "hw": cfg.preset or None,
         "variant": rep.variant or None,
-        "passed": bool(rep.passed),
+        "passed": bool(rep.passed) if rep.verdict in ("PASS", "FAIL") else None,  # timing-only: not judged
+        "verdict": rep.verdict,
+        "timing_only": rep.timing_only,
         "max_abs_err": rep.max_abs,
         "max_rel_err": rep.max_rel,
         "rms_err": rep.rms,

@@ -28,6 +28,7 @@ from .errors import CaseError
 
 if TYPE_CHECKING:
     from plena_sim.config import HardwareConfig
+    from plena_sim.routing import Routing
     from testbenches.harness import Case, Report
 
 __all__ = [
@@ -97,14 +98,18 @@ def case_params_and_config(mod: ModuleType, req: CaseRequest) -> tuple[dict[str,
     return params, cfg
 
 
-def build_case(mod: ModuleType, params: dict[str, Any], cfg: HardwareConfig, req: CaseRequest) -> Case:
+def build_case(
+    mod: ModuleType, params: dict[str, Any], cfg: HardwareConfig, req: CaseRequest, functional: bool = True
+) -> Case:
     """``mod.build(params, cfg)`` labelled with the case id and the variant (a plan error is a CaseError; an
-    invalid instruction the generator emitted, :class:`~programs.asm.GeneratorError`, is raised as it is)."""
+    invalid instruction the generator emitted, :class:`~programs.asm.GeneratorError`, is raised as it is); for a
+    timing-only run (``functional=False``) the testbench's layout-only build when it has one."""
     from programs.asm import GeneratorError
+    from testbenches.harness import build_for
 
     try:
         with _mutation(req.mutation):
-            case = mod.build(params, cfg)
+            case = build_for(mod, params, cfg, functional)
     except GeneratorError:
         raise
     except (ValueError, AssertionError, KeyError) as exc:
@@ -129,24 +134,42 @@ def run_case(
     trace: bool | int = False,
     keep_artifacts: bool = True,
     progress: Callable[[str], None] | None = None,
+    functional: bool = True,
+    routing: Routing | None = None,
 ) -> CaseRun:
     """Build, simulate and judge the case (``progress(text)`` is told when the build is done); its result
     document's ``wall_s`` is the wall time of all three. ``trace``: the trace ring's capacity (False: none);
-    ``keep_artifacts``: the report keeps the run's files (:func:`testbenches.harness.run`)."""
+    ``keep_artifacts``: the report keeps the run's files (:func:`testbenches.harness.run`). ``functional=False``:
+    timing-only (``routing``: the MoE routing policy), nothing judged."""
     from testbenches.harness import run
 
     t0 = time.perf_counter()
-    case = build_case(mod, params, cfg, req)
+    case = build_case(mod, params, cfg, req, functional)
     if progress is not None:
-        progress("assemble + simulate + compare ...")
-    rep = run(case, backend=backend, timing=timing, trace=trace, keep_artifacts=keep_artifacts)
+        progress("assemble + simulate + compare ..." if functional else "assemble + simulate (timing-only) ...")
+    rep = run(
+        case,
+        backend=backend,
+        timing=timing,
+        trace=trace,
+        keep_artifacts=keep_artifacts,
+        functional=functional,
+        routing=routing,
+    )
     derived = {k: v for k, v in case.params.items() if k not in params}  # what the build derived (e.g. positions)
     doc = result_json(req.testbench, {**params, **derived}, cfg, rep, tolerance_info(case))
     doc["wall_s"] = time.perf_counter() - t0
     return CaseRun(case, rep, doc)
 
 
-def run_json(req: CaseRequest, *, backend: str = "numba", timing: str = "serial") -> CaseRun:
+def run_json(
+    req: CaseRequest,
+    *,
+    backend: str = "numba",
+    timing: str = "serial",
+    functional: bool = True,
+    routing: Routing | None = None,
+) -> CaseRun:
     """``plena-sim run ... --json`` without its outputs: the testbench and its case resolved, the simulator's
     compiled code loaded, the case built, run and judged (artifacts kept in memory, as the command keeps them)."""
     from plena_sim import core
@@ -154,7 +177,7 @@ def run_json(req: CaseRequest, *, backend: str = "numba", timing: str = "serial"
     mod = get_testbench(req.testbench)
     params, cfg = case_params_and_config(mod, req)
     core.warm_up()
-    return run_case(mod, params, cfg, req, backend=backend, timing=timing)
+    return run_case(mod, params, cfg, req, backend=backend, timing=timing, functional=functional, routing=routing)
 
 
 def _mutation(name: str | None) -> contextlib.AbstractContextManager[None]:

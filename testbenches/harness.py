@@ -115,6 +115,7 @@ from .compare import CheckResult, Tolerance, compare, tolerance
 if TYPE_CHECKING:
     from isa.program import Program
     from plena_sim.machine import Machine, RunResult
+    from plena_sim.routing import Routing
 
 __all__ = [
     "FP_SLOTS",
@@ -422,6 +423,15 @@ class Report:
     #: in-process end to end (case building to verdict) and its split, see :data:`PHASES`
     e2e_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    #: a timing-only run (issue 30): nothing computed, nothing judged; ``passed`` then means it ran as expected
+    timing_only: bool = False
+
+    @property
+    def verdict(self) -> str:
+        """``PASS`` / ``FAIL``, or ``not judged (timing-only)`` for a timing-only run that ran as expected."""
+        if self.timing_only and self.passed and not self.expected:
+            return TIMING_ONLY_VERDICT
+        return "PASS" if self.passed else "FAIL"
 
     @property
     def label(self) -> str:
@@ -979,9 +989,12 @@ def _simulate(
     max_instructions: int | None,
     trace: bool | int = False,
     phases: dict[str, float] | None = None,
-) -> tuple[Machine, RunResult, Program, np.ndarray, _HbmSnapshot, int]:
+    routing: Routing | None = None,
+    functional: bool = True,
+) -> tuple[Machine, RunResult, Program, np.ndarray, _HbmSnapshot | None, int]:
     """Run the case's program; returns (machine, RunResult, program, vram_before, hbm_before, hw). Adds the
-    seconds it spends assembling, preparing the machine and simulating to ``phases``."""
+    seconds it spends assembling, preparing the machine and simulating to ``phases``. ``functional=False``: a
+    timing-only run with ``routing`` (no footprint snapshots: nothing is judged)."""
     ph = phases if phases is not None else {}
     t0 = time.perf_counter()
     prog = case.assembled()
@@ -990,9 +1003,9 @@ def _simulate(
     rows_hi = (
         [r0 + n for (r0, n, _r) in case.regions.values()] + [row + v.shape[0] for row, v in case.vram_preload] + [0]
     )
-    hw = min(max(rows_hi) + 64, m.vram.bits.shape[0])
+    hw = min(max(rows_hi) + 64, m.vram.bits.shape[0]) if functional else 0
     before = np.asarray(m.vram.bits[:hw]).copy()
-    hbm_before = _HbmSnapshot.of(m)
+    hbm_before = _HbmSnapshot.of(m) if functional else None
     t2 = time.perf_counter()
     res = m.run(
         prog,
@@ -1001,6 +1014,8 @@ def _simulate(
         raise_on_fault=False,
         name=f"{case.testbench}.asm",
         timing=timing,
+        functional=functional,
+        routing=routing,
     )
     t3 = time.perf_counter()
     for k, dt in (("assemble_s", t1 - t0), ("inputs_s", t2 - t1), ("simulate_s", t3 - t2)):
@@ -1017,17 +1032,25 @@ def run(
     max_instructions: int | None = None,
     trace: bool | int = False,
     keep_artifacts: bool = False,
+    functional: bool = True,
+    routing: Routing | None = None,
 ) -> Report:
     """Assemble, simulate and judge ``case`` (see the module docstring). ``keep_artifacts``: the files a
-    ``workdir`` would get are also kept in memory, in :attr:`Report.artifacts`."""
+    ``workdir`` would get are also kept in memory, in :attr:`Report.artifacts`. ``functional=False``: a
+    timing-only run (with the MoE ``routing``): the statistics of the run, its fault if any, nothing judged (the
+    only way to run a layout-only case)."""
     from isa.assembler import AssemblerError
 
     t0 = time.perf_counter()
     expect = case.expect
     phases = _build_phases(case)
+    if case.layout_only and functional:
+        return _fail_report(case, "plan", "a layout-only case has no inputs: it runs only timing-only", t0, expect)
     try:
         _regions_check(case)
-        m, res, prog, before, hbm_before, hw = _simulate(case, backend, timing, max_instructions, trace, phases)
+        m, res, prog, before, hbm_before, hw = _simulate(
+            case, backend, timing, max_instructions, trace, phases, routing, functional
+        )
     except AssemblerError as exc:
         return _fail_report(case, "assembler", " | ".join(str(exc).splitlines()) or repr(exc), t0, expect)
     except ValueError as exc:
@@ -1043,6 +1066,7 @@ def run(
         expected=expect,
         trace=getattr(res, "trace", None),
         phases=phases,
+        timing_only=not functional,
     )
     sims: dict[str, np.ndarray] = {}
     derived: dict[str, np.ndarray] = {}
@@ -1061,6 +1085,9 @@ def run(
         rep.passed = False
         rep.error = f"expected one of {expect}, but the run completed without a fault"
         rep.summary = f"{case.label}: {rep.error}"
+    elif not functional:
+        rep.passed = True
+        rep.summary = f"{case.label}: {TIMING_ONLY_VERDICT}"
     else:
         companion_sims = _judge(case, rep, m, backend, sims, derived)
         after = np.asarray(m.vram.bits[:hw])
@@ -1083,6 +1110,10 @@ def run(
         _write_artifacts(files, workdir)
         rep.artifacts = files if keep_artifacts else {}
     return rep
+
+
+#: the verdict of a timing-only run that ran as expected
+TIMING_ONLY_VERDICT = "not judged (timing-only)"
 
 
 def _post_mortem(m: Machine, prog: Program, fault: object) -> dict[str, np.ndarray] | None:
@@ -1239,6 +1270,8 @@ def run_case(
     workdir: str | Path | None = None,
     timing: str | None = None,
     build_kwargs: Mapping[str, Any] | None = None,
+    functional: bool = True,
+    routing: Routing | None = None,
 ) -> Report:
     """Build and run one case of a testbench module (or its registry name) on hardware preset ``hw``.
 
@@ -1270,7 +1303,7 @@ def run_case(
     try:
         cfg = get_config(variant, hw=hw)
         params = resolve_params(params, cfg)
-        case = mod.build(params, cfg)
+        case = build_for(mod, params, cfg, functional)
     except GeneratorError as exc:  # the generator emitted an invalid instruction: its bug, not the parameters'
         return _fail_report((name, cid, variant), "generator", str(exc), t0, params.get("expect"))
     except (ValueError, AssertionError, KeyError) as exc:
@@ -1281,4 +1314,11 @@ def run_case(
     case.variant = variant
     if case.companion is not None:
         case.companion.case_id = cid + ":companion"
-    return run(case, backend=backend, workdir=workdir, timing=timing)
+    return run(case, backend=backend, workdir=workdir, timing=timing, functional=functional, routing=routing)
+
+
+def build_for(mod: ModuleType, params: Mapping[str, Any], cfg: HardwareConfig, functional: bool = True) -> Case:
+    """``mod.build(params, cfg)``; for a timing-only run the testbench's ``build_layout`` (the program and the HBM
+    layout, no inputs) when it has one."""
+    build = getattr(mod, "build_layout", None) if not functional else None
+    return (build or mod.build)(params, cfg)
