@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
 from .model_report import render_list, render_model
-from .options import add_backend_arg, add_hw_arg, add_timing_arg, examples
+from .options import add_backend_arg, add_hw_arg, add_timing_arg, examples, timing_only_of
 from .render import compile_core, print_fault, print_json, status
 
 if TYPE_CHECKING:
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from programs.model.presets import ModelPreset
 
 __all__ = ["register", "cmd_model"]
+
+#: the verdict of a timing-only model run that ran (testbenches.harness.TIMING_ONLY_VERDICT; that module loads numba)
+TIMING_ONLY_VERDICT = "not judged (timing-only)"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,8 +66,11 @@ def cmd_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.show:
         _show(preset, args.json, out)
         return EXIT_OK
+    functional, routing = timing_only_of(args)
     plan = prepare(
         preset,
+        timing_only=not functional,
+        routing=routing,
         hw=args.hw,
         timing=args.timing,
         seq=args.seq,
@@ -103,7 +109,7 @@ def _show(preset: ModelPreset, as_json: bool, out: Console) -> None:
 
 
 def _exit_code(doc: Mapping[str, Any], err: Console, quiet: bool) -> int:
-    if doc["verdict"] == "PASS":
+    if doc["verdict"] in ("PASS", TIMING_ONLY_VERDICT):
         return EXIT_OK
     faults = [r["fault"] for r in doc["runs"].values() if r["fault"] is not None]
     if not faults:

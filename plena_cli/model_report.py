@@ -62,9 +62,10 @@ def seconds_text(s: float) -> str:
 
 def render_model(out: Console, doc: Mapping[str, Any]) -> None:
     """The verdicts, cycles and times of both runs, the TTFT and the decode rate, then the region table."""
-    verdict = "[bold green]PASS[/]" if doc["verdict"] == "PASS" else "[bold red]FAIL[/]"
+    verdict = _verdict_markup(doc["verdict"], bold=True)
+    assumed = f"\ntiming-only, assumed MoE routing: {doc['routing']}" if doc.get("routing") else ""
     body = Group(
-        f"{verdict}  {escape(_headline(doc))}",
+        f"{verdict}  {escape(_headline(doc) + assumed)}",
         _runs_table(doc),
         *(Text(line) for line in _figure_lines(doc)),
     )
@@ -72,10 +73,16 @@ def render_model(out: Console, doc: Mapping[str, Any]) -> None:
     out.print(Panel(body, title=escape(title), expand=False), soft_wrap=False)
     for phase in ("prefill", "decode"):
         run = doc["runs"][phase]
-        if run["verdict"] != "PASS":
+        if run["verdict"] == "FAIL":
             out.print(f"{phase}: {run['summary']}", markup=False)
     if doc["regions"]:
         out.print(_region_table(doc["regions"]))
+
+
+def _verdict_markup(verdict: str, bold: bool = False) -> str:
+    """PASS green, FAIL red, a timing-only run's ``not judged (timing-only)`` yellow."""
+    style = {"PASS": "green", "FAIL": "red"}.get(verdict, "yellow")
+    return f"[{'bold ' if bold else ''}{style}]{escape(verdict.upper() if bold else verdict)}[/]"
 
 
 def _headline(doc: Mapping[str, Any]) -> str:
@@ -98,7 +105,7 @@ def _runs_table(doc: Mapping[str, Any]) -> Table:
         run = doc["runs"][phase]
         t.add_row(
             label,
-            "[green]PASS[/]" if run["verdict"] == "PASS" else "[red]FAIL[/]",
+            _verdict_markup(run["verdict"]),
             f"{run['cycles']:,}",
             seconds_text(doc[per]),
             f"{run['instructions']:,}",

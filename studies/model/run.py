@@ -13,6 +13,7 @@ from ..errors import ModelError
 from .figures import clock_of, layer_figures, merge_regions
 
 if TYPE_CHECKING:
+    from plena_sim.routing import Routing
     from programs.model.presets import ModelPreset
     from testbenches.harness import Report
 
@@ -45,6 +46,10 @@ class ModelRun:
     layers: int
     seed: int | None
     backend: str
+    #: a timing-only run (issue 30): layout-only builds, no inputs, nothing judged
+    timing_only: bool = False
+    #: its MoE routing policy (a mixture-of-experts preset without one gets ``uniform``, stated in the output)
+    routing: Routing | None = None
 
     def testbench_params(self) -> dict[str, tuple[str, dict[str, Any]]]:
         """``phase -> (testbench, parameters)``: the prefill layer and the decode step."""
@@ -66,10 +71,13 @@ def prepare(
     layers: int | None = None,
     seed: int | None = None,
     backend: str = "numba",
+    timing_only: bool = False,
+    routing: Routing | None = None,
 ) -> ModelRun:
     """The run of ``model`` (a preset or its name/path) on hardware preset ``hw`` (default: the default
     preset), checked before anything runs: the preset, the machine and both testbenches with every
-    parameter (a ModelError / ConfigError naming what is wrong)."""
+    parameter (a ModelError / ConfigError naming what is wrong). ``timing_only``: cycles without the datapath
+    (a MoE preset's routing defaults to ``uniform``)."""
     from plena_sim.config.presets import DEFAULT_PRESET, preset_info
 
     preset = load_model(model) if isinstance(model, str) else model
@@ -80,7 +88,13 @@ def prepare(
     for key, value, lo in (("seq", seq, 1), ("batch", batch, 1), ("kv", kv, 0), ("layers", layers, 1)):
         if value < lo:
             raise ModelError(f"model: {key}={value} must be >= {lo}")
-    run = ModelRun(preset, hw, timing, seq, batch, kv, layers, seed, backend)
+    if timing_only and routing is None and preset.experts:
+        from plena_sim.routing import Routing
+
+        routing = Routing("uniform")
+    run = ModelRun(
+        preset, hw, timing, seq, batch, kv, layers, seed, backend, timing_only, routing if timing_only else None
+    )
     for tb, params in run.testbench_params().values():
         _check_params(preset, tb, params)
     return run
@@ -98,10 +112,24 @@ def run_model(
     seed: int | None = None,
     backend: str = "numba",
     progress: Callable[[str], None] | None = None,
+    timing_only: bool = False,
+    routing: Routing | None = None,
 ) -> dict[str, Any]:
     """``execute(prepare(model, ...))``: the JSON document of ``plena-sim model --json`` (see :mod:`studies.model`;
     ``kv`` defaults to ``seq``, ``layers`` to the preset's)."""
-    run = prepare(model, hw=hw, timing=timing, seq=seq, batch=batch, kv=kv, layers=layers, seed=seed, backend=backend)
+    run = prepare(
+        model,
+        hw=hw,
+        timing=timing,
+        seq=seq,
+        batch=batch,
+        kv=kv,
+        layers=layers,
+        seed=seed,
+        backend=backend,
+        timing_only=timing_only,
+        routing=routing,
+    )
     return execute(run, progress=progress)
 
 
@@ -119,7 +147,9 @@ def execute(run: ModelRun, progress: Callable[[str], None] | None = None) -> dic
     doc: dict[str, Any] = {
         "model": run.preset.name,
         "preset": run.preset.to_dict(),
-        "verdict": "PASS" if pre.passed and dec.passed else "FAIL",
+        "verdict": _verdict(pre, dec),
+        "timing_only": run.timing_only,
+        "routing": run.routing.label if run.routing is not None else None,
         "hw": run.hw,
         "timing": run.timing,
         "backend": run.backend,
@@ -139,6 +169,13 @@ def execute(run: ModelRun, progress: Callable[[str], None] | None = None) -> dic
     return doc
 
 
+def _verdict(pre: Report, dec: Report) -> str:
+    """PASS / FAIL of the two judged runs; a timing-only pair that ran as expected is not judged."""
+    if pre.passed and dec.passed:
+        return pre.verdict if pre.verdict == dec.verdict else "PASS"
+    return "FAIL"
+
+
 @dataclass(frozen=True)
 class _Run:
     """One judged testbench run."""
@@ -152,7 +189,7 @@ class _Run:
         return {
             "testbench": self.testbench,
             "params": dict(self.params),
-            "verdict": "PASS" if rep.passed else "FAIL",
+            "verdict": rep.verdict,
             "cycles": rep.cycles,
             "instructions": rep.instructions,
             "wall_s": rep.e2e_s or rep.wall_time,
@@ -177,7 +214,15 @@ def _judged_run(run: ModelRun, tb: str, params: dict[str, Any]) -> _Run:
     """One run through the harness; a plan error (the shape does not fit) is a ModelError."""
     from testbenches.harness import run_case
 
-    rep = run_case(_testbench(tb), overrides=params, hw=run.hw, backend=run.backend, timing=run.timing)
+    rep = run_case(
+        _testbench(tb),
+        overrides=params,
+        hw=run.hw,
+        backend=run.backend,
+        timing=run.timing,
+        functional=not run.timing_only,
+        routing=run.routing,
+    )
     if rep.error is not None and rep.error.startswith("plan: "):
         raise ModelError(f"{run.preset.name} on {run.hw}: {tb} refuses the shape: {rep.error[len('plan: ') :]}")
     return _Run(tb, params, rep)
