@@ -105,7 +105,7 @@ def _runs_table(doc: Mapping[str, Any]) -> Table:
         run = doc["runs"][phase]
         t.add_row(
             label,
-            _verdict_markup(run["verdict"]),
+            _verdict_markup(run["verdict"] if run["verdict"] in ("PASS", "FAIL") else "timing-only"),
             f"{run['cycles']:,}",
             seconds_text(doc[per]),
             f"{run['instructions']:,}",
