@@ -63,9 +63,10 @@ def test_list_json_has_every_preset_with_exact_values(capsys):
         "rope_theta": 100000.0,
         "rms_eps": 1e-5,
     }
-    assert "experts" not in smol and (rows[4]["experts"], rows[4]["top_k"]) == (32, 4)
-    assert (rows[5]["name"], rows[5]["experts"], rows[5]["top_k"], rows[5]["ffn"]) == ("qwen3-30b-a3b", 128, 8, 768)
-    assert {k: rows[6][k] for k in ("name", "layers", "hidden", "ffn", "experts", "top_k")} == {
+    assert (rows[4]["name"], rows[4]["hidden"], rows[4]["ffn"]) == ("qwen3-32b", 5120, 25600)
+    assert "experts" not in smol and (rows[5]["experts"], rows[5]["top_k"]) == (32, 4)
+    assert (rows[6]["name"], rows[6]["experts"], rows[6]["top_k"], rows[6]["ffn"]) == ("qwen3-30b-a3b", 128, 8, 768)
+    assert {k: rows[7][k] for k in ("name", "layers", "hidden", "ffn", "experts", "top_k")} == {
         "name": "tiny-moe",
         "layers": 2,
         "hidden": 256,

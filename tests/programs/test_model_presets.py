@@ -15,6 +15,7 @@ EXPECTED = {
     "smollm2-135m": (30, 576, 9, 3, 64, 1536, 100000.0, 1e-5, None, None),
     "llama-3.1-8b": (32, 4096, 32, 8, 128, 14336, 500000.0, 1e-5, None, None),
     "qwen3-8b": (36, 4096, 32, 8, 128, 12288, 1000000.0, 1e-6, None, None),
+    "qwen3-32b": (64, 5120, 64, 8, 128, 25600, 1000000.0, 1e-6, None, None),
     "gpt-oss-20b": (24, 2880, 64, 8, 64, 2880, 150000.0, 1e-5, 32, 4),
     "qwen3-30b-a3b": (48, 2048, 32, 4, 128, 768, 1000000.0, 1e-6, 128, 8),
     "tiny-moe": (2, 256, 4, 2, 64, 256, 10000.0, 1e-5, 32, 4),
@@ -41,6 +42,7 @@ def test_names_in_listing_order():
         "smollm2-135m",
         "llama-3.1-8b",
         "qwen3-8b",
+        "qwen3-32b",
         "gpt-oss-20b",
         "qwen3-30b-a3b",
         "tiny-moe",
@@ -155,8 +157,8 @@ def test_unknown_name_and_unreadable_path(tmp_path):
     with pytest.raises(mp.ModelPresetError) as info:
         mp.load("llama-9")
     assert str(info.value) == (
-        "unknown model 'llama-9' (known: tiny, smollm2-135m, llama-3.1-8b, qwen3-8b, gpt-oss-20b, qwen3-30b-a3b, "
-        "tiny-moe; or give the path of a .toml file)"
+        "unknown model 'llama-9' (known: tiny, smollm2-135m, llama-3.1-8b, qwen3-8b, qwen3-32b, gpt-oss-20b, "
+        "qwen3-30b-a3b, tiny-moe; or give the path of a .toml file)"
     )
     with pytest.raises(mp.ModelPresetError, match="cannot read the file: No such file or directory"):
         mp.load(str(tmp_path / "missing.toml"))
