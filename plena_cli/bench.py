@@ -98,6 +98,53 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "paper machine (analytic preset): decode kv=8192 hq16 hkv4 d128",
         hw="analytic",
     ),
+    # issue 30: paper-scale layers, functional and timing-only (the ratio of the first two is the headline)
+    "llama8b_layer_512": _tb(
+        "decoder_layer",
+        {"batch": 1, "seq": 512},
+        {"batch": 1, "seq": 128},
+        "llama-3.1-8b prefill layer seq 512 on v80-128x64, rtl (functional: inputs, simulation, judging)",
+        hw="v80-128x64",
+        timing="rtl",
+        model="llama-3.1-8b",
+    ),
+    "llama8b_layer_512_timing_only": _tb(
+        "decoder_layer",
+        {"batch": 1, "seq": 512},
+        {"batch": 1, "seq": 128},
+        "llama8b_layer_512, timing-only (layout-only build, no datapath)",
+        hw="v80-128x64",
+        timing="rtl",
+        model="llama-3.1-8b",
+        timing_only=True,
+    ),
+    "llama8b_layer_32k": _tb(
+        "decoder_layer",
+        {"batch": 1, "seq": 32768},
+        {"batch": 1, "seq": 2048},
+        "llama-3.1-8b prefill layer seq 32768 on v80-128x64, rtl, timing-only",
+        hw="v80-128x64",
+        timing="rtl",
+        model="llama-3.1-8b",
+        timing_only=True,
+    ),
+    "qwen3_32b_layer_32k": _tb(
+        "decoder_layer",
+        {"batch": 1, "seq": 32768},
+        {"batch": 1, "seq": 2048},
+        "qwen3-32b prefill layer seq 32768 on v80-128x64, rtl, timing-only (upstream's DSE workload)",
+        hw="v80-128x64",
+        timing="rtl",
+        model="qwen3-32b",
+        timing_only=True,
+    ),
+    "decode_128k": _tb(
+        "flashattn_decode",
+        {"batch": 1, "q_len": 1, "kv_len": 131072, "hq": 32, "hkv": 8, "d": 64},
+        {"batch": 1, "q_len": 1, "kv_len": 8192, "hq": 32, "hkv": 8, "d": 64},
+        "flash-attention decode kv=131072 hq32 hkv8 d64, timing-only",
+        timing_only=True,
+    ),
     "startup": dict(
         kind="startup", params={}, quick={}, timing="serial", what="process wall of `plena-sim run elementwise_add`"
     ),
@@ -177,14 +224,20 @@ def _testbench_workload(spec: dict[str, Any], params: dict[str, Any]) -> dict[st
     """One testbench case through :func:`testbenches.harness.run_case` (the path of ``plena-sim run``)."""
     from testbenches.harness import run_case
 
-    rep = run_case(spec["tb"], None, params, hw=spec.get("hw"), timing=spec["timing"])
+    if spec.get("model"):  # a model preset's layer dimensions
+        from programs.model.presets import load
+
+        params = {**load(spec["model"]).layer_params(), **params}
+    functional = not spec.get("timing_only", False)
+    rep = run_case(spec["tb"], None, params, hw=spec.get("hw"), timing=spec["timing"], functional=functional)
     split = dict(rep.phases)
     out = _sim_fields(
         int(rep.instructions), int(rep.cycles), int(rep.stats.get("matrix_macs", 0)), split.get("simulate_s", 0.0)
     )
     gen = split.get("generate_s", 0.0) + split.get("assemble_s", 0.0)
     out.update(
-        verdict="PASS" if rep.passed else "FAIL",
+        verdict=rep.verdict,
+        timing_only=not functional,
         summary=rep.summary,
         static_instructions=int(rep.static_instructions),
         e2e_s=rep.e2e_s,
