@@ -208,28 +208,49 @@ def state_read(plan: fa.FlashPlan, kind: str, head: int | None = None) -> FpWord
     return FpWords(F, plan.fp_state_size, post=post_state)
 
 
-def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
-    """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
-    cfg = config
+def _flash_setup(
+    name: str, p: Mapping[str, Any], cfg: HardwareConfig
+) -> tuple[CaseBuilder, dict[str, Any], dict[str, Any], dict[str, int]]:
+    """(builder with the QK_SCALE constant, shape parameters, VRAM/FP/MRAM layout, HBM requirements) of a case."""
     p = resolve_params(p, cfg)
     V = cfg.VLEN
-    M = cfg.MLEN
     sp = shape_params(p)
     cb = CaseBuilder(name, p, cfg)
     cb.set_fp(QK_SCALE=1.0 / math.sqrt(sp["d"]))
-    qk = cb.fp_value("QK_SCALE")
     base_row = big_base_row(cfg) if p.get("big_base") else int(p.get("vram_base_row", 0))
     o_blocks = ceil_div(sp["hq"] * sp["d"], V)
     rows_o_p = round_up(sp["batch"] * sp["q_len"], row_pad(cfg))
-    o_base = base_row * V
-    scratch_base = (base_row + o_blocks * rows_o_p + 1) * V
     layout = dict(
-        o_base=o_base,
-        scratch_base=scratch_base,
+        o_base=base_row * V,
+        scratch_base=(base_row + o_blocks * rows_o_p + 1) * V,
         fp_state_base=int(p.get("fp_state_base", 16)),
         mram_tile0=int(p.get("mram_tile0", 0)),
     )
-    req = fa.hbm_requirements(cfg, **sp, **layout)
+    return cb, sp, layout, fa.hbm_requirements(cfg, **sp, **layout)
+
+
+def build_flash_layout(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
+    """The layout-only case of :func:`build_flash` (issue 30): the same program and HBM placements of Q, K and V,
+    no values, no goldens (a timing-only run)."""
+    cb, sp, layout, req = _flash_setup(name, p, config)
+    cols = sp["hq"] * sp["d"]
+    q_t, _ = cb.layout_tensor("q", max(sp["batch"] * sp["q_len"], ceil_div(req["q"], cols)), cols, "act")
+    n_rows, Wp = ceil_div(req["k"], sp["kv_row_elems"]), sp["kv_row_elems"]
+    k_t, _ = cb.layout_tensor("k", n_rows, Wp, "kv")
+    v_t, _ = cb.layout_tensor("v", n_rows, Wp, "kv")
+    plan = fa.plan_flash_attention(config, **sp, **layout, q=q_t, k=k_t, v=v_t)
+    cb.add_regions(plan.vram_regions)
+    asm = cb.asm()
+    fa.emit_flash_attention(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    return cb.case(asm, notes=f"{plan.describe()} (layout only)", plan=plan, layout_only=True)
+
+
+def build_flash(name: str, p: Mapping[str, Any], config: HardwareConfig) -> Case:
+    """Build one flash-attention case (prefill or decode) per kernels.md §4.4/§4.5."""
+    cfg = config
+    M = cfg.MLEN
+    cb, sp, layout, req = _flash_setup(name, p, cfg)
+    qk = cb.fp_value("QK_SCALE")
     probe = bool(p.get("count_probe", True)) and sp["hq"] >= 2
     q_t, k_t, v_t, Q, K, Vv = make_inputs(cb, sp, req, float(p.get("scale", 1.0)), probe)
     plan = fa.plan_flash_attention(cfg, **sp, **layout, q=q_t, k=k_t, v=v_t)

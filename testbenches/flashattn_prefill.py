@@ -16,7 +16,7 @@ from typing import Any
 from plena_sim.config import HardwareConfig
 from programs import flash as _fa
 
-from ._flashattn_common import build_flash, resolve_sweep_values
+from ._flashattn_common import build_flash, build_flash_layout, resolve_sweep_values
 from .harness import Case
 from .shapes import hw
 
@@ -194,3 +194,10 @@ def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     p = dict(DEFAULTS, **params)
     resolve_sweep_values(p, config)
     return build_flash(NAME, p, config)
+
+
+def build_layout(params: Mapping[str, Any], config: HardwareConfig) -> Case:
+    """:func:`build`'s program and HBM layout without inputs (a timing-only run, issue 30)."""
+    p = dict(DEFAULTS, **params)
+    resolve_sweep_values(p, config)
+    return build_flash_layout(NAME, p, config)
