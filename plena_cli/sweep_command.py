@@ -9,6 +9,7 @@ matplotlib); this command parses the flags, calls it and renders what it returns
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--parquet", metavar="FILE", help="(report) export every point as Parquet")
     p.add_argument("--plots", metavar="DIR", help="(report) write the plots (PNG and SVG) here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="run every point timing-only (the spec's timing_only = true): cycles, no datapath, verdict 'timed'",
+    )
     p.set_defaults(func=cmd_sweep)
 
 
@@ -112,6 +118,8 @@ def cmd_sweep(args: argparse.Namespace, out: Console, err: Console) -> int:
         spec = spec_mod.load_spec(args.spec)
     except spec_mod.SpecError as exc:
         raise UsageError(str(exc)) from None
+    if args.timing_only:
+        spec = dataclasses.replace(spec, timing_only=True)
     summary = _run(engine, spec, args, err)
     doc = {**summary.to_dict(), "out": str(args.out), "spec": str(args.spec)}
     if args.json:

@@ -26,7 +26,7 @@ from distributed import WorkerPlugin
 
 from .point import STARTED_TOPIC, derived_columns, run_point
 from .spec import Point, SweepSpec
-from .store import FINISHED, Store
+from .store import FINISHED, SUCCEEDED, Store
 
 __all__ = ["Summary", "Tally", "run_sweep", "code_version", "point_row", "WarmJit"]
 
@@ -155,7 +155,7 @@ class Tally:
         with self._lock:
             self.running.discard(point_id)
             self.done += 1
-            self.failed += status != "PASS"
+            self.failed += status not in SUCCEEDED
         self._report({"id": point_id, "workload": workload, "status": status})
 
     def _report(self, last: Mapping[str, Any]) -> None:
@@ -210,7 +210,7 @@ def run_sweep(
         final = store.statuses()
         for p in points:
             s.by_status[final[p.id]] = s.by_status.get(final[p.id], 0) + 1
-        s.failed = sum(n for k, n in s.by_status.items() if k != "PASS")
+        s.failed = sum(n for k, n in s.by_status.items() if k not in SUCCEEDED)
     finally:
         store.close()
     s.wall_s = time.perf_counter() - t0

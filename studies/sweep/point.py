@@ -19,11 +19,14 @@ import socket
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..documents import as_printed
 from ..errors import input_error_types
 from .spec import Point
+
+if TYPE_CHECKING:
+    from plena_sim.routing import Routing
 
 __all__ = ["run_point", "derived_columns", "STARTED_TOPIC"]
 
@@ -96,7 +99,7 @@ def _metrics(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _message(status: str, doc: dict[str, Any]) -> str:
-    if status == "PASS":
+    if status in ("PASS", "timed"):
         return ""
     if doc.get("fault"):
         return str(doc["fault"].get("message", doc["fault"]))
@@ -150,7 +153,7 @@ def _run(p: Point) -> dict[str, Any]:
     from ..testbench_run import run_json
 
     try:
-        ran = run_json(p.request(), timing=p.timing)
+        ran = run_json(p.request(), timing=p.timing, functional=not p.timing_only, routing=_routing(p.routing))
     except BaseException as exc:  # noqa: BLE001 - classified as the command's error boundary does
         verdict = _refused(exc)
         if verdict is None:
@@ -163,7 +166,15 @@ def _run(p: Point) -> dict[str, Any]:
     doc = as_printed(ran.doc)
     rep = ran.report
     status = "PASS" if rep.passed else "fault" if rep.fault is not None else "mismatch"
+    if status == "PASS" and rep.verdict != "PASS":  # timing-only: ran to the end, nothing judged
+        status = "timed"
     return {"status": status, "message": _message(status, doc), **_metrics(doc)}
+
+
+def _routing(spec: str | None) -> Routing | None:
+    from plena_sim.routing import load_routing
+
+    return None if spec is None else load_routing(spec)
 
 
 def run_point(point: dict[str, Any]) -> dict[str, Any]:

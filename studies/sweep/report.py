@@ -49,7 +49,7 @@ __all__ = [
 
 Row = Mapping[str, Any]
 
-STATUS_ORDER = ("PASS", "mismatch", "fault", "plan error", "crashed", "filtered", "pending", "running")
+STATUS_ORDER = ("PASS", "timed", "mismatch", "fault", "plan error", "crashed", "filtered", "pending", "running")
 FAILED = ("mismatch", "fault", "plan error", "crashed")
 #: the cost proxies a front is computed against: column -> axis label
 COSTS = {"mac_array": "MAC array (BLEN x MLEN)", "sram_bytes": "on-chip SRAM (VRAM + MRAM + FP + INT)"}
@@ -98,7 +98,7 @@ def _order(r: Row) -> tuple[int, str]:
 
 def _measured(rows: Iterable[Row], cost: str, metric: str) -> list[Row]:
     """The PASS rows that have both values, in expansion order."""
-    return [r for r in rows if r["status"] == "PASS" and r.get(cost) is not None and r.get(metric) is not None]
+    return [r for r in rows if r["status"] in store.SUCCEEDED and r.get(cost) is not None and r.get(metric) is not None]
 
 
 def _front(rows: Iterable[Row], cost: str, metric: str) -> list[Row]:
@@ -274,7 +274,8 @@ def _heatmap(rows: Sequence[Row]) -> dict[str, Any] | None:
     ids: list[list[str | None]] = [[None] * len(xs) for _ in ys]
     for r, m in zip(placed, machines, strict=True):
         i, j = ys.index(m.get(y_key)), xs.index(m.get(x_key))
-        if r["status"] == "PASS" and r.get(METRIC) is not None and (cells[i][j] is None or r[METRIC] < cells[i][j]):
+        ok = r["status"] in store.SUCCEEDED and r.get(METRIC) is not None
+        if ok and (cells[i][j] is None or r[METRIC] < cells[i][j]):
             cells[i][j], ids[i][j] = r[METRIC], r["id"]
     if all(c is None for line in cells for c in line):
         return None

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["SpecError", "Point", "Filtered", "Workload", "SweepSpec", "load_spec", "parse_spec", "EXAMPLE"]
 
 TIMINGS = ("serial", "overlap", "rtl")
-_TOP_KEYS = {"name", "timing", "seeds", "hardware", "workload", "filter", "backend"}
+_TOP_KEYS = {"name", "timing", "timing_only", "routing", "seeds", "hardware", "workload", "filter", "backend"}
 _HW_KEYS = {"presets", "set", "derive"}
 _WL_KEYS = {"testbench", "case", "model", "kind", "set", "label"}
 _MODEL_SET = {"seq", "batch", "kv"}
@@ -69,6 +69,9 @@ class Point:
     timing: str
     seed: int
     order: int = 0
+    #: a timing-only run (issue 30; ``routing``: its MoE routing policy, ``uniform`` / ``round-robin`` / a file)
+    timing_only: bool = False
+    routing: str | None = None
 
     @property
     def id(self) -> str:
@@ -84,6 +87,7 @@ class Point:
             "params": dict(self.params),
             "timing": self.timing,
             "seed": self.seed,
+            **({"timing_only": True, "routing": self.routing} if self.timing_only else {}),
         }
 
     def argv(self) -> list[str]:
@@ -94,6 +98,8 @@ class Point:
             out += ["--set-hw", f"{k}={v}"]
         for k, v in self.params.items():
             out += ["--set", f"{k}={_cli_value(v)}"]
+        if self.timing_only:
+            out += ["--timing-only"] + (["--routing", self.routing] if self.routing else [])
         return out + ["--timing", self.timing, "--seed", str(self.seed), "--json"]
 
     def request(self) -> CaseRequest:
@@ -117,7 +123,7 @@ class Point:
     def from_dict(cls, d: Mapping[str, Any]) -> Point:
         return cls(
             d["preset"], d["set_hw"], d["workload"], d["testbench"], d["case"], d["params"], d["timing"], d["seed"],
-            d.get("order", 0),
+            d.get("order", 0), bool(d.get("timing_only", False)), d.get("routing"),
         )  # fmt: skip
 
 
@@ -144,6 +150,8 @@ class SweepSpec:
     timings: tuple[str, ...]
     seeds: tuple[int, ...]
     filters: tuple[tuple[str, str], ...]  # (when, reason)
+    timing_only: bool = False
+    routing: str | None = None
 
     def expand(self) -> tuple[list[Point], list[Filtered]]:
         """Every point of the product, in order, split into the ones to run and the ones filtered out."""
@@ -169,7 +177,10 @@ class SweepSpec:
                         params = {**wl.fixed, **dict(zip(names, vals, strict=True))}
                         for timing in self.timings:
                             for seed in self.seeds:
-                                yield Point(preset, set_hw, wl.label, wl.testbench, wl.case, params, timing, seed)
+                                yield Point(
+                                    preset, set_hw, wl.label, wl.testbench, wl.case, params, timing, seed,
+                                    timing_only=self.timing_only, routing=self.routing,
+                                )  # fmt: skip
 
     def _check(self, point: Point) -> Point | Filtered:
         """The point with its derived hardware keys, or why it is dropped."""
@@ -331,7 +342,28 @@ class _Parser:
             timings=self.names("timing", doc.get("timing", ["serial"]), TIMINGS),
             seeds=tuple(int(s) for s in seeds),
             filters=tuple(filters),
+            timing_only=self.flag("timing_only", doc.get("timing_only", False)),
+            routing=self.routing(doc.get("routing")),
         )
+
+    def flag(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, value, "must be true or false")
+        return value
+
+    def routing(self, value: Any) -> str | None:
+        """A routing policy name or a file path (checked now: a bad file fails the spec, not every point)."""
+        if value is None:
+            return None
+        from plena_sim.routing import load_routing
+
+        if not isinstance(value, str):
+            raise self.fail("routing", value, "must be uniform, round-robin or a file path")
+        try:
+            load_routing(value)
+        except ValueError as exc:
+            raise self.fail("routing", value, str(exc)) from None
+        return value
 
     def workload(self, k: int, w: Any) -> Workload:
         import testbenches

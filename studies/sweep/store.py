@@ -28,7 +28,9 @@ from isa.safetext import json_text
 __all__ = ["FINISHED", "RERUN", "COLUMNS", "Store", "open_readonly", "rows"]
 
 #: verdicts of a finished point (a resumed sweep skips these; ``crashed`` is re-run)
-FINISHED = ("PASS", "mismatch", "fault", "plan error")
+FINISHED = ("PASS", "timed", "mismatch", "fault", "plan error")
+#: the statuses of a point that ran as it should: judged PASS, or a timing-only run to the end (``timed``)
+SUCCEEDED = ("PASS", "timed")
 RERUN = ("pending", "running", "crashed")
 
 #: column -> SQL type; JSON columns hold text

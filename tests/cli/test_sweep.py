@@ -194,6 +194,24 @@ def test_a_point_row_is_the_run_commands_json(swept, capsys):
     assert doc["stats"]["unit_busy_cycles"] == r["busy"]
 
 
+def test_a_timing_only_sweep_gives_the_functional_cycles(tmp_path):
+    """``timing_only = true`` (issue 30): every point runs timing-only, ends ``timed`` (not judged, not failed), with
+    the cycles and busy of the functional point; the row's argv is the timing-only command."""
+    text = SPEC_48.replace('timing = ["serial", "overlap"]', 'timing = ["rtl"]').replace(
+        '["transactional", "small", "v80-64x16"]', '["transactional"]'
+    )
+    func = run_sweep(parse_spec(text), tmp_path / "f.db", workers=1, processes=False)
+    timed = run_sweep(parse_spec("timing_only = true\n" + text), tmp_path / "t.db", workers=1, processes=False)
+    assert func.by_status == {"PASS": 8} and timed.by_status == {"timed": 8} and timed.failed == 0
+    by_params = {json.dumps(r["params"], sort_keys=True): r for r in rows(tmp_path / "f.db")}
+    for r in rows(tmp_path / "t.db"):
+        f = by_params[json.dumps(r["params"], sort_keys=True)]
+        assert (r["cycles"], r["instructions"], r["busy"]) == (f["cycles"], f["instructions"], f["busy"])
+        assert r["result"]["passed"] is None and r["id"] != f["id"]
+    with pytest.raises(SpecError, match="timing_only"):
+        parse_spec('timing_only = "yes"\n' + text)
+
+
 # ----------------------------------------------------------------------------------------- kills
 
 
