@@ -124,7 +124,21 @@ def _figure_lines(doc: Mapping[str, Any]) -> list[str]:
         f"(prefill of {doc['seq']} tokens)",
         f"decode {rate_text} tokens/s = batch {doc['batch']} per {seconds_text(doc['decode_step_s'])} step "
         f"({n} layers x {doc['decode_layer_cycles']:,} cycles)",
+        *(_roofline_line(phase, doc) for phase in ("prefill", "decode") if doc.get("roofline", {}).get(phase)),
     ]
+
+
+def _roofline_line(phase: str, doc: Mapping[str, Any]) -> str:
+    """One layer's bounds (compute, HBM) beside its simulated time, and the unvalidated rtl share."""
+    r = doc["roofline"][phase]
+    share = (doc.get("unvalidated_share") or {}).get(phase)
+    unval = "" if share is None else f"; unvalidated rtl costs {100 * share:.0f}% of the critical path"
+    frac = r["attained_fraction"]
+    return (
+        f"{phase} roofline: compute {seconds_text(r['compute_bound_s'])}, HBM {seconds_text(r['memory_bound_s'])}, "
+        f"simulated {seconds_text(r['simulated_s'])}: {'-' if frac is None else f'{100 * frac:.0f}%'} of the "
+        f"{r['binding']} bound{unval}"
+    )
 
 
 def _hz_text(hz: float) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_CLOCK_HZ", "clock_of", "layer_figures", "merge_regions"]
+__all__ = ["DEFAULT_CLOCK_HZ", "clock_of", "layer_figures", "merge_regions", "roofline", "run_roofline"]
 
 #: the clock of a hardware preset that names none: timing.md counts cycles of 1 ns
 DEFAULT_CLOCK_HZ = 1e9
@@ -47,3 +47,42 @@ def merge_regions(prefill: Sequence[Mapping[str, Any]], decode: Sequence[Mapping
             row = rows.setdefault(path, {"path": path, "prefill": None, "decode": None})
             row[phase] = {k: v for k, v in region.items() if k != "path"}
     return list(rows.values())
+
+
+def roofline(
+    macs: int, hbm_bytes: int, cycles: int, array_macs: int, hbm_bytes_per_cycle: float, clock_hz: float
+) -> dict:
+    """The two bounds of a piece of work and how close the simulated time comes to the binding one: the compute
+    bound (``macs`` / the array's ``array_macs`` MACs per cycle), the memory bound (``hbm_bytes`` the HBM model
+    moved / the preset's peak bytes per cycle), both in seconds at ``clock_hz``, the simulated time, the binding
+    bound and ``attained_fraction`` = binding bound / simulated time (1.0: at the roof)."""
+    compute = macs / array_macs if array_macs else 0.0
+    memory = hbm_bytes / hbm_bytes_per_cycle if hbm_bytes_per_cycle else 0.0
+    bound = max(compute, memory)
+    return {
+        "compute_bound_s": compute / clock_hz,
+        "memory_bound_s": memory / clock_hz,
+        "simulated_s": cycles / clock_hz,
+        "binding": "compute" if compute >= memory else "memory",
+        "attained_fraction": bound / cycles if cycles else None,
+    }
+
+
+def run_roofline(stats: Mapping[str, Any], clock_hz: float, stage_prefix: str = "layer/") -> dict:
+    """:func:`roofline` of a whole run (its ``stats``) and of each top-level stage region ``<prefix><stage>``."""
+    cfg, hbm = stats.get("config") or {}, stats.get("hbm") or {}
+    array = int(cfg.get("MLEN", 0)) * int(cfg.get("BLEN", 0))
+    peak = float(hbm.get("peak_bandwidth_GBps") or 0.0)  # bytes per cycle (timing.md: 1 ns cycles)
+    moved = int(hbm.get("bytes_read", 0)) + int(hbm.get("bytes_written", 0))
+    out = roofline(int(stats.get("matrix_macs", 0)), moved, int(stats.get("cycles", 0)), array, peak, clock_hz)
+    stages = {}
+    for region in stats.get("regions") or []:
+        path = str(region["path"])
+        if path.startswith(stage_prefix) and "/" not in path[len(stage_prefix) :]:
+            nbytes = int(region.get("hbm_read_bytes", 0)) + int(region.get("hbm_write_bytes", 0))
+            cycles = int(region.get("cycles_inclusive", 0))
+            stages[path[len(stage_prefix) :]] = roofline(
+                int(region.get("macs", 0)), nbytes, cycles, array, peak, clock_hz
+            )
+    out["stages"] = stages
+    return out

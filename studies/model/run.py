@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..documents import fault_json
 from ..errors import ModelError
-from .figures import clock_of, layer_figures, merge_regions
+from .figures import clock_of, layer_figures, merge_regions, run_roofline
 
 if TYPE_CHECKING:
     from plena_sim.routing import Routing
@@ -162,11 +162,20 @@ def execute(run: ModelRun, progress: Callable[[str], None] | None = None) -> dic
         "prefill_layer_cycles": pre.cycles,
         "decode_layer_cycles": dec.cycles,
         **layer_figures(run.layers, run.batch, pre.cycles, dec.cycles, clock_hz),
+        "roofline": {phase: run_roofline(r.report.stats or {}, clock_hz) for phase, r in runs.items()},
+        "unvalidated_share": {phase: _unvalidated_share(r.report) for phase, r in runs.items()},
+        "decode_path": "gemm",  # every linear runs on the matrix-matrix path (no GEMV decode yet: issue 38)
         "regions": merge_regions(pre.stats.get("regions") or [], dec.stats.get("regions") or []),
         "runs": {phase: r.to_json() for phase, r in runs.items()},
     }
     doc["wall_s"] = time.perf_counter() - t0
     return doc
+
+
+def _unvalidated_share(rep: Report) -> float | None:
+    """The share of the rtl critical path from costs the RTL did not measure (None outside rtl)."""
+    unval = (rep.stats or {}).get("unvalidated")
+    return float(unval["share"]) if unval else None
 
 
 def _verdict(pre: Report, dec: Report) -> str:
