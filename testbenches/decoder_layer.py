@@ -14,13 +14,22 @@ from typing import Any
 
 from plena_sim.config import HardwareConfig
 
-from ._decoder_common import DIMS, build_layer
+from ._decoder_common import DIMS, build_layer, build_layer_layout
 from .harness import Case, CaseSpec
 from .shapes import hw
 
 NAME = "decoder_layer"
 DESCRIPTION = "decoder layer prefill: norm, QKV, RoPE, causal GQA flash attention, O proj, SwiGLU FFN, residuals"
-DEFAULTS: dict[str, Any] = {"batch": 1, "seq": hw(1, "MLEN"), "pos0": 0, **DIMS, "loops": True, "scale": 1.0, "seed": 0}
+DEFAULTS: dict[str, Any] = {
+    "batch": 1,
+    "seq": hw(1, "MLEN"),
+    "pos0": 0,
+    "chunk": None,
+    **DIMS,
+    "loops": True,
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES: list[CaseSpec] = [
     ("default", {}, "default"),
     ("batch2_tail", {"batch": 2, "seq": hw(1, "MLEN", div=2, plus=3)}, "default"),
@@ -51,3 +60,8 @@ RANGES = {
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     return build_layer(NAME, dict(DEFAULTS, **params), config, decode=False)
+
+
+def build_layout(params: Mapping[str, Any], config: HardwareConfig) -> Case:
+    """:func:`build`'s program and HBM layout, no input values, goldens or checks (a layout-only case)."""
+    return build_layer_layout(NAME, dict(DEFAULTS, **params), config, decode=False)
