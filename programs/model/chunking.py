@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import NoReturn
 
 from plena_sim.config import HardwareConfig
 from plena_sim.memory.image import tensor_layout
@@ -53,11 +52,20 @@ def layer_hbm_bytes(cfg: HardwareConfig, s: LayerShape) -> int:
 
 
 def vram_fits(cfg: HardwareConfig, s: LayerShape, keep: bool) -> bool:
-    return layer_vram(cfg, s, keep).rows_used <= cfg.VECTOR_SRAM_SIZE
+    """The pass fits VRAM (a pass too long for its flash attention's own placement does not; the shape itself
+    is checked first, by :func:`resolve_chunk`)."""
+    try:
+        return layer_vram(cfg, s, keep).rows_used <= cfg.VECTOR_SRAM_SIZE
+    except ValueError:
+        return False
 
 
 def hbm_fits(cfg: HardwareConfig, s: LayerShape) -> bool:
-    return layer_hbm_bytes(cfg, s) <= cfg.HBM_SIZE
+    """Every tensor fits HBM (and every flash attention's 32-bit byte offsets reach it)."""
+    try:
+        return layer_hbm_bytes(cfg, s) <= cfg.HBM_SIZE
+    except ValueError:
+        return False
 
 
 def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
@@ -71,25 +79,28 @@ def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
     return hi
 
 
-def _at_seq(s: LayerShape, seq: int, chunk: int) -> LayerShape:
-    """The prefill shape of ``seq`` tokens per sequence, chunked by ``chunk`` where that is shorter."""
-    return replace(s, seq=seq, kv_len=seq, kv_capacity=seq, chunk=chunk if 0 < chunk < seq else 0)
+def _at_seq(s: LayerShape, seq: int) -> LayerShape:
+    """The prefill shape of ``seq`` tokens per sequence (its chunk to be resolved)."""
+    return replace(s, seq=seq, kv_len=seq, kv_capacity=seq, chunk=0)
 
 
-def _refuse_seq(cfg: HardwareConfig, s: LayerShape, chunk: int | None, keep: bool, why: str) -> NoReturn:
-    """Refuse ``s.seq`` naming the largest length that fits in one pass (``chunk`` 0), in chunks of ``chunk``, or
-    (None) either way."""
-    least = chunk_quantum(cfg) if chunk is None else chunk
+def _fit(cfg: HardwareConfig, s: LayerShape, chunk: int | None, keep: bool) -> LayerShape | None:
+    """``s`` with its chunk resolved (module docstring), None if it does not fit."""
+    whole = replace(s, chunk=0)
+    if chunk is None:
+        out = whole if vram_fits(cfg, whole, keep) else _largest_chunk(cfg, s, s.seq - 1, keep)
+    elif chunk == 0 or chunk >= s.seq:
+        out = whole if vram_fits(cfg, whole, keep) else None
+    else:
+        out = replace(s, chunk=chunk) if vram_fits(cfg, replace(s, chunk=chunk), keep) else None
+    return out if out is not None and hbm_fits(cfg, out) else None
 
-    def ok(seq: int) -> bool:
-        whole = _at_seq(s, seq, 0)
-        if chunk == 0 or vram_fits(cfg, whole, keep):
-            return vram_fits(cfg, whole, keep) and hbm_fits(cfg, whole)
-        part = _at_seq(s, seq, least)
-        return vram_fits(cfg, part, keep) and hbm_fits(cfg, part)
 
-    most = _largest(1, s.seq - 1, ok)
-    fail(KERNEL, "seq", s.seq, f"does not fit: {why}; seq <= {most} fits" if most else f"does not fit: {why}")
+def _largest_chunk(cfg: HardwareConfig, s: LayerShape, most: int, keep: bool) -> LayerShape | None:
+    """``s`` in the largest chunks (a multiple of the quantum, <= ``most``) that fit VRAM, None if none does."""
+    q = chunk_quantum(cfg)
+    k = _largest(1, most // q, lambda k: vram_fits(cfg, replace(s, chunk=k * q), keep))
+    return replace(s, chunk=k * q) if k >= 1 else None
 
 
 def resolve_chunk(cfg: HardwareConfig, s: LayerShape, chunk: int | None, keep: bool) -> LayerShape:
@@ -100,44 +111,47 @@ def resolve_chunk(cfg: HardwareConfig, s: LayerShape, chunk: int | None, keep: b
             fail(KERNEL, "chunk", chunk, "must be 0 for a decode step (one token per sequence)")
         return s
     q = chunk_quantum(cfg)
-    whole = replace(s, chunk=0)
+    if chunk is not None and (chunk < 0 or chunk % q):
+        fail(KERNEL, "chunk", chunk, f"must be None (derive), 0 (one pass) or a positive multiple of {q}")
+    layer_vram(cfg, _at_seq(s, min(s.seq, q)), keep)  # the shape's own errors (at the least length) first
+    out = _fit(cfg, s, chunk, keep)
+    if out is not None:
+        return out
+    why = _why(cfg, s, chunk, keep)
+    if chunk and chunk < s.seq and not vram_fits(cfg, replace(s, chunk=chunk), keep):
+        smaller = _largest_chunk(cfg, s, chunk - q, keep)
+        if smaller is not None and hbm_fits(cfg, smaller):
+            fail(KERNEL, "chunk", chunk, f"does not fit: {why}; chunk <= {smaller.chunk} fits")
+    most = _largest(1, s.seq - 1, lambda n: _fit(cfg, _at_seq(s, n), chunk, keep) is not None)
+    fail(KERNEL, "seq", s.seq, f"does not fit: {why}; seq <= {most} fits" if most else f"does not fit: {why}")
+
+
+def _why(cfg: HardwareConfig, s: LayerShape, chunk: int | None, keep: bool) -> str:
+    """What does not fit: the VRAM of the pass asked for (derived: of the least chunk), else the HBM."""
+    q = chunk_quantum(cfg)
     if chunk is None:
-        out = whole if vram_fits(cfg, whole, keep) else _derive(cfg, s, q, keep)
-    elif chunk == 0 or chunk >= s.seq:
-        out = whole
-        if not vram_fits(cfg, whole, keep):
-            _refuse_seq(cfg, s, 0, keep, _vram_why(cfg, whole, keep, "in one pass (chunk=0)"))
-    else:
-        out = _explicit(cfg, s, chunk, q, keep)
-    if not hbm_fits(cfg, out):
-        why = f"its tensors take {layer_hbm_bytes(cfg, out)} bytes > HBM_SIZE={cfg.HBM_SIZE}"
-        _refuse_seq(cfg, s, None if chunk is None else out.chunk, keep, why)
-    return out
+        derived = _largest_chunk(cfg, s, s.seq - 1, keep)
+        if vram_fits(cfg, replace(s, chunk=0), keep) or derived is not None:
+            return _hbm_why(cfg, derived or replace(s, chunk=0))
+        least = replace(s, chunk=q if q < s.seq else 0)
+        return _vram_why(cfg, least, keep, f"in chunks of {q} tokens (the least)")
+    asked = replace(s, chunk=chunk if 0 < chunk < s.seq else 0)
+    if vram_fits(cfg, asked, keep):
+        return _hbm_why(cfg, asked)
+    return _vram_why(cfg, asked, keep, f"in chunks of {chunk} tokens" if asked.chunk else "in one pass (chunk=0)")
 
 
 def _vram_why(cfg: HardwareConfig, s: LayerShape, keep: bool, how: str) -> str:
-    rows = layer_vram(cfg, s, keep).rows_used
+    try:
+        rows = layer_vram(cfg, s, keep).rows_used
+    except ValueError as exc:
+        return f"{how} {exc}"
     return f"{how} the layer needs {rows} VRAM rows > VECTOR_SRAM_SIZE={cfg.VECTOR_SRAM_SIZE}"
 
 
-def _derive(cfg: HardwareConfig, s: LayerShape, q: int, keep: bool) -> LayerShape:
-    """The largest chunk (a multiple of ``q`` below seq) that fits; refused naming the largest seq if none does."""
-    k = _largest(1, (s.seq - 1) // q, lambda k: vram_fits(cfg, replace(s, chunk=k * q), keep))
-    if k < 1:
-        least = replace(s, chunk=q) if q < s.seq else replace(s, chunk=0)
-        _refuse_seq(cfg, s, None, keep, _vram_why(cfg, least, keep, f"in chunks of {q} tokens (the least)"))
-    return replace(s, chunk=k * q)
-
-
-def _explicit(cfg: HardwareConfig, s: LayerShape, chunk: int, q: int, keep: bool) -> LayerShape:
-    """Chunks of ``chunk`` tokens; refused naming the largest chunk that fits (or the largest seq if none does)."""
-    if chunk < 0 or chunk % q:
-        fail(KERNEL, "chunk", chunk, f"must be None (derive), 0 (one pass) or a positive multiple of {q}")
-    out = replace(s, chunk=chunk)
-    if vram_fits(cfg, out, keep):
-        return out
-    k = _largest(1, chunk // q - 1, lambda k: vram_fits(cfg, replace(s, chunk=k * q), keep))
-    why = _vram_why(cfg, out, keep, f"in chunks of {chunk} tokens")
-    if k < 1:
-        _refuse_seq(cfg, s, chunk, keep, why)
-    fail(KERNEL, "chunk", chunk, f"does not fit: {why}; chunk <= {k * q} fits")
+def _hbm_why(cfg: HardwareConfig, s: LayerShape) -> str:
+    try:
+        n = layer_hbm_bytes(cfg, s)
+    except ValueError as exc:
+        return str(exc)
+    return f"its HBM tensors take {n} bytes > HBM_SIZE={cfg.HBM_SIZE}"
