@@ -628,6 +628,7 @@ class _Builder:
             o_rows_p=self.P,
             scratch_base=self.at("scratch:attention"),
             loops=self.loops,
+            dry_run=False,  # the layer needs no instruction counts: the emission decides the loops (same program)
         )
 
         def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
