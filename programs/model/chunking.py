@@ -109,6 +109,13 @@ def resolve_chunk(cfg: HardwareConfig, s: LayerShape, chunk: int | None, keep: b
     if s.decode:
         if chunk:
             fail(KERNEL, "chunk", chunk, "must be 0 for a decode step (one token per sequence)")
+        if not hbm_fits(cfg, s):  # the cache of kv_len positions (the capacity past it alike)
+
+            def at(n: int) -> LayerShape:
+                return replace(s, kv_len=n, kv_capacity=n + s.kv_capacity - s.kv_len)
+
+            most = _largest(1, s.kv_len - 1, lambda n: hbm_fits(cfg, at(n)))
+            fail(KERNEL, "kv_len", s.kv_len, f"does not fit: {_hbm_why(cfg, s)}; kv_len <= {most} fits")
         return s
     q = chunk_quantum(cfg)
     if chunk is not None and (chunk < 0 or chunk % q):

@@ -20,6 +20,16 @@ holds the constant slots, and from slot 16 flash attention's state (attention st
 weights (ffn stage): the two ranges overlap, which is fine because the stages run one after another
 (:attr:`LayerPlan.fp_sram`, :attr:`LayerPlan.int_sram` record each stage's range); a-registers are bound per
 stage (a stage starts by pointing ``a0..`` at its tensors). Each stage is a region ``<prefix>/<stage>``.
+
+Chunked prefill (``chunk`` > 0, :mod:`programs.model.chunking` resolves it): the layer is one *pass* per chunk of
+``chunk`` tokens of each sequence (:func:`layer_parts`, :attr:`LayerPlan.passes`), every pass the same stages on the
+same VRAM layout (sized for one chunk) plus ``out_store``: the chunk's x rows loaded, its Q stored at its token
+rows and its K/V appended to the cache at its positions, its queries attending (flash attention with ``q_len`` =
+the chunk, ``kv_len`` = its end: end-aligned causal) to the cache so far, its output rows stored to HBM ``out``.
+A pass sees the token-row tensors and its sequence's cache as views (:func:`~programs.hbm_tensors.row_view`). A
+chunk starts on a q tile, so each chunk's attention blocks are the unchunked layer's and every other stage is
+token-wise: every token's result is the unchunked layer's, bit for bit. The region of a stage is marked once per
+chunk (the region statistics sum them); ``stages``/``bases`` of the plan are the last pass's.
 """
 
 from __future__ import annotations

@@ -213,3 +213,18 @@ def test_least_chunk_too_big_refused_naming_the_longest_sequence(monkeypatch):
     most = _most(err, "seq")
     assert "chunks of 128 tokens (the least)" in err and 0 < most < chunk_quantum(cfg)
     assert vram_fits(cfg, _llama(most, VECTOR_SRAM_SIZE=1 << 16)[1], True)
+
+
+def test_decode_cache_too_big_for_hbm_refused_naming_the_longest_cache(monkeypatch):
+    cfg = get_config("default", hw="v80-128x64", extra={"HBM_SIZE": 1 << 30})
+    mod = testbenches.get("decoder_decode")
+    p = resolve_params(dict(mod.DEFAULTS, **load("llama-3.1-8b").layer_params(), batch=1, kv=1 << 20), cfg)
+    monkeypatch.setattr(common, "_Inputs", lambda *_a, **_k: pytest.fail("an input was built before the refusal"))
+    with pytest.raises(ValueError, match="kv_len=1048577 does not fit: its HBM tensors take") as exc:
+        mod.build(p, cfg)
+    most = _most(str(exc.value), "kv_len")
+    s = common.shape_of(p, cfg, True)
+    grown = replace(s, kv_len=most, kv_capacity=most + s.kv_capacity - s.kv_len)
+    assert hbm_fits(cfg, grown) and not hbm_fits(
+        cfg, replace(grown, kv_len=most + 1, kv_capacity=grown.kv_capacity + 1)
+    )
