@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plena_sim.config import HardwareConfig
 
@@ -16,6 +16,7 @@ from .common import Index, LoopBudget, ceil_div, round_up, row_pad
 
 __all__ = [
     "HbmTensor",
+    "row_view",
     "set_addr_regs",
     "preload_act",
     "store_act",
@@ -60,6 +61,20 @@ class HbmTensor:
 
 def mx_block_bytes(t: HbmTensor) -> int:
     return t.blk
+
+
+def row_view(t: HbmTensor, base: int, row0: int, scale_bytes: int) -> tuple[HbmTensor, int]:
+    """The rows of ``t`` (byte base ``base``) from ``row0`` on as a tensor of their own: ``(view, its byte base)``.
+    The MX scales stay where they are: the view's SCALE (bytes from its base to the scale of its first element) is
+    the tensor's less the element bytes skipped plus the scale bytes of the blocks skipped (``scale_bytes`` per
+    block of the tensor's MX type)."""
+    skip = row0 * t.row_pitch_elems
+    if row0 < 0 or skip > t.alloc_elems:
+        raise ValueError(f"row_view: row0={row0} is outside the tensor ({t.alloc_elems // t.row_pitch_elems} rows)")
+    if t.block and skip % t.block:
+        raise ValueError(f"row_view: row0={row0} does not start on an MX block (block={t.block} elements)")
+    scale = t.scale_offset - skip * t.eb + (skip // t.block) * scale_bytes if t.block else 0
+    return replace(t, scale_offset=scale, alloc_elems=t.alloc_elems - skip), base + skip * t.eb
 
 
 def set_addr_regs(asm: Asm, bases: Mapping[int, int], regs: Sequence[int]) -> None:

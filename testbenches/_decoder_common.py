@@ -42,9 +42,12 @@ import numpy.typing as npt
 from plena_sim.config import HardwareConfig, MxType
 from plena_sim.machine import Machine
 from plena_sim.numerics.formats import decode_tensor, encode_tensor
+from programs.asm import Asm
 from programs.common import rp
 from programs.hbm_tensors import HbmTensor
+from programs.model.chunking import resolve_chunk
 from programs.model.decoder import (
+    TENSOR_CLASS,
     LayerPlan,
     LayerShape,
     emit_decoder_layer,
@@ -53,7 +56,7 @@ from programs.model.decoder import (
 )
 from programs.rope import rope_rotation_tile
 
-from ._flashattn_common import _logical_kv, attention_golden, state_goldens, state_read
+from ._flashattn_common import _logical_kv, attention_output, last_block_states, state_read
 from .compare import Tolerance, abs_matmul, bf16_decode, bf16_encode, moe_bound, tolerance
 from .harness import GEN_FP, GEN_GP, Case, CaseBuilder, Derived, FpWords, IntWords, Readback, VramCbm
 from .moe_layer import expert_outputs
@@ -166,15 +169,20 @@ class _Inputs:
             self.moe()
         self.put("q", np.zeros(self.needs["q"]), "act", writable=True)
         self.caches()
+        if "out" in self.needs:  # a chunked prefill's output rows
+            self.put("out", np.zeros(self.needs["out"]), "act", writable=True)
+            del cb.inputs["out"]
         for w in ("wk", "wv"):
             self.v[w] = self.v[w][:, : s.kv_heads * d]
             cb.inputs[w] = cb.inputs[w][:, : s.kv_heads * d]
         del cb.inputs["q"]
+        assert list(self.tensors) == tensor_order(s, self.needs), "build_layout places the tensors in this order"
 
     def put(
         self, name: str, values: F64, cls: str, *, shape: tuple[int, ...] | None = None, writable: bool = False
     ) -> HbmTensor:
         rows, cols = self.needs[name]
+        assert cls == TENSOR_CLASS[name], f"{name}: class {cls}, the layer's is {TENSOR_CLASS[name]}"
         t, deq = self.cb.tensor(name, values, cls, alloc_rows=rows, shape=shape, writable=writable, bind=False)
         assert t.row_pitch_elems == cols, f"{name}: {t.row_pitch_elems} columns placed, {cols} planned"
         self.tensors[name] = (t, self.cb.tensors[name].base)
@@ -238,17 +246,10 @@ class _Inputs:
         reads the prefix ``[0, kv-1)`` as the cache."""
         s, cfg = self.s, self.cfg
         rows, cols = self.needs["k_cache"]
-        lo, hi = s.new_kv_row, s.new_kv_row + s.kv_rows_written(cfg)
         for name in ("k_cache", "v_cache"):
             full = self.cb.randn((rows, cols))
             t = self.put(name, full, "kv")
-            base = self.cb.tensors[name].base
-            self.cb.writable.append((base + lo * cols * t.eb, base + hi * cols * t.eb))
-            kv_type = self.cfg.hbm_type("HBM_M_KV_TYPE")
-            if isinstance(kv_type, MxType):  # and the rows' MX scales
-                sb = kv_type.scale_bytes
-                s0 = base + t.scale_offset
-                self.cb.writable.append((s0 + lo * cols // t.block * sb, s0 + hi * cols // t.block * sb))
+            self.cb.writable += cache_writable(cfg, s, t, self.cb.tensors[name].base)
             if s.decode:
                 width = s.kv_heads * s.head_dim
                 prefix = _logical_kv(self.v[name], "sbhd", s.batch, s.kv_capacity, s.kv_len - 1, width)
@@ -257,8 +258,32 @@ class _Inputs:
                 del self.cb.inputs[name]
 
 
+def tensor_order(s: LayerShape, needs: Mapping[str, Any]) -> list[str]:
+    """The order the layer's tensors are placed in HBM in (build and build_layout alike)."""
+    dense = [w for w in _WEIGHTS if not (s.moe and w in _EXPERT_WEIGHTS)]
+    tables = [f"{kind}_{which}" for kind in ("cos", "sin") for which in ("q", "k")]
+    rot = ["rot"] if "rot" in needs else []
+    moe = ["wr", *_EXPERT_WEIGHTS] if s.moe else []
+    out = ["out"] if "out" in needs else []
+    return ["x", "gamma_attn", "gamma_ffn", *dense, *tables, *rot, *moe, "q", "k_cache", "v_cache", *out]
+
+
+def cache_writable(cfg: HardwareConfig, s: LayerShape, t: HbmTensor, base: int) -> list[tuple[int, int]]:
+    """The byte ranges of a K/V cache (byte base ``base``) the layer's stores write: each pass's rows and their
+    MX scales."""
+    cols, kv_type = t.row_pitch_elems, cfg.hbm_type("HBM_M_KV_TYPE")
+    out = []
+    for lo, hi in s.kv_store_rows(cfg):
+        out.append((base + lo * cols * t.eb, base + hi * cols * t.eb))
+        if isinstance(kv_type, MxType):  # and the rows' MX scales
+            sb, s0 = kv_type.scale_bytes, base + t.scale_offset
+            out.append((s0 + lo * cols // t.block * sb, s0 + hi * cols // t.block * sb))
+    return out
+
+
 def _read(plan: LayerPlan, buf: str, cols: int) -> VramCbm:
-    return VramCbm(plan.cbm(buf), plan.shape.tokens, cols, plan.pitch)
+    """A stage output in VRAM: the last pass's tokens."""
+    return VramCbm(plan.cbm(buf), plan.part.tokens, cols, plan.pitch)
 
 
 class _Judge:
@@ -269,6 +294,8 @@ class _Judge:
         self.eps, self.invh = cb.fp_value("EPS"), cb.fp_value("INV_HIDDEN")
         self.qk = cb.fp_value("QK_SCALE")
         self.nb = self.s.hidden // self.cfg.VLEN
+        self.part = plan.part  # the pass whose stage outputs VRAM holds at the end (the last chunk)
+        self.rows = slice(self.part.row0, self.part.row0 + self.part.tokens)  # its token rows
 
     def derived(self, name: str, rd: Readback, coords: tuple[str, ...], tol: str, fn: Callable[..., Derived]) -> None:
         self.cb.check(name, rd, None, coords, tol, derive=fn, nb=self.nb)
@@ -279,12 +306,15 @@ class _Judge:
 
     def add_all(self) -> None:
         s, H, Nq, Nk = self.s, self.s.hidden, self.s.q_width, self.s.kv_width(self.cfg)
-        x, v = self.ins.v["x"][: s.tokens], self.ins.v
+        x, v = self.ins.v["x"][self.rows], self.ins.v
         rc = ("row", "col")
         h1, d_out = self.vram("h1", H), self.vram("d", H)
-        self.derived(
-            "output", _read(self.plan, "out", H), rc, "exact", lambda m: (bf16_sum(h1(m), d_out(m)), None, None)
-        )
+        if s.chunk:  # every token's output, in HBM: against the layer in float64 (the last chunk's stages below)
+            self.cb.check("output", self.hbm_rows("out", 0, s.tokens), reference_f64(self.ins), rc, "layer_f64")
+        last = "ffn_residual" if s.chunk else "output"
+        self.derived(last, _read(self.plan, "out", H), rc, "exact", lambda m: (bf16_sum(h1(m), d_out(m)), None, None))
+        if s.chunk:
+            self.store_check("out", "out", H, self.part.row0)
         xn1 = self.vram("xn1", H)
         gx = rms(x, v["gamma_attn"], self.eps, self.invh)
         self.cb.check("attn_norm", _read(self.plan, "xn1", H), gx, rc, "rms", nb=self.nb)
@@ -309,7 +339,8 @@ class _Judge:
             lambda m: (rms(h1(m), g2, self.eps, self.invh), None, None),
         )
         self.ffn()
-        self.cb.check("output_f64", _read(self.plan, "out", H), reference_f64(self.ins), rc, "layer_f64")
+        if not s.chunk:
+            self.cb.check("output_f64", _read(self.plan, "out", H), reference_f64(self.ins), rc, "layer_f64")
 
     def linear(self, name: str, buf: str, cols: int, src: Callable[[Machine], F64], w: str) -> None:
         W = np.zeros((self.ins.v[w].shape[0], cols))
@@ -324,7 +355,7 @@ class _Judge:
         self.derived(name, _read(self.plan, buf, cols), ("row", "col"), "linear", fn)
 
     def rope(self, buf: str, src: Callable[[Machine], F64], cols: int) -> None:
-        cos, sin, d = self.ins.v["cos"], self.ins.v["sin"], self.s.head_dim
+        cos, sin, d = self.ins.v["cos"][self.rows], self.ins.v["sin"][self.rows], self.s.head_dim
 
         def fn(m: Machine) -> Derived:
             y, A = rope(src(m), cos, sin, d)
@@ -334,47 +365,63 @@ class _Judge:
 
     def hbm_rows(self, tensor: str, row0: int, rows: int) -> HbmRows:
         t, base = self.ins.tensors[tensor]
-        cls = "HBM_V_ACT_TYPE" if tensor == "q" else "HBM_V_KV_TYPE"
+        cls = "HBM_V_KV_TYPE" if TENSOR_CLASS[tensor] == "kv" else "HBM_V_ACT_TYPE"
         return HbmRows(base, t.scale_offset, row0, rows, t.row_pitch_elems, self.cfg.hbm_type(cls))
 
     def stores(self) -> None:
-        s, Nq, Nk = self.s, self.s.q_width, self.s.kv_width(self.cfg)
-        for tensor, buf, cols, row0 in (("q", "qr", Nq, 0), ("k_cache", "kr", Nk, s.new_kv_row)):
+        s, Nq, Nk, part = self.s, self.s.q_width, self.s.kv_width(self.cfg), self.part
+        kv_row = part.b * s.kv_capacity + part.kv_row
+        for tensor, buf, cols, row0 in (("q", "qr", Nq, part.row0), ("k_cache", "kr", Nk, kv_row)):
             self.store_check(tensor, buf, cols, row0)
-        self.store_check("v_cache", "v", Nk, s.new_kv_row)
+        self.store_check("v_cache", "v", Nk, kv_row)
 
     def store_check(self, tensor: str, buf: str, cols: int, row0: int) -> None:
-        rd = self.hbm_rows(tensor, row0, self.s.tokens)
+        """The HBM rows a store wrote from the pass's VRAM rows (``out_store`` for the output)."""
+        rd = self.hbm_rows(tensor, row0, self.part.tokens)
         src = self.vram(buf, cols)
         t = rd.t
-        self.derived(f"{tensor}_store", rd, ("row", "col"), "exact", lambda m: (mx_roundtrip(src(m), t), None, None))
+        self.derived(
+            f"{buf}_store" if tensor == "out" else f"{tensor}_store",
+            rd,
+            ("row", "col"),
+            "exact",
+            lambda m: (mx_roundtrip(src(m), t), None, None),
+        )
 
     def attention(self) -> None:
-        s, cfg, fp = self.s, self.cfg, self.plan.attention
+        s, cfg, fp, part = self.s, self.cfg, self.plan.attention, self.part
         Nk, width = s.kv_width(cfg), s.kv_heads * s.head_dim
-        q_rd = self.hbm_rows("q", 0, s.tokens)
-        caches = {n: self.hbm_rows(n, 0, s.batch * s.kv_capacity) for n in ("k_cache", "v_cache")}
-        B, S, hq, hkv, d = s.batch, s.seq, s.heads, s.kv_heads, s.head_dim
-        Tk = -(-s.kv_len // cfg.MLEN)
+        q_rd = self.hbm_rows("q", part.row0, part.tokens)
+        kv0, kv_rows = part.b * s.kv_capacity, part.batch * s.kv_capacity  # the pass's sequences' cache rows
+        caches = {n: self.hbm_rows(n, kv0, kv_rows) for n in ("k_cache", "v_cache")}
+        B, S, hq, hkv, d = part.batch, part.q_len, s.heads, s.kv_heads, s.head_dim
+        Tk = -(-part.kv_len // cfg.MLEN)
         (ob, orows, ocols, opitch), post = fp.output_read()
 
-        def golden(m: Machine) -> tuple[F64, F64, F64, F64, np.ndarray]:
-            """The attention golden of the Q and caches the machine holds (computed once per run)."""
+        def inputs(m: Machine) -> tuple[F64, list[np.ndarray]]:
+            """The Q and the caches the machine holds (the pass's queries, keys up to its last position)."""
+            Q = q_rd.read(m).astype(np.float64)[:, : hq * d].reshape(B, S, hq, d)
+            kv = []
+            for n in ("k_cache", "v_cache"):
+                rows = caches[n].read(m)[:, :Nk]
+                kv.append(_logical_kv(rows, s.kv_layout, B, s.kv_capacity, part.kv_len, width).reshape(B, -1, hkv, d))
+            return Q, kv
+
+        def golden(m: Machine) -> tuple[F64, F64, F64, F64, F64]:
+            """O, A, smax and the last block's m, l (computed once per run)."""
             if memo.get("machine") is not m:
-                Q = q_rd.read(m).astype(np.float64)[:, : hq * d].reshape(B, S, hq, d)
-                kv = []
-                for n in ("k_cache", "v_cache"):
-                    rows = caches[n].read(m)[:, :Nk]
-                    kv.append(_logical_kv(rows, s.kv_layout, B, s.kv_capacity, s.kv_len, width).reshape(B, -1, hkv, d))
-                memo.update(machine=m, golden=attention_golden(Q, kv[0], kv[1], self.qk, True))
+                Q, (K, V) = inputs(m)
+                memo.update(
+                    machine=m, golden=(*attention_output(Q, K, V, self.qk, True), *last_block_states(fp, Q, K, self.qk))
+                )
             return memo["golden"]
 
         def fn(m: Machine) -> Derived:
-            O, A, smax, _scores, _allowed = golden(m)
+            O, A, smax, _m, _l = golden(m)
             return O, A, tolerance("flash", smax_r=smax[..., None], Tk=Tk)
 
         def state(kind: int, tol: Tolerance) -> Callable[[Machine], Derived]:
-            return lambda m: (state_goldens(fp, golden(m)[3], golden(m)[4])[kind], None, tol)
+            return lambda m: (golden(m)[3 + kind], None, tol)
 
         memo: dict[str, Any] = {}
         self.cb.check(
@@ -407,7 +454,7 @@ class _Judge:
             return (logits, *golden_topk(logits, k))
 
         lg = plan.router
-        logits_rd = VramCbm(lg.y_base, s.tokens, lg.N, lg.y_pitch, post=lambda a: a[:, :E])
+        logits_rd = VramCbm(lg.y_base, self.part.tokens, lg.N, lg.y_pitch, post=lambda a: a[:, :E])
         self.derived("router_logits", logits_rd, ("token", "expert"), "exact", lambda m: (routing(m)[0], None, None))
         last = plan.topk[-1]  # the routing chunk the SRAMs still hold
         sl, n = slice(last.row0, last.row0 + last.T), last.T
@@ -457,7 +504,7 @@ def reference_f64(ins: _Inputs) -> F64:
     if s.decode:
         K = np.concatenate([ins.cb.inputs["k_cache"].astype(np.float64), K], axis=1)
         V = np.concatenate([ins.cb.inputs["v_cache"].astype(np.float64), V], axis=1)
-    O, *_ = attention_golden(q.reshape(B, S, hq, d), K, V, 1.0 / np.sqrt(d), True)
+    O, _A, _smax = attention_output(q.reshape(B, S, hq, d), K, V, 1.0 / np.sqrt(d), True)
     h1 = x + O.reshape(s.tokens, hq * d) @ v["wo"]
     xn2 = rms(h1, v["gamma_ffn"], eps, invh)
     if s.moe:
@@ -467,20 +514,56 @@ def reference_f64(ins: _Inputs) -> F64:
     return h1 + (_silu(xn2 @ v["wg"]) * (xn2 @ v["wu"])) @ v["wd"]
 
 
-def build_layer(name: str, params: Mapping[str, Any], config: HardwareConfig, *, decode: bool) -> Case:
+def _start(
+    name: str, params: Mapping[str, Any], config: HardwareConfig, decode: bool
+) -> tuple[LayerShape, CaseBuilder]:
+    """The shape (its chunk resolved: a shape that cannot fit is refused here, before any input) and the case
+    builder with the FP constants."""
     p = resolve_params(params, config)
-    s = shape_of(p, config, decode)
+    s = resolve_chunk(config, shape_of(p, config, decode), p.get("chunk"), keep=True)
     p["positions"] = f"{s.kv_len - 1}" if decode else f"{int(p.get('pos0', 0))}..{int(p.get('pos0', 0)) + s.seq - 1}"
     cb = CaseBuilder(name, p, config)
     cb.set_fp(EPS=float(p["rms_eps"]), INV_HIDDEN=1.0 / s.hidden, QK_SCALE=1.0 / np.sqrt(s.head_dim))
-    ins = _Inputs(cb, config, s, p)
-    plan = plan_decoder_layer(config, s, ins.tensors, loops=bool(p.get("loops", True)), region_prefix="layer")
+    return s, cb
+
+
+def _program(cb: CaseBuilder, s: LayerShape, tensors: Mapping[str, Any], loops: bool) -> tuple[LayerPlan, Asm]:
+    """The plan, the VRAM regions it declares and the program."""
+    plan = plan_decoder_layer(cb.cfg, s, tensors, loops=loops, region_prefix="layer")
     for names, r0, n in _merged(plan):  # buffers live at different times may share rows: one region each span
         cb.region(names, r0, n, "output")
     asm = cb.asm()
     emit_decoder_layer(asm, plan, gp=GEN_GP, fp=GEN_FP)
+    return plan, asm
+
+
+def _notes(s: LayerShape, plan: LayerPlan) -> str:
+    chunk = f" chunk={s.chunk} passes={len(plan.passes)}" if s.chunk else ""
+    return f"tokens={s.tokens} kv_len={s.kv_len} P={plan.pitch}{chunk}"
+
+
+def build_layer(name: str, params: Mapping[str, Any], config: HardwareConfig, *, decode: bool) -> Case:
+    s, cb = _start(name, params, config, decode)
+    ins = _Inputs(cb, config, s, cb.params)
+    plan, asm = _program(cb, s, ins.tensors, bool(cb.params.get("loops", True)))
     _Judge(cb, plan, ins).add_all()
-    return cb.case(asm, notes=f"tokens={s.tokens} kv_len={s.kv_len} P={plan.pitch}", plan=plan)
+    return cb.case(asm, notes=_notes(s, plan), plan=plan)
+
+
+def build_layer_layout(name: str, params: Mapping[str, Any], config: HardwareConfig, *, decode: bool) -> Case:
+    """:func:`build_layer`'s program and HBM layout without values, goldens or checks (a layout-only case: every
+    tensor placed where the build places it, no byte written; issue 30's timing-only runs)."""
+    s, cb = _start(name, params, config, decode)
+    needs = layer_hbm_needs(config, s)
+    tensors: dict[str, tuple[HbmTensor, int]] = {}
+    for tname in tensor_order(s, needs):
+        rows, cols = needs[tname]
+        t, pl = cb.layout_tensor(tname, rows, cols, TENSOR_CLASS[tname], bind=False, writable=tname in ("q", "out"))
+        if tname in ("k_cache", "v_cache"):
+            cb.writable += cache_writable(config, s, t, pl.base)
+        tensors[tname] = (t, pl.base)
+    plan, asm = _program(cb, s, tensors, bool(cb.params.get("loops", True)))
+    return cb.case(asm, layout_only=True, plan=plan, notes=_notes(s, plan))
 
 
 def _merged(plan: LayerPlan) -> list[tuple[str, int, int]]:

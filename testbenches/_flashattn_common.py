@@ -137,49 +137,85 @@ def count_golden(plan: fa.FlashPlan, allowed: npt.NDArray[np.bool_]) -> F64:
     return l_val.astype(np.float64)
 
 
-def allowed_mask(q_len: int, kv_len: int, causal: bool) -> np.ndarray:
-    s = np.arange(q_len)[:, None]
+def allowed_mask(q_len: int, kv_len: int, causal: bool, rows: slice | None = None) -> np.ndarray:
+    """Which keys each query row may see ``[q_len, kv_len]`` (causal: end-aligned), or only the rows ``rows``."""
+    s = np.arange(q_len)[rows if rows is not None else slice(None)][:, None]
     c = np.arange(kv_len)[None, :]
-    allowed = np.ones((q_len, kv_len), dtype=bool)
+    allowed = np.ones((s.shape[0], kv_len), dtype=bool)
     if causal:
         allowed &= c <= s + (kv_len - q_len)
     return allowed
 
 
-def attention_golden(
-    Q: F64, K: F64, V: F64, qk: float, causal: bool
-) -> tuple[F64, F64, F64, F64, npt.NDArray[np.bool_]]:
-    """float64 golden O [b,s,h,d], envelope A = p@|V|, smax_r [b,s,h], scores [b,h,s,c], allowed [s,c].
+#: elements of one query block's [rows, keys] temporaries in the goldens (a few of them live at once)
+_BLOCK_ELEMS = 1 << 22
 
-    Computed one (batch, head) at a time: the peak host memory is the scores array plus one head's
-    [s, c] temporaries (no repeated K/V, no [b,h,s,c] temporaries)."""
+
+def _row_blocks(S: int, L: int) -> list[slice]:
+    """The query rows in blocks whose [rows, L] temporaries hold about ``_BLOCK_ELEMS`` elements."""
+    n = max(1, _BLOCK_ELEMS // max(L, 1))
+    return [slice(r, min(r + n, S)) for r in range(0, S, n)]
+
+
+def _scores(q: F64, Kh: F64, qk: float, out: F64) -> F64:
+    """Scores of query rows ``q [r, d]`` against one head's keys ``Kh [L, d]`` into ``out [r, L]``."""
+    np.matmul(q, Kh.T, out=out)
+    out *= qk
+    return out
+
+
+def _attend(sc: F64, hidden: F64, Vh: F64) -> tuple[F64, F64, F64]:
+    """(O, A = p@|V|, smax) of score rows ``sc [r, L]`` (``hidden``: 0 for a visible key, -inf for a masked one)."""
+    p = np.abs(sc)
+    p += hidden
+    smax = np.maximum(p.max(axis=-1), 0.0)  # max |score| over the visible keys
+    np.add(sc, hidden, out=p)
+    p -= p.max(axis=-1, keepdims=True)
+    np.exp(p, out=p)
+    p /= p.sum(axis=-1, keepdims=True)
+    return p @ Vh, p @ np.abs(Vh), smax
+
+
+def attention_output(
+    Q: F64, K: F64, V: F64, qk: float, causal: bool, scores: F64 | None = None
+) -> tuple[F64, F64, F64]:
+    """float64 golden O [b,s,h,d], envelope A = p@|V| and smax_r [b,s,h], one (batch, head, block of query rows)
+    at a time: the peak host memory is a few [rows, kv_len] temporaries of about 2^22 elements (no [s, c] matrix,
+    no repeated K/V); every row is computed alone, so the blocks change no value. ``scores`` ([b,h,s,c]): filled
+    with the scores too. Causal masks are end-aligned (the queries are the last s of the c positions)."""
     B_, S, hq, d = Q.shape
     L, hkv = K.shape[1], K.shape[2]
     ratio = hq // hkv
-    allowed = allowed_mask(S, L, causal)
-    hidden = np.where(allowed, 0.0, -np.inf)  # added to a score row: masked keys -> -inf, the rest exact
-    scores = np.empty((B_, hq, S, L))
-    O = np.empty((B_, S, hq, d))
-    A = np.empty((B_, S, hq, d))
-    smax = np.empty((B_, S, hq))
-    p = np.empty((S, L))
+    O, A, smax = np.empty((B_, S, hq, d)), np.empty((B_, S, hq, d)), np.empty((B_, S, hq))
+    blocks = [(r, np.where(allowed_mask(S, L, causal, r), 0.0, -np.inf)) for r in _row_blocks(S, L)]
+    buf = np.empty((blocks[0][1].shape[0], L))
     for b in range(B_):
         for h in range(hq):
             Kh = K[b, :, h // ratio].astype(np.float64)
             Vh = V[b, :, h // ratio].astype(np.float64)
-            sc = scores[b, h]
-            np.matmul(Q[b, :, h], Kh.T, out=sc)
-            sc *= qk
-            np.abs(sc, out=p)
-            p += hidden
-            smax[b, :, h] = np.maximum(p.max(axis=-1), 0.0)  # max |score| over the visible keys
-            np.add(sc, hidden, out=p)
-            p -= p.max(axis=-1, keepdims=True)
-            np.exp(p, out=p)
-            p /= p.sum(axis=-1, keepdims=True)
-            O[b, :, h] = p @ Vh
-            A[b, :, h] = p @ np.abs(Vh)
-    return O, A, smax, scores, allowed
+            for r, hidden in blocks:
+                sc = buf[: hidden.shape[0]] if scores is None else scores[b, h, r]
+                _scores(Q[b, r, h], Kh, qk, sc)
+                O[b, r, h], A[b, r, h], smax[b, r, h] = _attend(sc, hidden, Vh)
+    return O, A, smax
+
+
+def attention_golden(
+    Q: F64, K: F64, V: F64, qk: float, causal: bool
+) -> tuple[F64, F64, F64, F64, npt.NDArray[np.bool_]]:
+    """float64 golden O [b,s,h,d], envelope A = p@|V|, smax_r [b,s,h], scores [b,h,s,c], allowed [s,c]
+    (:func:`attention_output` keeping every score)."""
+    B_, S, hq, _d = Q.shape
+    scores = np.empty((B_, hq, S, K.shape[1]))
+    O, A, smax = attention_output(Q, K, V, qk, causal, scores)
+    return O, A, smax, scores, allowed_mask(S, K.shape[1], causal)
+
+
+def _states(sc: F64, al: npt.NDArray[np.bool_]) -> tuple[F64, F64]:
+    """The running max m and softmax mass l of score rows ``sc [..., r, c]`` over the allowed keys ``al``."""
+    m_g = np.where(al, sc, -np.inf).max(axis=-1)
+    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
+    return m_g, l_g
 
 
 def state_goldens(plan: fa.FlashPlan, scores: F64, allowed: npt.NDArray[np.bool_]) -> tuple[F64, F64]:
@@ -187,10 +223,18 @@ def state_goldens(plan: fa.FlashPlan, scores: F64, allowed: npt.NDArray[np.bool_
     (b, g, i, head batch) block (§5.2 flash_m / flash_l), from the golden scores ``[b, h, s, c]``."""
     blk = plan.last_block
     sc = scores[blk.b][list(blk.heads)][:, blk.q0 : blk.q0 + blk.br, :]  # [j, r, c]
-    al = allowed[blk.q0 : blk.q0 + blk.br][None]
-    m_g = np.where(al, sc, -np.inf).max(axis=-1)
-    l_g = np.where(al, np.exp(sc - m_g[..., None]), 0.0).sum(axis=-1)
-    return m_g, l_g
+    return _states(sc, allowed[blk.q0 : blk.q0 + blk.br][None])
+
+
+def last_block_states(plan: fa.FlashPlan, Q: F64, K: F64, qk: float) -> tuple[F64, F64]:
+    """:func:`state_goldens` computing only the last block's scores (``Q [b,s,h,d]``, ``K [b,c,hkv,d]``)."""
+    blk = plan.last_block
+    rows = slice(blk.q0, blk.q0 + blk.br)
+    ratio = Q.shape[2] // K.shape[2]
+    sc = np.empty((len(blk.heads), blk.br, K.shape[1]))
+    for j, h in enumerate(blk.heads):
+        _scores(Q[blk.b, rows, h], K[blk.b, :, h // ratio].astype(np.float64), qk, sc[j])
+    return _states(sc, allowed_mask(Q.shape[1], K.shape[1], plan.causal, rows)[None])
 
 
 def state_read(plan: fa.FlashPlan, kind: str, head: int | None = None) -> FpWords:

@@ -12,7 +12,7 @@ from typing import Any
 
 from plena_sim.config import HardwareConfig
 
-from ._decoder_common import DIMS, build_layer
+from ._decoder_common import DIMS, build_layer, build_layer_layout
 from .harness import Case, CaseSpec
 from .shapes import hw
 
@@ -36,3 +36,8 @@ RANGES = {"batch": [1, 2, 3], "kv": [1, hw(1, "MLEN"), hw(3, "MLEN", plus=1)], "
 
 def build(params: Mapping[str, Any], config: HardwareConfig) -> Case:
     return build_layer(NAME, dict(DEFAULTS, **params), config, decode=True)
+
+
+def build_layout(params: Mapping[str, Any], config: HardwareConfig) -> Case:
+    """:func:`build`'s program and HBM layout, no input values, goldens or checks (a layout-only case)."""
+    return build_layer_layout(NAME, dict(DEFAULTS, **params), config, decode=True)

@@ -65,7 +65,11 @@ def _plan(
     loops: bool = True,
     dry_run: bool = True,
     kv_chunk_tiles: int | None = None,
+    sizing: str = "",
 ) -> FlashPlan:
+    """The plan (module docstring); ``sizing``: a plan for its sizes alone, not to be emitted: ``"hbm"``
+    (``hbm_slack``, ``vram_regions``) has its blocks without their kv tiles (the long part of a long-context
+    schedule), ``"vram"`` (``vram_regions`` alone) no blocks."""
     shape = AttentionShape(batch, hq, hkv, d, q_len, kv_len, causal, kv_layout)
     pb = validate_problem(kernel, config, shape, kv_capacity=kv_capacity, kv_row_elems=kv_row_elems, path=path)
     eb_q, eb_kv = elem_bytes(pb, q, k, v)
@@ -75,7 +79,7 @@ def _plan(
     Tq = ceil_div(q_len, st.qrows)
     check_mram(pb, mram_tile0)
     vram = plan_vram(pb, st, o_base, o_rows_p, scratch_base, Tq)
-    blocks = schedule_blocks(pb, st, Tq)
+    blocks = () if sizing == "vram" else schedule_blocks(pb, st, Tq, tiles=not sizing)
     kv_alloc = kv_alloc_elems(pb)
     q_alloc = q_alloc_elems(pb, st.path, blocks)
     check_hbm(pb, q, k, eb_q, eb_kv, q_alloc, kv_alloc)
@@ -160,7 +164,7 @@ def hbm_requirements(config: HardwareConfig, **params: Any) -> dict[str, int]:
         p["d"] = p.pop("head_dim")
     if "s_out" in p:
         p["o_base"] = p.pop("s_out")
-    return _plan(kernel, config, dry_run=False, **p).hbm_slack
+    return _plan(kernel, config, dry_run=False, sizing="hbm", **p).hbm_slack
 
 
 def scratch_rows(config: HardwareConfig, **params: Any) -> int:
@@ -170,7 +174,7 @@ def scratch_rows(config: HardwareConfig, **params: Any) -> int:
         p.pop(name, None)
     if "head_dim" in p:
         p["d"] = p.pop("head_dim")
-    plan = _plan("flash_attention", config, dry_run=False, **p)
+    plan = _plan("flash_attention", config, dry_run=False, sizing="vram", **p)
     r0 = plan.scratch_base // plan.V
     ends = [a + n for name, (a, n, role) in plan.vram_regions.items() if role == "scratch"]
     return max(ends, default=r0) - r0

@@ -69,8 +69,9 @@ def _block_tiles(pb: Problem, q0: int, br: int) -> tuple[TileStep, ...]:
     return tuple(tiles)
 
 
-def schedule_blocks(pb: Problem, st: FpState, Tq: int) -> tuple[Block, ...]:
-    """Every block in loop order (§3.6): batch b, kv group g, q tile i, head batch of ``nh`` heads."""
+def schedule_blocks(pb: Problem, st: FpState, Tq: int, tiles: bool = True) -> tuple[Block, ...]:
+    """Every block in loop order (§3.6): batch b, kv group g, q tile i, head batch of ``nh`` heads (``tiles=False``:
+    without their kv tiles, for sizing: the HBM and VRAM sizes need only each block's rows)."""
     blocks: list[Block] = []
     for b in range(pb.batch):
         for g in range(pb.hkv):
@@ -80,7 +81,8 @@ def schedule_blocks(pb: Problem, st: FpState, Tq: int) -> tuple[Block, ...]:
                 q0m = 0 if mutation_hooks.active("q_tile_index_ignored") else q0
                 heads_all = [g * pb.ratio + j for j in range(pb.ratio)]
                 for s in range(0, pb.ratio, st.nh):
-                    blocks.append(Block(b, g, i, q0, br, tuple(heads_all[s : s + st.nh]), _block_tiles(pb, q0m, br)))
+                    kv = _block_tiles(pb, q0m, br) if tiles else ()
+                    blocks.append(Block(b, g, i, q0, br, tuple(heads_all[s : s + st.nh]), kv))
     return tuple(blocks)
 
 

@@ -20,6 +20,16 @@ holds the constant slots, and from slot 16 flash attention's state (attention st
 weights (ffn stage): the two ranges overlap, which is fine because the stages run one after another
 (:attr:`LayerPlan.fp_sram`, :attr:`LayerPlan.int_sram` record each stage's range); a-registers are bound per
 stage (a stage starts by pointing ``a0..`` at its tensors). Each stage is a region ``<prefix>/<stage>``.
+
+Chunked prefill (``chunk`` > 0, :mod:`programs.model.chunking` resolves it): the layer is one *pass* per chunk of
+``chunk`` tokens of each sequence (:func:`layer_parts`, :attr:`LayerPlan.passes`), every pass the same stages on the
+same VRAM layout (sized for one chunk) plus ``out_store``: the chunk's x rows loaded, its Q stored at its token
+rows and its K/V appended to the cache at its positions, its queries attending (flash attention with ``q_len`` =
+the chunk, ``kv_len`` = its end: end-aligned causal) to the cache so far, its output rows stored to HBM ``out``.
+A pass sees the token-row tensors and its sequence's cache as views (:func:`~programs.hbm_tensors.row_view`). A
+chunk starts on a q tile, so each chunk's attention blocks are the unchunked layer's and every other stage is
+token-wise: every token's result is the unchunked layer's, bit for bit. The region of a stage is marked once per
+chunk (the region statistics sum them); ``stages``/``bases`` of the plan are the last pass's.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from plena_sim.config import HardwareConfig
+from plena_sim.config import HardwareConfig, MxType
 
 from .. import flash as fa
 from .. import mutation_hooks
@@ -36,7 +46,7 @@ from ..asm import Asm, region
 from ..common import FP_STATE_BASE, fail, need_int, need_multiple, round_up, rp, vector_rows
 from ..elementwise import emit_add_rows, plan_add_rows
 from ..ffn import emit_ffn_swiglu, ffn_workspace_rows, plan_ffn_swiglu
-from ..hbm_tensors import HbmTensor, preload_act, set_addr_regs, store_act
+from ..hbm_tensors import HbmTensor, preload_act, row_view, set_addr_regs, store_act
 from ..linear import emit_linear, plan_linear
 from ..moe import POLICIES, emit_moe_layer, moe_workspace_rows, plan_moe_layer
 from ..norms import emit_rms_norm, plan_rms_norm
@@ -46,10 +56,17 @@ from .layout import BufferRequest, VramLayout, plan_vram
 __all__ = [
     "LayerShape",
     "LayerPlan",
+    "Part",
+    "Pass",
     "Stage",
     "STAGES",
+    "CHUNK_STAGES",
     "TENSORS",
+    "TENSOR_CLASS",
+    "KERNEL",
+    "layer_parts",
     "layer_hbm_needs",
+    "layer_vram",
     "plan_decoder_layer",
     "emit_decoder_layer",
 ]
@@ -70,11 +87,13 @@ STAGES = (
     "ffn",
     "ffn_residual",
 )
-_AT = {name: i for i, name in enumerate(STAGES)}
-_END = len(STAGES) - 1
+#: the stages of one chunk of a chunked prefill: the layer's, then the chunk's output rows stored to HBM ``out``
+CHUNK_STAGES = STAGES + ("out_store",)
+_AT = {name: i for i, name in enumerate(CHUNK_STAGES)}
 
 #: the HBM tensors of a layer (inputs, then the ones the program writes: q, and the K/V cache); ``wr`` (the
-#: router) only in a mixture-of-experts layer, whose ``wg``/``wu``/``wd`` stack every expert's weights
+#: router) only in a mixture-of-experts layer, whose ``wg``/``wu``/``wd`` stack every expert's weights; ``out``
+#: (the layer output) only in a chunked prefill
 TENSORS = (
     "wr",
     "x",
@@ -95,7 +114,14 @@ TENSORS = (
     "q",
     "k_cache",
     "v_cache",
+    "out",
 )
+#: each tensor's precision class: ``act`` (HBM_V_ACT_TYPE), ``weight`` (HBM_M_WEIGHT_TYPE) or ``kv`` (the K/V types)
+TENSOR_CLASS = {
+    **dict.fromkeys(("x", "gamma_attn", "gamma_ffn", "cos_q", "sin_q", "cos_k", "sin_k", "q", "out"), "act"),
+    **dict.fromkeys(("wr", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "rot"), "weight"),
+    **dict.fromkeys(("k_cache", "v_cache"), "kv"),
+}
 
 
 @dataclass(frozen=True)
@@ -118,6 +144,7 @@ class LayerShape:
     kv_capacity: int
     experts: int = 0  # 0: a dense FFN; else a routed-MoE FFN stage (a V_TOPK policy with top_k)
     top_k: int = 0
+    chunk: int = 0  # prefill: tokens of a sequence per pass (chunked prefill, < seq); 0: every token in one pass
 
     @property
     def moe(self) -> bool:
@@ -153,6 +180,49 @@ class LayerShape:
         """Cache rows one store writes (every padded VRAM row, ``rp(tokens)``)."""
         return rp(cfg, self.tokens)
 
+    def kv_store_rows(self, cfg: HardwareConfig) -> list[tuple[int, int]]:
+        """The K/V cache rows ``[lo, hi)`` the layer's stores write, one range per pass."""
+        return [
+            (p.b * self.kv_capacity + p.kv_row, p.b * self.kv_capacity + p.kv_row + p.pitch)
+            for p in layer_parts(cfg, self)
+        ]
+
+
+@dataclass(frozen=True)
+class Part:
+    """The tokens one pass of the layer computes: ``batch`` sequences of ``q_len`` tokens attending to ``kv_len``
+    positions, ``pitch`` VRAM rows per column block. The whole layer is one part; a chunked prefill has one per
+    chunk (``batch`` 1: sequence ``b``, positions ``pos0 ..``), whose token rows (x, the RoPE tables, q, out) start
+    at ``row0`` and whose K/V cache is the sequence's rows from ``b*kv_capacity`` on; its stores write the cache
+    from row ``kv_row`` of those (its position)."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+    kv_row: int
+    pitch: int
+    b: int = 0
+    pos0: int = 0
+    row0: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q_len
+
+
+def layer_parts(cfg: HardwareConfig, s: LayerShape) -> tuple[Part, ...]:
+    """The passes of the layer in program order: one, or (chunked) every chunk of every sequence, sequence by
+    sequence, all with the pitch of a whole chunk (the last chunk of a sequence may be shorter)."""
+    if not s.chunk:
+        return (Part(s.batch, s.seq, s.kv_len, s.new_kv_row, rp(cfg, s.tokens)),)
+    P = rp(cfg, s.chunk)
+    parts = []
+    for b in range(s.batch):
+        for c0 in range(0, s.seq, s.chunk):
+            n = min(s.chunk, s.seq - c0)
+            parts.append(Part(1, n, c0 + n, c0, P, b, c0, b * s.seq + c0))
+    return tuple(parts)
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -162,6 +232,16 @@ class Stage:
     bind: Mapping[int, str]  # a-register -> tensor name
     emit: Callable[[Asm, Sequence[int], Sequence[int]], None] = field(repr=False)
     plans: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of the layer: its part, its stages, and the byte base of every tensor as its stages bind it (a
+    chunk's views of the token rows and of its sequence's K/V cache)."""
+
+    part: Part
+    stages: tuple[Stage, ...]
+    bases: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -183,6 +263,13 @@ class LayerPlan:
     #: the stages run one after another, each writing its range before reading it
     fp_sram: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     int_sram: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: every pass in program order (one, or one per chunk); ``stages`` and ``bases`` are the last pass's
+    passes: tuple[Pass, ...] = ()
+
+    @property
+    def part(self) -> Part:
+        """The last pass's part: the tokens whose stage outputs the VRAM holds at the end."""
+        return self.passes[-1].part
 
     def cbm(self, name: str) -> int:
         """Element base of the VRAM buffer ``name``."""
@@ -221,8 +308,14 @@ def _check_shape(cfg: HardwareConfig, s: LayerShape) -> None:
         fail(KERNEL, "kv_capacity", s.kv_capacity, f"must be >= kv_len={s.kv_len}")
     if cfg.hbm_type("HBM_V_KV_TYPE") != cfg.hbm_type("HBM_M_KV_TYPE"):
         fail(KERNEL, "HBM_V_KV_TYPE", cfg.hbm_type("HBM_V_KV_TYPE"), "must equal HBM_M_KV_TYPE (K/V stored, then read)")
-    for name in ("experts", "top_k"):
+    for name in ("experts", "top_k", "chunk"):
         need_int(KERNEL, name, getattr(s, name), 0)
+    if s.chunk:
+        if s.decode:
+            fail(KERNEL, "chunk", s.chunk, "must be 0 for a decode step (one token per sequence)")
+        need_multiple(KERNEL, "chunk", s.chunk, M, "MLEN")
+        if s.chunk >= s.seq:
+            fail(KERNEL, "chunk", s.chunk, f"must be < seq={s.seq} (0: the whole sequence in one pass)")
     pairs = sorted(POLICIES.values())
     if s.moe and (s.experts, s.top_k) not in pairs:
         fail(
@@ -233,14 +326,15 @@ def _check_shape(cfg: HardwareConfig, s: LayerShape) -> None:
         )
 
 
-def _flash_params(cfg: HardwareConfig, s: LayerShape) -> dict[str, Any]:
+def _flash_params(cfg: HardwareConfig, s: LayerShape, part: Part) -> dict[str, Any]:
+    """Flash attention of a part: end-aligned causal (its queries are the last ``q_len`` of ``kv_len`` positions)."""
     return dict(
-        batch=s.batch,
+        batch=part.batch,
         hq=s.heads,
         hkv=s.kv_heads,
         d=s.head_dim,
-        q_len=s.seq,
-        kv_len=s.kv_len,
+        q_len=part.q_len,
+        kv_len=part.kv_len,
         causal=True,
         kv_layout=s.kv_layout,
         kv_capacity=s.kv_capacity,
@@ -248,20 +342,32 @@ def _flash_params(cfg: HardwareConfig, s: LayerShape) -> dict[str, Any]:
     )
 
 
-def _trial_vram(cfg: HardwareConfig, s: LayerShape) -> dict[str, int]:
+def _trial_vram(cfg: HardwareConfig, s: LayerShape, part: Part) -> dict[str, int]:
     """A VRAM placement of flash attention to size it with (O at row 0, its scratch after O)."""
-    P = rp(cfg, s.tokens)
-    o_rows = (s.q_width // cfg.VLEN) * P
-    return {"o_base": 0, "o_rows_p": P, "scratch_base": (o_rows + 1) * cfg.VLEN}
+    o_rows = (s.q_width // cfg.VLEN) * part.pitch
+    return {"o_base": 0, "o_rows_p": part.pitch, "scratch_base": (o_rows + 1) * cfg.VLEN}
+
+
+def _flash_hbm(cfg: HardwareConfig, s: LayerShape) -> tuple[int, int]:
+    """``(q rows, K/V cache rows)`` every pass's flash attention reads (its view's rows from where the view starts)."""
+    Nq, Nk = s.q_width, s.kv_width(cfg)
+    q_rows = kv_rows = 0
+    for part in layer_parts(cfg, s):
+        req = fa.hbm_requirements(cfg, **_flash_params(cfg, s, part), **_trial_vram(cfg, s, part))
+        q_rows = max(q_rows, part.row0 + -(-req["q"] // Nq))
+        kv_rows = max(kv_rows, part.b * s.kv_capacity + -(-req["k"] // Nk))
+    return q_rows, kv_rows
 
 
 def layer_hbm_needs(cfg: HardwareConfig, s: LayerShape) -> dict[str, tuple[int, int]]:
     """``(rows, cols)`` every HBM tensor of the layer must allocate (inputs with their padding rows, q and the
-    K/V cache with every row the stores write and the flash prefetches read)."""
+    K/V cache with every row the stores write and the flash prefetches read; a chunked prefill's passes read
+    and write whole chunks of rows, and store the output ``out``)."""
     _check_shape(cfg, s)
-    P, H, Nq, Nk = rp(cfg, s.tokens), s.hidden, s.q_width, s.kv_width(cfg)
-    req = fa.hbm_requirements(cfg, **_flash_params(cfg, s), **_trial_vram(cfg, s))
-    kv_rows = max(-(-req["k"] // Nk), s.new_kv_row + s.kv_rows_written(cfg), s.batch * s.kv_capacity)
+    H, Nq, Nk = s.hidden, s.q_width, s.kv_width(cfg)
+    P = max(part.row0 + part.pitch for part in layer_parts(cfg, s))  # unchunked: rp(tokens)
+    q_rows, kv_read = _flash_hbm(cfg, s)
+    kv_rows = max(kv_read, *(hi for _lo, hi in s.kv_store_rows(cfg)), s.batch * s.kv_capacity)
     vr = vector_rows(cfg, H)
     M = cfg.MLEN
     return {
@@ -278,9 +384,10 @@ def layer_hbm_needs(cfg: HardwareConfig, s: LayerShape) -> dict[str, tuple[int, 
         **({"rot": (M, M)} if s.head_dim <= M else {}),  # the rotation tile (RoPE's matmul path)
         "wo": (Nq, H),
         **_ffn_needs(cfg, s),
-        "q": (max(P, -(-req["q"] // Nq)), Nq),
+        "q": (max(P, q_rows), Nq),
         "k_cache": (kv_rows, Nk),
         "v_cache": (kv_rows, Nk),
+        **({"out": (P, H)} if s.chunk else {}),
     }
 
 
@@ -298,8 +405,14 @@ def _ffn_needs(cfg: HardwareConfig, s: LayerShape) -> dict[str, tuple[int, int]]
 # =========================================================================== planning
 
 
+def _stages(s: LayerShape) -> tuple[str, ...]:
+    """The stages of one pass."""
+    return CHUNK_STAGES if s.chunk else STAGES
+
+
 def _buffers(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> list[BufferRequest]:
     """The stage-output buffers with their lifetimes (producer, last reader; the end when ``keep``)."""
+    end = len(_stages(s)) - 1
     V = cfg.VLEN
     H, Nq, Nk = s.hidden, s.q_width, s.kv_width(cfg)
 
@@ -319,23 +432,30 @@ def _buffers(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> list[Buf
         ("h1", H, "attn_residual", "ffn_residual"),
         ("xn2", H, "ffn_norm", "ffn"),
         ("d", H, "ffn", "ffn_residual"),
-        ("out", H, "ffn_residual", "ffn_residual"),
+        ("out", H, "ffn_residual", _stages(s)[-1]),
     ]
-    return [BufferRequest(n, cbm(c), _AT[a], _END if keep else _AT[b]) for n, c, a, b in spec]
+    return [BufferRequest(n, cbm(c), _AT[a], end if keep else _AT[b]) for n, c, a, b in spec]
 
 
-def _scratch(cfg: HardwareConfig, s: LayerShape, P: int) -> dict[str, int]:
-    """Rows of each stage's scratch (live during the stage alone)."""
+def _flash_scratch(cfg: HardwareConfig, s: LayerShape, parts: Sequence[Part]) -> int:
+    """Flash attention's scratch rows: the most any pass needs (passes alike in queries and keys size alike)."""
+    sizes = {(p.batch, p.q_len, p.kv_len, p.pitch): p for p in parts}.values()
+    return max(fa.scratch_rows(cfg, **_flash_params(cfg, s, p), **_trial_vram(cfg, s, p)) for p in sizes)
+
+
+def _scratch(cfg: HardwareConfig, s: LayerShape, parts: Sequence[Part]) -> dict[str, int]:
+    """Rows of each stage's scratch (live during the stage alone), for the largest pass."""
     V, M, T = cfg.VLEN, cfg.MLEN, cfg.mram_tiles
     H, Nq = s.hidden, s.q_width
+    P, tokens = parts[0].pitch, max(p.tokens for p in parts)
     split = P if max(H, Nq) // M > T else 0
     norm = 1 + vector_rows(cfg, H)  # t row, gamma rows
     rope_rows = 3 * (Nq // V) * P + 1  # cos, sin, xr, t (the widest: Q)
-    flash = fa.scratch_rows(cfg, **_flash_params(cfg, s), **_trial_vram(cfg, s))
+    flash = _flash_scratch(cfg, s, parts)
     if s.moe:
-        ffn = moe_workspace_rows(cfg, T=s.tokens, hidden=H, inter=s.ffn, policy=s.policy, pitch=P)
+        ffn = moe_workspace_rows(cfg, T=tokens, hidden=H, inter=s.ffn, policy=s.policy, pitch=P)
     else:
-        ffn = ffn_workspace_rows(cfg, rows=s.tokens, hidden=H, inter=s.ffn, pitch=P)
+        ffn = ffn_workspace_rows(cfg, rows=tokens, hidden=H, inter=s.ffn, pitch=P)
     return {
         "attn_norm": norm,
         "qkv_proj": max(split, 1),
@@ -347,12 +467,16 @@ def _scratch(cfg: HardwareConfig, s: LayerShape, P: int) -> dict[str, int]:
     }
 
 
-def _layout(cfg: HardwareConfig, s: LayerShape, P: int, keep: bool) -> VramLayout:
-    """Every buffer placed; a MoE layer's ffn scratch starts with the router logits, so with ``keep`` (a testbench
-    judging every stage) it lives to the end like the stage outputs."""
-    reqs = _buffers(cfg, s, P, keep)
-    for st, n in _scratch(cfg, s, P).items():
-        last = _END if keep and s.moe and st == "ffn" else _AT[st]
+def layer_vram(cfg: HardwareConfig, s: LayerShape, keep: bool) -> VramLayout:
+    """Every buffer of a pass placed (every pass shares the layout); a MoE layer's ffn scratch starts with the
+    router logits, so with ``keep`` (a testbench judging every stage) it lives to the end like the stage
+    outputs. :attr:`VramLayout.rows_used` is what the layer needs of VECTOR_SRAM_SIZE."""
+    _check_shape(cfg, s)
+    parts = layer_parts(cfg, s)
+    end = len(_stages(s)) - 1
+    reqs = _buffers(cfg, s, parts[0].pitch, keep)
+    for st, n in _scratch(cfg, s, parts).items():
+        last = end if keep and s.moe and st == "ffn" else _AT[st]
         reqs.append(BufferRequest(f"scratch:{st}", n, _AT[st], last))
     return plan_vram(reqs, cfg.VLEN)
 
@@ -367,8 +491,11 @@ class _Builder:
         lay: VramLayout,
         tensors: Mapping[str, tuple[HbmTensor, int]],
         loops: bool,
+        part: Part,
+        flash_path: str = "auto",
     ) -> None:
-        self.cfg, self.s, self.P, self.lay, self.loops = cfg, s, rp(cfg, s.tokens), lay, loops
+        self.cfg, self.s, self.P, self.lay, self.loops = cfg, s, part.pitch, lay, loops
+        self.part, self.n, self.flash_path = part, part.tokens, flash_path
         self.t = {k: v[0] for k, v in tensors.items()}
         self.bases = {k: v[1] for k, v in tensors.items()}
 
@@ -383,7 +510,7 @@ class _Builder:
         tx = self.ten("x", 0)
 
         def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
-            preload_act(asm, cfg, tx, s.tokens, s.hidden, self.at("x"), P, gp)
+            preload_act(asm, cfg, tx, self.n, s.hidden, self.at("x"), P, gp)
 
         return Stage("load_x", {0: "x"}, emit)
 
@@ -392,7 +519,7 @@ class _Builder:
         sc = f"scratch:{name}"
         plan = plan_rms_norm(
             cfg,
-            rows=s.tokens,
+            rows=self.n,
             hidden=s.hidden,
             x_base=self.at(src),
             pitch=self.P,
@@ -411,7 +538,7 @@ class _Builder:
         split = self.at(f"scratch:{scratch}") if self.lay.buffers[f"scratch:{scratch}"].rows > 1 else None
         return plan_linear(
             self.cfg,
-            rows=self.s.tokens,
+            rows=self.n,
             K=K,
             N=N,
             x_base=self.at(src),
@@ -447,7 +574,7 @@ class _Builder:
         sc = "scratch:rope"
         return plan_rope(
             cfg,
-            rows=s.tokens,
+            rows=self.n,
             nh=cols // s.head_dim,
             d=s.head_dim,
             x_base=self.at(src),
@@ -484,7 +611,7 @@ class _Builder:
     def store(self) -> Stage:
         cfg, s, P = self.cfg, self.s, self.P
         Nk = s.kv_width(cfg)
-        row = s.new_kv_row
+        row = self.part.kv_row
         k_buf, v_buf = ("k", "kr") if mutation_hooks.active("layer_rope_on_v") else ("kr", "v")
         items = [("q", "qr", "q", s.q_width, 0), ("k_cache", k_buf, "k", Nk, row), ("v_cache", v_buf, "v", Nk, row)]
         if mutation_hooks.active("layer_k_not_cached"):
@@ -494,7 +621,7 @@ class _Builder:
             for tname, buf, label, cols, row0 in items:
                 with region(asm, label):
                     set_addr_regs(asm, {0: self.bases[tname]}, gp)
-                    store_act(asm, cfg, self.ten(tname, 0), s.tokens, cols, self.at(buf), P, gp, row0=row0)
+                    store_act(asm, cfg, self.ten(tname, 0), self.n, cols, self.at(buf), P, gp, row0=row0)
 
         return Stage("qkv_store", {}, emit)
 
@@ -502,7 +629,8 @@ class _Builder:
         cfg, s = self.cfg, self.s
         plan = fa.plan_flash_attention(
             cfg,
-            **_flash_params(cfg, s),
+            **_flash_params(cfg, s, self.part),
+            path=self.flash_path,
             q=self.ten("q", 0),
             k=self.ten("k_cache", 1),
             v=self.ten("v_cache", 2),
@@ -510,6 +638,7 @@ class _Builder:
             o_rows_p=self.P,
             scratch_base=self.at("scratch:attention"),
             loops=self.loops,
+            dry_run=False,  # the layer needs no instruction counts: the emission decides the loops (same program)
         )
 
         def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -544,7 +673,7 @@ class _Builder:
         s = self.s
         plan = plan_moe_layer(
             self.cfg,
-            T=s.tokens,
+            T=self.n,
             hidden=s.hidden,
             inter=s.ffn,
             policy=s.policy,
@@ -569,7 +698,7 @@ class _Builder:
     def dense_ffn(self) -> Stage:
         plan = plan_ffn_swiglu(
             self.cfg,
-            rows=self.s.tokens,
+            rows=self.n,
             hidden=self.s.hidden,
             inter=self.s.ffn,
             x_base=self.at("xn2"),
@@ -587,8 +716,18 @@ class _Builder:
 
         return Stage("ffn", {0: "wg", 1: "wu", 2: "wd"}, emit, {"ffn": plan})
 
+    def out_store(self) -> Stage:
+        """A chunk's output rows to HBM ``out`` (MX act type), for the next layer to load like ``x``."""
+        cfg, s, P = self.cfg, self.s, self.P
+
+        def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
+            store_act(asm, cfg, self.ten("out", 0), self.n, s.hidden, self.at("out"), P, gp)
+
+        return Stage("out_store", {0: "out"}, emit)
+
     def stages(self) -> tuple[Stage, ...]:
         res_src = "xn1" if mutation_hooks.active("layer_residual_from_norm") else "x"
+        chunk = (self.out_store(),) if self.s.chunk else ()
         return (
             self.load_x(),
             self.norm("attn_norm", "x", "xn1", "gamma_attn"),
@@ -601,6 +740,7 @@ class _Builder:
             self.norm("ffn_norm", "h1", "xn2", "gamma_ffn"),
             self.ffn(),
             self.residual("ffn_residual", "h1", "d", "out"),
+            *chunk,
         )
 
 
@@ -623,14 +763,14 @@ def plan_decoder_layer(
         t = tensors[name][0]
         if t.row_pitch_elems != cols or t.alloc_elems < rows * cols:
             fail(KERNEL, f"{name}.alloc_elems", t.alloc_elems, f"must be >= {rows}x{cols} with row pitch {cols}")
-    P = rp(config, shape.tokens)
-    lay = _layout(config, shape, P, keep_outputs)
-    b = _Builder(config, shape, lay, tensors, loops)
-    stages = b.stages()
+    lay = layer_vram(config, shape, keep_outputs)
+    passes = _passes(config, shape, lay, tensors, loops)
+    last = passes[-1]
+    stages = last.stages
     flash = stages[_AT["attention"]].plans["flash"]
     fp_sram = {"attention": (flash.fp_state_base, flash.fp_state_size)}
     int_sram: dict[str, tuple[int, int]] = {}
-    data_path = dict(_DATA_PATH)
+    data_path = dict(_DATA_PATH, **(_CHUNK_PATH if shape.chunk else {}))
     if shape.moe:
         moe = stages[_AT["ffn"]].plans["moe"]
         fp_sram["ffn"], int_sram["ffn"] = moe.fp_range, moe.int_range
@@ -642,11 +782,11 @@ def plan_decoder_layer(
     return LayerPlan(
         KERNEL,
         shape,
-        P,
+        last.part.pitch,
         lay,
         stages,
-        b.bases,
-        b.t,
+        last.bases,
+        {k: v[0] for k, v in tensors.items()},
         region_prefix,
         (flash.fp_state_base, flash.fp_state_size),
         {st.name: _mram(st) for st in stages if _mram(st)[1]},
@@ -654,7 +794,51 @@ def plan_decoder_layer(
         config,
         fp_sram,
         int_sram,
+        passes,
     )
+
+
+def _passes(
+    cfg: HardwareConfig,
+    s: LayerShape,
+    lay: VramLayout,
+    tensors: Mapping[str, tuple[HbmTensor, int]],
+    loops: bool,
+) -> tuple[Pass, ...]:
+    """Every pass planned against the one layout; the chunks' flash attention all take the path the first chunk's
+    takes (the choice weighs the q rows of a pass: one path for every token)."""
+    out: list[Pass] = []
+    path = "auto"
+    for part in layer_parts(cfg, s):
+        b = _Builder(cfg, s, lay, _part_tensors(cfg, s, tensors, part), loops, part, path)
+        stages = b.stages()
+        path = stages[_AT["attention"]].plans["flash"].path
+        out.append(Pass(part, stages, b.bases))
+    return tuple(out)
+
+
+#: the tensors a chunk reads or writes at its token rows, and the K/V caches it views from its sequence's row
+_TOKEN_ROWS = ("x", "cos_q", "sin_q", "cos_k", "sin_k", "q", "out")
+_CACHES = ("k_cache", "v_cache")
+
+
+def _part_tensors(
+    cfg: HardwareConfig, s: LayerShape, tensors: Mapping[str, tuple[HbmTensor, int]], part: Part
+) -> Mapping[str, tuple[HbmTensor, int]]:
+    """The tensors as a pass sees them: a chunk's token rows and its sequence's K/V cache as views of their own
+    (:func:`~programs.hbm_tensors.row_view`); the whole layer sees the tensors themselves."""
+    if not s.chunk:
+        return tensors
+    out = dict(tensors)
+    for names, row, key in (
+        (_TOKEN_ROWS, part.row0, "HBM_V_ACT_TYPE"),
+        (_CACHES, part.b * s.kv_capacity, "HBM_M_KV_TYPE"),
+    ):
+        t = cfg.hbm_type(key)
+        sb = t.scale_bytes if isinstance(t, MxType) else 0
+        for name in names:
+            out[name] = row_view(*tensors[name], row, sb)
+    return out
 
 
 _DATA_PATH = {
@@ -664,6 +848,11 @@ _DATA_PATH = {
     "kr, v": "HBM K/V cache (MX KV type): the layer's own K/V, read back by flash attention",
     "o": "VRAM (read by the O projection)",
     "attn, h1, xn2, d, out": "VRAM",
+}
+_CHUNK_PATH = {
+    "x": "HBM x: each chunk's rows loaded in turn (its K/V appended to the cache, its queries attending to the "
+    "cache so far)",
+    "out": "HBM out (MX act type): each chunk's output rows stored, to be loaded like x by the next layer",
 }
 
 
@@ -676,14 +865,17 @@ def _mram(st: Stage) -> tuple[int, int]:
 
 
 def emit_decoder_layer(asm: Asm, plan: LayerPlan, *, gp: Sequence[int], fp: Sequence[int]) -> None:
-    """The layer's program: every stage in its region, starting with its a-register bindings."""
+    """The layer's program: every pass's stages, each in its region (``<prefix>/<stage>``: a chunked prefill marks
+    each stage once per chunk, and the region statistics sum them), starting with its a-register bindings."""
     s = plan.shape
     moe = {"experts": s.experts, "top_k": s.top_k} if s.moe else {}
-    asm.begin(KERNEL, tokens=s.tokens, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, ffn=s.ffn, **moe)
+    chunk = {"chunk": s.chunk, "passes": len(plan.passes)} if s.chunk else {}
+    asm.begin(KERNEL, tokens=s.tokens, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, ffn=s.ffn, **moe, **chunk)
     with region(asm, plan.region_prefix):
-        for st in plan.stages:
-            with region(asm, st.name):
-                if st.bind:
-                    set_addr_regs(asm, {a: plan.bases[n] for a, n in st.bind.items()}, gp)
-                st.emit(asm, gp, fp)
+        for ps in plan.passes:
+            for st in ps.stages:
+                with region(asm, st.name):
+                    if st.bind:
+                        set_addr_regs(asm, {a: ps.bases[n] for a, n in st.bind.items()}, gp)
+                    st.emit(asm, gp, fp)
     asm.end(KERNEL)
