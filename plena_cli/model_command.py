@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_FAULT, EXIT_MISMATCH, EXIT_OK, UsageError
+from .interrupts import add_timeout_arg
 from .model_report import render_list, render_model
 from .options import add_backend_arg, add_hw_arg, add_timing_arg, examples, timing_only_of
 from .render import compile_core, print_fault, print_json, status
@@ -49,12 +50,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--layers", type=int, default=None, help="layers of the model (default: the preset's)")
     p.add_argument("--seed", type=int, default=None, help="input seed (default: the testbenches')")
     add_backend_arg(p)
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--prefill-only", action="store_true", help="run only the prefill layer (decode figures null)")
+    only.add_argument("--decode-only", action="store_true", help="run only the decode step (prefill figures null)")
+    add_timeout_arg(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.set_defaults(func=cmd_model)
 
 
 def cmd_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     from studies.model import execute, load_model, prepare
+    from studies.model.run import PHASES
 
     if args.list:
         if args.name:
@@ -71,6 +77,7 @@ def cmd_model(args: argparse.Namespace, out: Console, err: Console) -> int:
         preset,
         timing_only=not functional,
         routing=routing,
+        phases=("prefill",) if args.prefill_only else ("decode",) if args.decode_only else PHASES,
         hw=args.hw,
         timing=args.timing,
         seq=args.seq,

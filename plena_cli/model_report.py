@@ -71,8 +71,8 @@ def render_model(out: Console, doc: Mapping[str, Any]) -> None:
     )
     title = f"{doc['model']} on {doc['hw']} ({doc['timing']} timing)"
     out.print(Panel(body, title=escape(title), expand=False), soft_wrap=False)
-    for phase in ("prefill", "decode"):
-        run = doc["runs"][phase]
+    for run in doc["runs"].values():
+        phase = "prefill" if run["testbench"] == "decoder_layer" else "decode"
         if run["verdict"] == "FAIL":
             out.print(f"{phase}: {run['summary']}", markup=False)
     if doc["regions"]:
@@ -102,6 +102,8 @@ def _runs_table(doc: Mapping[str, Any]) -> Table:
         ("prefill", "prefill layer", "prefill_layer_s"),
         ("decode", "decode step", "decode_layer_s"),
     ):
+        if phase not in doc["runs"]:
+            continue
         run = doc["runs"][phase]
         t.add_row(
             label,
@@ -118,14 +120,18 @@ def _figure_lines(doc: Mapping[str, Any]) -> list[str]:
     n = doc["layers"]
     rate = doc["decode_tokens_per_s"]
     rate_text = "-" if rate is None else f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
-    return [
-        f"clock {_hz_text(doc['clock_hz'])} ({doc['clock_source']})",
-        f"TTFT {seconds_text(doc['ttft_s'])} = {n} layers x {doc['prefill_layer_cycles']:,} cycles "
-        f"(prefill of {doc['seq']} tokens)",
-        f"decode {rate_text} tokens/s = batch {doc['batch']} per {seconds_text(doc['decode_step_s'])} step "
-        f"({n} layers x {doc['decode_layer_cycles']:,} cycles)",
-        *(_roofline_line(phase, doc) for phase in ("prefill", "decode") if doc.get("roofline", {}).get(phase)),
-    ]
+    lines = [f"clock {_hz_text(doc['clock_hz'])} ({doc['clock_source']})"]
+    if doc["prefill_layer_cycles"] is not None:
+        lines.append(
+            f"TTFT {seconds_text(doc['ttft_s'])} = {n} layers x {doc['prefill_layer_cycles']:,} cycles "
+            f"(prefill of {doc['seq']} tokens)"
+        )
+    if doc["decode_layer_cycles"] is not None:
+        lines.append(
+            f"decode {rate_text} tokens/s = batch {doc['batch']} per {seconds_text(doc['decode_step_s'])} step "
+            f"({n} layers x {doc['decode_layer_cycles']:,} cycles)"
+        )
+    return lines + [_roofline_line(p, doc) for p in ("prefill", "decode") if doc.get("roofline", {}).get(p)]
 
 
 def _roofline_line(phase: str, doc: Mapping[str, Any]) -> str:

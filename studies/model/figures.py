@@ -23,17 +23,19 @@ def clock_of(hw: str) -> tuple[float, str]:
 
 
 def layer_figures(
-    layers: int, batch: int, prefill_layer_cycles: int, decode_layer_cycles: int, clock_hz: float
+    layers: int, batch: int, prefill_layer_cycles: int | None, decode_layer_cycles: int | None, clock_hz: float
 ) -> dict[str, float | None]:
     """One layer's time, the TTFT (``layers x`` the prefill layer) and the decode rate (``batch`` tokens per
-    step of ``layers x`` the decode layer); the rate is None without decode cycles."""
-    step_s = layers * decode_layer_cycles / clock_hz
+    step of ``layers x`` the decode layer); a run not made (None cycles) leaves its figures None, and the rate is
+    None without decode cycles."""
+    pre, dec = prefill_layer_cycles, decode_layer_cycles
+    step_s = None if dec is None else layers * dec / clock_hz
     return {
-        "prefill_layer_s": prefill_layer_cycles / clock_hz,
-        "decode_layer_s": decode_layer_cycles / clock_hz,
-        "ttft_s": layers * prefill_layer_cycles / clock_hz,
+        "prefill_layer_s": None if pre is None else pre / clock_hz,
+        "decode_layer_s": None if dec is None else dec / clock_hz,
+        "ttft_s": None if pre is None else layers * pre / clock_hz,
         "decode_step_s": step_s,
-        "decode_tokens_per_s": batch / step_s if step_s > 0 else None,
+        "decode_tokens_per_s": batch / step_s if step_s else None,
     }
 
 
@@ -75,14 +77,15 @@ def run_roofline(stats: Mapping[str, Any], clock_hz: float, stage_prefix: str = 
     peak = float(hbm.get("peak_bandwidth_GBps") or 0.0)  # bytes per cycle (timing.md: 1 ns cycles)
     moved = int(hbm.get("bytes_read", 0)) + int(hbm.get("bytes_written", 0))
     out = roofline(int(stats.get("matrix_macs", 0)), moved, int(stats.get("cycles", 0)), array, peak, clock_hz)
+    regions = stats.get("regions") or []
     stages = {}
-    for region in stats.get("regions") or []:
+    for region in regions:
         path = str(region["path"])
         if path.startswith(stage_prefix) and "/" not in path[len(stage_prefix) :]:
-            nbytes = int(region.get("hbm_read_bytes", 0)) + int(region.get("hbm_write_bytes", 0))
+            inner = [r for r in regions if r["path"] == path or str(r["path"]).startswith(path + "/")]
+            macs = sum(int(r.get("macs", 0)) for r in inner)  # a region's own counts: its nested regions added
+            nbytes = sum(int(r.get("hbm_read_bytes", 0)) + int(r.get("hbm_write_bytes", 0)) for r in inner)
             cycles = int(region.get("cycles_inclusive", 0))
-            stages[path[len(stage_prefix) :]] = roofline(
-                int(region.get("macs", 0)), nbytes, cycles, array, peak, clock_hz
-            )
+            stages[path[len(stage_prefix) :]] = roofline(macs, nbytes, cycles, array, peak, clock_hz)
     out["stages"] = stages
     return out

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PREFILL_TESTBENCH", "DECODE_TESTBENCH", "ModelRun", "load_model", "prepare", "execute", "run_model"]
 
+#: the two runs of a model, in order
+PHASES = ("prefill", "decode")
 PREFILL_TESTBENCH = "decoder_layer"
 DECODE_TESTBENCH = "decoder_decode"
 
@@ -50,14 +52,17 @@ class ModelRun:
     timing_only: bool = False
     #: its MoE routing policy (a mixture-of-experts preset without one gets ``uniform``, stated in the output)
     routing: Routing | None = None
+    #: which runs: the prefill layer, the decode step, or both (``--prefill-only`` / ``--decode-only``)
+    phases: tuple[str, ...] = PHASES
 
     def testbench_params(self) -> dict[str, tuple[str, dict[str, Any]]]:
         """``phase -> (testbench, parameters)``: the prefill layer and the decode step."""
         shapes = self.preset.layer_params() | ({} if self.seed is None else {"seed": self.seed})
-        return {
+        both = {
             "prefill": (PREFILL_TESTBENCH, {"batch": self.batch, "seq": self.seq, **shapes}),
             "decode": (DECODE_TESTBENCH, {"batch": self.batch, "kv": self.kv, **shapes}),
         }
+        return {phase: both[phase] for phase in self.phases}
 
 
 def prepare(
@@ -73,11 +78,12 @@ def prepare(
     backend: str = "numba",
     timing_only: bool = False,
     routing: Routing | None = None,
+    phases: tuple[str, ...] = PHASES,
 ) -> ModelRun:
     """The run of ``model`` (a preset or its name/path) on hardware preset ``hw`` (default: the default
     preset), checked before anything runs: the preset, the machine and both testbenches with every
     parameter (a ModelError / ConfigError naming what is wrong). ``timing_only``: cycles without the datapath
-    (a MoE preset's routing defaults to ``uniform``)."""
+    (a MoE preset's routing defaults to ``uniform``). ``phases``: the runs to make (a subset of :data:`PHASES`)."""
     from plena_sim.config.presets import DEFAULT_PRESET, preset_info
 
     preset = load_model(model) if isinstance(model, str) else model
@@ -92,9 +98,10 @@ def prepare(
         from plena_sim.routing import Routing
 
         routing = Routing("uniform")
-    run = ModelRun(
-        preset, hw, timing, seq, batch, kv, layers, seed, backend, timing_only, routing if timing_only else None
-    )
+    if not phases or any(p not in PHASES for p in phases):
+        raise ModelError(f"model: phases {list(phases)} must be a non-empty subset of {list(PHASES)}")
+    routing = routing if timing_only else None
+    run = ModelRun(preset, hw, timing, seq, batch, kv, layers, seed, backend, timing_only, routing, tuple(phases))
     for tb, params in run.testbench_params().values():
         _check_params(preset, tb, params)
     return run
@@ -114,6 +121,7 @@ def run_model(
     progress: Callable[[str], None] | None = None,
     timing_only: bool = False,
     routing: Routing | None = None,
+    phases: tuple[str, ...] = PHASES,
 ) -> dict[str, Any]:
     """``execute(prepare(model, ...))``: the JSON document of ``plena-sim model --json`` (see :mod:`studies.model`;
     ``kv`` defaults to ``seq``, ``layers`` to the preset's)."""
@@ -129,6 +137,7 @@ def run_model(
         backend=backend,
         timing_only=timing_only,
         routing=routing,
+        phases=phases,
     )
     return execute(run, progress=progress)
 
@@ -142,14 +151,15 @@ def execute(run: ModelRun, progress: Callable[[str], None] | None = None) -> dic
         if progress is not None:
             progress(f"{run.preset.name}: {phase} ({tb}) on {run.hw} ...")
         runs[phase] = _judged_run(run, tb, params)
-    pre, dec = runs["prefill"].report, runs["decode"].report
+    pre, dec = (runs[p].report if p in runs else None for p in PHASES)
     clock_hz, clock_source = clock_of(run.hw)
     doc: dict[str, Any] = {
         "model": run.preset.name,
         "preset": run.preset.to_dict(),
-        "verdict": _verdict(pre, dec),
+        "verdict": _verdict([r.report for r in runs.values()]),
         "timing_only": run.timing_only,
         "routing": run.routing.label if run.routing is not None else None,
+        "phases": list(run.phases),
         "hw": run.hw,
         "timing": run.timing,
         "backend": run.backend,
@@ -159,13 +169,13 @@ def execute(run: ModelRun, progress: Callable[[str], None] | None = None) -> dic
         "layers": run.layers,
         "clock_hz": clock_hz,
         "clock_source": clock_source,
-        "prefill_layer_cycles": pre.cycles,
-        "decode_layer_cycles": dec.cycles,
-        **layer_figures(run.layers, run.batch, pre.cycles, dec.cycles, clock_hz),
-        "roofline": {phase: run_roofline(r.report.stats or {}, clock_hz) for phase, r in runs.items()},
-        "unvalidated_share": {phase: _unvalidated_share(r.report) for phase, r in runs.items()},
+        "prefill_layer_cycles": None if pre is None else pre.cycles,
+        "decode_layer_cycles": None if dec is None else dec.cycles,
+        **layer_figures(run.layers, run.batch, _cycles(pre), _cycles(dec), clock_hz),
+        "roofline": {p: run_roofline(runs[p].report.stats or {}, clock_hz) if p in runs else None for p in PHASES},
+        "unvalidated_share": {p: _unvalidated_share(runs[p].report) if p in runs else None for p in PHASES},
         "decode_path": "gemm",  # every linear runs on the matrix-matrix path (no GEMV decode yet: issue 38)
-        "regions": merge_regions(pre.stats.get("regions") or [], dec.stats.get("regions") or []),
+        "regions": merge_regions(*((r.stats.get("regions") or []) if r is not None else [] for r in (pre, dec))),
         "runs": {phase: r.to_json() for phase, r in runs.items()},
     }
     doc["wall_s"] = time.perf_counter() - t0
@@ -178,11 +188,16 @@ def _unvalidated_share(rep: Report) -> float | None:
     return float(unval["share"]) if unval else None
 
 
-def _verdict(pre: Report, dec: Report) -> str:
-    """PASS / FAIL of the two judged runs; a timing-only pair that ran as expected is not judged."""
-    if pre.passed and dec.passed:
-        return pre.verdict if pre.verdict == dec.verdict else "PASS"
+def _verdict(reports: list[Report]) -> str:
+    """PASS / FAIL of the judged runs; timing-only runs that ran as expected are not judged."""
+    if all(r.passed for r in reports):
+        verdicts = {r.verdict for r in reports}
+        return verdicts.pop() if len(verdicts) == 1 else "PASS"
     return "FAIL"
+
+
+def _cycles(rep: Report | None) -> int | None:
+    return None if rep is None else rep.cycles
 
 
 @dataclass(frozen=True)

@@ -31,14 +31,15 @@ def test_a_runs_roofline_and_its_top_level_stages():
         "cycles": 400,
         "regions": [
             {"path": "layer/ffn", "macs": 6_400, "hbm_read_bytes": 0, "hbm_write_bytes": 0, "cycles_inclusive": 200},
-            {"path": "layer/ffn/inner", "macs": 1, "hbm_read_bytes": 0, "hbm_write_bytes": 0, "cycles_inclusive": 9},
+            {"path": "layer/ffn/inner", "macs": 64, "hbm_read_bytes": 8, "hbm_write_bytes": 0, "cycles_inclusive": 9},
             {"path": "layer/load_x", "macs": 0, "hbm_read_bytes": 640, "hbm_write_bytes": 0, "cycles_inclusive": 160},
         ],
     }
     r = run_roofline(stats, 1e9)
     assert (r["binding"], r["attained_fraction"]) == ("compute", pytest.approx(100 / 400))  # 6400/64 vs 800/8
-    assert set(r["stages"]) == {"ffn", "load_x"}  # nested regions are not stages
-    assert r["stages"]["ffn"]["attained_fraction"] == pytest.approx(0.5)
+    assert set(r["stages"]) == {"ffn", "load_x"}  # nested regions are not stages, but count in their stage
+    assert r["stages"]["ffn"]["attained_fraction"] == pytest.approx((6_464 / 64) / 200)
+    assert r["stages"]["ffn"]["memory_bound_s"] == pytest.approx(1e-9)
     assert r["stages"]["load_x"]["binding"] == "memory" and r["stages"]["load_x"]["attained_fraction"] == 0.5
 
 
@@ -52,3 +53,19 @@ def test_model_json_has_roofline_unvalidated_share_and_decode_path():
         assert 0 < r["attained_fraction"] <= 1 and "attention" in r["stages"]
         assert 0 < doc["unvalidated_share"][phase] < 1
     assert doc["decode_path"] == "gemm" and doc["timing_only"] is True
+
+
+def test_prefill_only_and_decode_only_leave_the_other_side_null():
+    from studies.model import run_model
+
+    doc = run_model("tiny", seq=64, timing_only=True, phases=("decode",))
+    assert list(doc["runs"]) == ["decode"] and doc["phases"] == ["decode"]
+    assert doc["prefill_layer_cycles"] is None and doc["ttft_s"] is None and doc["roofline"]["prefill"] is None
+    assert doc["decode_layer_cycles"] > 0 and doc["decode_tokens_per_s"] > 0
+    pre = run_model("tiny", seq=64, timing_only=True, phases=("prefill",))
+    assert pre["decode_layer_cycles"] is None and pre["decode_tokens_per_s"] is None and pre["ttft_s"] > 0
+    both = run_model("tiny", seq=64, timing_only=True)
+    assert (both["prefill_layer_cycles"], both["decode_layer_cycles"]) == (
+        pre["prefill_layer_cycles"],
+        doc["decode_layer_cycles"],
+    )
