@@ -54,12 +54,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     only.add_argument("--prefill-only", action="store_true", help="run only the prefill layer (decode figures null)")
     only.add_argument("--decode-only", action="store_true", help="run only the decode step (prefill figures null)")
     add_timeout_arg(p)
+    p.add_argument(
+        "--force", action="store_true", help="run a functional run even when its host estimate exceeds the limits"
+    )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.set_defaults(func=cmd_model)
 
 
 def cmd_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     from studies.model import execute, load_model, prepare
+    from studies.model.limits import check_limits
     from studies.model.run import PHASES
 
     if args.list:
@@ -87,6 +91,8 @@ def cmd_model(args: argparse.Namespace, out: Console, err: Console) -> int:
         seed=args.seed,
         backend=args.backend,
     )
+    if not args.force:
+        check_limits(plan)  # a functional run far beyond this machine: refused before any input is built
     compile_core(err, args.json)
     with status(err, "running ...", args.json) as spinner:
         doc = execute(plan, progress=None if spinner is None else spinner.update)

@@ -69,3 +69,25 @@ def test_prefill_only_and_decode_only_leave_the_other_side_null():
         pre["prefill_layer_cycles"],
         doc["decode_layer_cycles"],
     )
+
+
+def test_limits_refuse_a_functional_run_beyond_the_machine_with_the_estimate():
+    from studies.errors import ModelError
+    from studies.model import prepare
+    from studies.model.limits import check_limits, functional_estimate
+
+    big = prepare("llama-3.1-8b", hw="v80-128x64", seq=32768, timing="rtl")
+    est = functional_estimate(big)
+    assert (
+        est.elements
+        == 889_217_024
+        + functional_estimate(prepare("llama-3.1-8b", hw="v80-128x64", seq=32768, phases=("decode",))).elements * 0
+    )
+    with pytest.raises(ModelError) as info:
+        check_limits(big, memory=16 << 30)
+    text = str(info.value)
+    assert "GiB of host memory (this machine has 16.0)" in text and "h of host time" in text
+    assert "--timing-only" in text and "--seq" in text and "--force" in text
+    assert check_limits(prepare("llama-3.1-8b", hw="v80-128x64", seq=32768, timing_only=True)) is None
+    small = check_limits(prepare("tiny", seq=64), memory=16 << 30)
+    assert small is not None and small.host_s < 60 and small.peak_bytes < 2 << 30
