@@ -78,11 +78,7 @@ def test_limits_refuse_a_functional_run_beyond_the_machine_with_the_estimate():
 
     big = prepare("llama-3.1-8b", hw="v80-128x64", seq=32768, timing="rtl")
     est = functional_estimate(big)
-    assert (
-        est.elements
-        == 889_217_024
-        + functional_estimate(prepare("llama-3.1-8b", hw="v80-128x64", seq=32768, phases=("decode",))).elements * 0
-    )
+    assert est.elements == 889_217_024  # the prefill layer's HBM tensors (the larger phase)
     with pytest.raises(ModelError) as info:
         check_limits(big, memory=16 << 30)
     text = str(info.value)
