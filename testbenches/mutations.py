@@ -55,6 +55,9 @@ def _fa(ids: str) -> list[tuple[str, str]]:
 
 
 # kernels.md §6.2 (flash attention): hook -> (description, exposing case ids)
+#: a chunked prefill (decoder_layer's required case "chunked"): three passes, every token judged from HBM
+_CHUNKED = {"seq": hw(2, "MLEN", plus=5), "chunk": hw(1, "MLEN")}
+
 _FLASH: dict[str, tuple[str, str]] = {
     "kv_tile_offset_ignored": ("K/V source omits t*M*R (the seed's bug)", "P1 P2 P3 D1 D4"),
     "state_reset_per_tile": ("m and l reset inside the kv loop", "P1 P3 D1"),
@@ -125,12 +128,15 @@ _OTHER: dict[str, tuple[str, list[tuple[str, dict]]]] = {
     # model layers (issue 15)
     "layer_residual_from_norm": (
         "attention residual adds the normed x",
-        [("decoder_layer", {}), ("decoder_decode", {})],
+        [("decoder_layer", {}), ("decoder_decode", {}), ("decoder_layer", _CHUNKED)],
     ),
-    "layer_rope_on_v": ("RoPE on V, K cached unrotated", [("decoder_layer", {}), ("decoder_decode", {})]),
+    "layer_rope_on_v": (
+        "RoPE on V, K cached unrotated",
+        [("decoder_layer", {}), ("decoder_decode", {}), ("decoder_layer", _CHUNKED)],
+    ),
     "layer_k_not_cached": (
         "the layer's K is never stored to the KV cache",
-        [("decoder_layer", {}), ("decoder_decode", {})],
+        [("decoder_layer", {}), ("decoder_decode", {}), ("decoder_layer", _CHUNKED)],
     ),
     "expert_index_ignored": (
         "every expert FFN reads expert 0's weights (the index in INT SRAM ignored)",

@@ -15,7 +15,7 @@ import testbenches._decoder_common as common
 from programs.asm import Asm
 from programs.hbm_tensors import HbmTensor, row_view
 from programs.model.chunking import chunk_quantum, hbm_fits, resolve_chunk, vram_fits
-from programs.model.decoder import CHUNK_STAGES, emit_decoder_layer, layer_parts
+from programs.model.decoder import CHUNK_STAGES, emit_decoder_layer, layer_parts, plan_decoder_layer
 from programs.model.presets import load
 from testbenches.harness import GEN_FP, GEN_GP, prepare_machine, run_case
 from testbenches.shapes import resolve_params
@@ -228,3 +228,19 @@ def test_decode_cache_too_big_for_hbm_refused_naming_the_longest_cache(monkeypat
     assert hbm_fits(cfg, grown) and not hbm_fits(
         cfg, replace(grown, kv_len=most + 1, kv_capacity=grown.kv_capacity + 1)
     )
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_every_pass_touches_only_buffers_live_during_its_stage(keep):
+    case = _build("transactional", seq=133, chunk=64)
+    tensors = {n: (t, case.tensors[n].base) for n, t in case.plan.tensors.items()}
+    plan = plan_decoder_layer(case.config, case.plan.shape, tensors, keep_outputs=keep)
+    assert plan.vram.conflicts() == [] and len(plan.passes) == 3
+    assert plan.vram.buffers["out"].last == len(CHUNK_STAGES) - 1  # read by out_store
+    for ps in plan.passes:
+        assert [st.name for st in ps.stages] == list(CHUNK_STAGES)
+        for i, st in enumerate(ps.stages):
+            live = [b for b in plan.vram.buffers.values() if b.first <= i <= b.last]
+            for name, p in st.plans.items():
+                for rname, (r0, n, _role) in dict(getattr(p, "vram_regions", None) or {}).items():
+                    assert any(b.row0 <= r0 and r0 + n <= b.end for b in live), (ps.part, st.name, name, rname)
