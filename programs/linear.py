@@ -22,7 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from isa.table import INSTRUCTIONS
 from plena_sim.config import HardwareConfig
+from plena_sim.timing.latency import latency_table
+from plena_sim.timing.rtl import PC_II, rtl_table
 
 from . import mutation_hooks
 from .asm import Asm, AsmSink, areg, load_imm, region
@@ -172,7 +175,7 @@ def plan_linear(
     kt_total = K // M
     chunks = tuple(tuple(range(s, min(s + max_k_tiles, kt_total))) for s in range(0, kt_total, max_k_tiles))
     y_rows = rp(cfg, rows)
-    path = choose_path(kernel, cfg, rows, path)
+    path = choose_path(kernel, cfg, rows, path, len(chunks[0]))
     # W tensor: weight class, row pitch N, MX alignment, every byte read inside the element region
     if w.row_pitch_elems != N:
         fail(kernel, "w.row_pitch_elems", w.row_pitch_elems, f"must equal N={N}")
@@ -246,17 +249,33 @@ def plan_linear(
 PATHS = ("auto", "gemm", "gemv")
 
 
-def choose_path(kernel: str, cfg: HardwareConfig, rows: int, path: str) -> str:
-    """The matmul form: ``path`` if forced, else (``"auto"``) GEMV iff its matrix-unit time per column block and
-    K tile under the serial latency table (``rows`` M_MV of MLEN cycles) is at most GEMM's (one M_MM of
-    ``SYSTOLIC_PROCESSING_OVERHEAD + MLEN`` cycles per BLEN-row block of the padded rows)."""
+def choose_path(kernel: str, cfg: HardwareConfig, rows: int, path: str, nk: int = 1) -> str:
+    """The matmul form: ``path`` if forced, else (``"auto"``) GEMV iff ``rows < BLEN`` and its matrix-unit time
+    per column block and K chunk of ``nk`` tiles is at most GEMM's under both the serial latency table and the
+    rtl model (so GEMV never makes either slower): GEMM ``ceil(rows/B)`` x (``nk`` M_MM + M_MM_WO), GEMV
+    ``rows`` x (``nk`` M_MV + M_MV_WO)."""
     if path not in PATHS:
         fail(kernel, "path", path, f"must be one of {PATHS}")
     if path != "auto":
         return path
-    M, B = cfg.MLEN, cfg.BLEN
-    gemm = (rp(cfg, rows) // B) * (cfg.latency_cycles("SYSTOLIC_PROCESSING_OVERHEAD") + M)
-    return "gemv" if rows < B and rows * M <= gemm else "gemm"
+    if rows >= cfg.BLEN:
+        return "gemm"
+    blocks = rp(cfg, rows) // cfg.BLEN
+    for lat in _matrix_latencies(cfg):
+        gemm = blocks * (nk * lat["M_MM"] + lat["M_MM_WO"])
+        if rows * (nk * lat["M_MV"] + lat["M_MV_WO"]) > gemm:
+            return "gemm"
+    return "gemv"
+
+
+_MATRIX_OPS = ("M_MM", "M_MM_WO", "M_MV", "M_MV_WO")
+
+
+def _matrix_latencies(cfg: HardwareConfig) -> tuple[dict[str, int], dict[str, int]]:
+    """The four matrix opcodes' cycles: serial latency (timing.md §2) and rtl initiation interval."""
+    serial, rtl = latency_table(cfg), rtl_table(cfg).base
+    op = {i.mnemonic: i.opcode for i in INSTRUCTIONS if i.mnemonic in _MATRIX_OPS}
+    return {n: int(serial[o]) for n, o in op.items()}, {n: int(rtl[o, PC_II]) for n, o in op.items()}
 
 
 def _runtime_offset_elems(kernel: str, w: HbmTensor, most: int | None) -> int:
