@@ -543,7 +543,7 @@ def _runtime_offset(asm: AsmSink, off: WOffset, scratch: int) -> int | None:
 def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, off: WOffset) -> None:
     """The unrolled form (``loops=False``): every address a compile-time constant (the reference form)."""
     gLj, gLg, gWj, gDj, gXg, gDg, gT1, gT2, gTmp = regs[:GP_NEEDED]
-    M, V, B, N = plan.M, plan.V, plan.B, plan.N
+    M, V, N = plan.M, plan.V, plan.N
     w = plan.w
     eb = w.eb
     tile0 = plan.mram_tile0 * M * M
