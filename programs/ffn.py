@@ -100,6 +100,7 @@ def _plan(
     mram_tile0: int,
     h_base: int | None,
     w_runtime_offset_max: int | None = None,
+    path: str = "auto",
 ) -> FfnPlan:
     V, M = config.VLEN, config.MLEN
     need_int(kernel, "rows", rows, 1)
@@ -145,6 +146,7 @@ def _plan(
             loops=loops,
             w_runtime_offset_max=w_runtime_offset_max,
             kernel=kernel,
+            path=path,
         )
 
     gate = linear(hidden, inter, x_base, g_base, wg)
@@ -226,7 +228,9 @@ def plan_ffn_swiglu(
     loops: bool = True,
     mram_tile0: int = 0,
     w_runtime_offset_max: int | None = None,
+    path: str = "auto",
 ) -> FfnPlan:
+    """``path``: every projection's matmul form (``"auto"``, ``"gemm"``, ``"gemv"``; :func:`plan_linear`)."""
     return _plan(
         "ffn_swiglu",
         config,
@@ -245,6 +249,7 @@ def plan_ffn_swiglu(
         mram_tile0=mram_tile0,
         h_base=None,
         w_runtime_offset_max=w_runtime_offset_max,
+        path=path,
     )
 
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from isa.table import INSTRUCTIONS
 from plena_sim.config import HardwareConfig
+from plena_sim.timing.latency import latency_table
+from plena_sim.timing.rtl import PC_II, rtl_table
 
 from . import mutation_hooks
 from .asm import Asm, AsmSink, areg, load_imm, region
@@ -51,6 +54,7 @@ __all__ = [
     "emit_batched_matmul",
     "emit_linear_core",
     "WOffset",
+    "choose_path",
 ]
 
 KERNEL = "linear"
@@ -83,6 +87,16 @@ class LinearPlan(KernelPlan):
     chunks: tuple[tuple[int, ...], ...]
     kernel: str = KERNEL
     mram_tiles: tuple[int, int] = field(kw_only=True)  # always some
+    path: str = field(default="gemm", kw_only=True)  # "gemm" (M_MM per BLEN-row block) or "gemv" (M_MV per row)
+
+    @property
+    def gemv(self) -> bool:
+        return self.path == "gemv"
+
+    @property
+    def out_rows(self) -> int:
+        """The Y (and split scratch) rows the matmul writes: every padded row (GEMM) or the real rows (GEMV)."""
+        return self.rows if self.gemv else self.y_rows
 
     @property
     def n_chunks(self) -> int:
@@ -123,6 +137,7 @@ def plan_linear(
     kernel: str = KERNEL,
     x_role: str = "input",
     y_role: str = "output",
+    path: str = "auto",
 ) -> LinearPlan:
     cfg = config
     _check_common(kernel, cfg)
@@ -160,6 +175,7 @@ def plan_linear(
     kt_total = K // M
     chunks = tuple(tuple(range(s, min(s + max_k_tiles, kt_total))) for s in range(0, kt_total, max_k_tiles))
     y_rows = rp(cfg, rows)
+    path = choose_path(kernel, cfg, rows, path, len(chunks[0]))
     # W tensor: weight class, row pitch N, MX alignment, every byte read inside the element region
     if w.row_pitch_elems != N:
         fail(kernel, "w.row_pitch_elems", w.row_pitch_elems, f"must equal N={N}")
@@ -226,7 +242,40 @@ def plan_linear(
         cfg=cfg,
         gp_needed=gp_needed,
         fp_needed=0,
+        path=path,
     )
+
+
+PATHS = ("auto", "gemm", "gemv")
+
+
+def choose_path(kernel: str, cfg: HardwareConfig, rows: int, path: str, nk: int = 1) -> str:
+    """The matmul form: ``path`` if forced, else (``"auto"``) GEMV iff ``rows < BLEN`` and its matrix-unit time
+    per column block and K chunk of ``nk`` tiles is at most GEMM's under both the serial latency table and the
+    rtl model (so GEMV never makes either slower): GEMM ``ceil(rows/B)`` x (``nk`` M_MM + M_MM_WO), GEMV
+    ``rows`` x (``nk`` M_MV + M_MV_WO)."""
+    if path not in PATHS:
+        fail(kernel, "path", path, f"must be one of {PATHS}")
+    if path != "auto":
+        return path
+    if rows >= cfg.BLEN:
+        return "gemm"
+    blocks = rp(cfg, rows) // cfg.BLEN
+    for lat in _matrix_latencies(cfg):
+        gemm = blocks * (nk * lat["M_MM"] + lat["M_MM_WO"])
+        if rows * (nk * lat["M_MV"] + lat["M_MV_WO"]) > gemm:
+            return "gemm"
+    return "gemv"
+
+
+_MATRIX_OPS = ("M_MM", "M_MM_WO", "M_MV", "M_MV_WO")
+
+
+def _matrix_latencies(cfg: HardwareConfig) -> tuple[dict[str, int], dict[str, int]]:
+    """The four matrix opcodes' cycles: serial latency (timing.md §2) and rtl initiation interval."""
+    serial, rtl = latency_table(cfg), rtl_table(cfg).base
+    op = {i.mnemonic: i.opcode for i in INSTRUCTIONS if i.mnemonic in _MATRIX_OPS}
+    return {n: int(serial[o]) for n, o in op.items()}, {n: int(rtl[o, PC_II]) for n, o in op.items()}
 
 
 def _runtime_offset_elems(kernel: str, w: HbmTensor, most: int | None) -> int:
@@ -409,37 +458,38 @@ class _LoopedLinear:
             self._y_nt(self.gT1, bt, nt)
             load_imm(lb.asm, self.gT2, p.split_base or 0)
             with region(lb.asm, "accumulate"):
-                self._add_rows(p.y_rows, bias=False)
+                self._add_rows(p.out_rows, bias=False)
         if more:
             lb.add(self.gX, nk * self.xk, self.Lj)
 
     def _column_block(self, nk: int) -> None:
+        """Every row block g (GEMM: BLEN rows each) or row (GEMV) of column block j, then step to block j+1."""
         p, lb = self.p, self.lb
-        B, V = p.B, p.V
-        stepping = self.ng > 1
-        with lb.loop(self.Lg, self.ng, "row blocks g"):
+        n, row_step = (p.rows, p.V) if p.gemv else (self.ng, p.B * p.V)
+        stepping = n > 1
+        with lb.loop(self.Lg, n, "rows" if p.gemv else "row blocks g"):
             self._row_block(nk)
             if stepping:
-                lb.add(self.gX, B * V, self.Lk)
-                lb.add(self.gD, B * V, self.Lk)
-        done = self.ng * B * V if stepping else 0
-        col_step = B if mutation_hooks.active("linear_col_step_element") else B * p.M
+                lb.add(self.gX, row_step, self.Lk)
+                lb.add(self.gD, row_step, self.Lk)
+        done = n * row_step if stepping else 0
         lb.add(self.gX, -done, self.Lg)
-        lb.add(self.gD, B - done, self.Lg)
-        lb.add(self.gW, col_step, self.Lg)
+        lb.add(self.gD, p.B - done, self.Lg)
+        lb.add(self.gW, _col_step(p), self.Lg)
 
     def _row_block(self, nk: int) -> None:
-        """``M_MM`` over the chunk's K tiles (ascending), then ``M_MM_WO``."""
+        """``M_MM`` (GEMV: ``M_MV``) over the chunk's K tiles (ascending), then the write-out."""
         p, lb = self.p, self.lb
         mm = p.M * p.M
-        lb.asm.M_MM(0, G(self.gW), G(self.gX))
+        mul = lb.asm.M_MV if p.gemv else lb.asm.M_MM
+        mul(0, G(self.gW), G(self.gX))
         if nk > 1:
             lb.offset(self.gT1, self.gW, mm)
             lb.offset(self.gT2, self.gX, self.xk)
             tmp = None if self.kk_loop else self.Lk
 
             def tile(step: bool) -> None:
-                lb.asm.M_MM(0, G(self.gT1), G(self.gT2))
+                mul(0, G(self.gT1), G(self.gT2))
                 if step:
                     lb.add(self.gT1, mm, tmp)
                     lb.add(self.gT2, self.xk, tmp)
@@ -450,7 +500,7 @@ class _LoopedLinear:
                 for k in range(nk - 1):
                     tile(k < nk - 2)
         with region(lb.asm, "writeout"):
-            lb.asm.M_MM_WO(G(self.gD), G(0), 0)
+            _write_out(lb.asm, p, self.gD)
 
     def _add_rows(self, n: int, *, bias: bool) -> None:
         """``Y[r] += S[r]`` (split) or ``Y[r] += S`` (bias row) for ``r < n``: Y at gT1, S at gT2."""
@@ -466,6 +516,21 @@ class _LoopedLinear:
         lb.run(self.Lg, n, "row add", row, step_last=False)
 
 
+def _col_step(plan: LinearPlan) -> int:
+    """The MRAM address step between column blocks: ``B*M`` for M_MM (row-granular ABI), ``B`` for M_MV."""
+    if plan.gemv or mutation_hooks.active("linear_col_step_element"):
+        return plan.B
+    return plan.B * plan.M
+
+
+def _write_out(asm: AsmSink, plan: LinearPlan, dst: int) -> None:
+    """The accumulator to VRAM at ``gp[dst]``: BLEN rows (``M_MM_WO``) or one row (``M_MV_WO``)."""
+    if plan.gemv:
+        asm.M_MV_WO(G(dst), 0)
+    else:
+        asm.M_MM_WO(G(dst), G(0), 0)
+
+
 def _runtime_offset(asm: AsmSink, off: WOffset, scratch: int) -> int | None:
     """The register holding the run-time W offset (``scratch`` loaded from the INT SRAM word), or None."""
     if off.int_addr is None:
@@ -478,11 +543,11 @@ def _runtime_offset(asm: AsmSink, off: WOffset, scratch: int) -> int | None:
 def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudget, off: WOffset) -> None:
     """The unrolled form (``loops=False``): every address a compile-time constant (the reference form)."""
     gLj, gLg, gWj, gDj, gXg, gDg, gT1, gT2, gTmp = regs[:GP_NEEDED]
-    M, V, B, N = plan.M, plan.V, plan.B, plan.N
+    M, V, N = plan.M, plan.V, plan.N
     w = plan.w
     eb = w.eb
     tile0 = plan.mram_tile0 * M * M
-    col_step = B if mutation_hooks.active("linear_col_step_element") else B * M
+    col_step = _col_step(plan)
     if plan.bias is not None:
         assert plan.bias_base is not None  # plan_linear requires it with a bias
         asm.comment(f"{plan.kernel}: load bias -> VRAM row {plan.bias_base // V}")
@@ -515,7 +580,7 @@ def _emit_unrolled(asm: Asm, plan: LinearPlan, regs: Sequence[int], lb: LoopBudg
             if ci > 0 and not mutation_hooks.active("ksplit_partial_dropped"):
                 asm.comment(f"{plan.kernel}: nt={nt} chunk={ci} Y += split")
                 with region(asm, "accumulate"):
-                    _add_rows(asm, plan, y_nt, dst, V, plan.y_rows, gT1, gT2)
+                    _add_rows(asm, plan, y_nt, dst, V, plan.out_rows, gT1, gT2)
         if plan.bias is not None:
             assert plan.bias_base is not None
             asm.comment(f"{plan.kernel}: nt={nt} Y += bias row {nt}")
@@ -527,19 +592,22 @@ def _unrolled_blocks(
     asm: Asm, plan: LinearPlan, tile0: int, x0: int, dst: int, nk: int, col_step: int, regs: tuple[int, int]
 ) -> None:
     """The unrolled matmul of one chunk (``nk`` W tiles from ``tile0``, X from ``x0``) into ``dst``: per column
-    block j and row block g the ``M_MM`` over the tiles, then ``M_MM_WO`` (the region ``writeout``)."""
+    block j and row block g (GEMV: row) the ``M_MM`` (``M_MV``) over the tiles, then the write-out (the region
+    ``writeout``)."""
     M, V, B = plan.M, plan.V, plan.B
     gT1, gT2 = regs
     xk = plan.x_pitch * V
+    n, row_step = (plan.rows, V) if plan.gemv else (plan.y_rows // B, B * V)
+    mul = asm.M_MV if plan.gemv else asm.M_MM
     for j in range(M // B):
-        for g in range(plan.y_rows // B):
+        for g in range(n):
             for kk in range(nk):
                 load_imm(asm, gT1, tile0 + kk * M * M + j * col_step)
-                load_imm(asm, gT2, x0 + kk * xk + g * B * V)
-                asm.M_MM(0, G(gT1), G(gT2))
-            load_imm(asm, gT1, dst + g * B * V + j * B)
+                load_imm(asm, gT2, x0 + kk * xk + g * row_step)
+                mul(0, G(gT1), G(gT2))
+            load_imm(asm, gT1, dst + g * row_step + j * B)
             with region(asm, "writeout"):
-                asm.M_MM_WO(G(gT1), G(0), 0)
+                _write_out(asm, plan, gT1)
 
 
 def _add_rows(asm: Asm, plan: LinearPlan, y0: int, s0: int, s_step: int, n: int, gY: int, gS: int) -> None:

@@ -528,8 +528,9 @@ def _start(
 
 
 def _program(cb: CaseBuilder, s: LayerShape, tensors: Mapping[str, Any], loops: bool) -> tuple[LayerPlan, Asm]:
-    """The plan, the VRAM regions it declares and the program."""
-    plan = plan_decoder_layer(cb.cfg, s, tensors, loops=loops, region_prefix="layer")
+    """The plan, the VRAM regions it declares and the program (param ``linear_path``: the linears' form)."""
+    path = str(cb.params.get("linear_path", "auto"))
+    plan = plan_decoder_layer(cb.cfg, s, tensors, loops=loops, region_prefix="layer", linear_path=path)
     for names, r0, n in _merged(plan):  # buffers live at different times may share rows: one region each span
         cb.region(names, r0, n, "output")
     asm = cb.asm()

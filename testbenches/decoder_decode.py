@@ -18,7 +18,15 @@ from .shapes import hw
 
 NAME = "decoder_decode"
 DESCRIPTION = "decoder layer decode step: one token per sequence, K/V appended to an HBM cache, attention over kv+1"
-DEFAULTS: dict[str, Any] = {"batch": 2, "kv": hw(2, "MLEN", plus=5), **DIMS, "loops": True, "scale": 1.0, "seed": 0}
+DEFAULTS: dict[str, Any] = {
+    "batch": 2,
+    "kv": hw(2, "MLEN", plus=5),
+    **DIMS,
+    "loops": True,
+    "linear_path": "auto",
+    "scale": 1.0,
+    "seed": 0,
+}
 REQUIRED_CASES: list[CaseSpec] = [
     ("default", {}, "default"),
     ("batch1_tile_edge", {"batch": 1, "kv": hw(1, "MLEN", plus=-1)}, "default"),

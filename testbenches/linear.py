@@ -26,6 +26,7 @@ DEFAULTS = {
     "max_k_tiles": None,
     "big_base": False,
     "loops": True,
+    "path": "auto",
     "scale": 1.0,
     "seed": 0,
 }
@@ -45,6 +46,13 @@ REQUIRED_CASES = [
     ("big_base", {"big_base": True, "bias": True, "max_k_tiles": 1}, "default"),
     ("small", {"rows": hw(1, "BLEN", plus=1), "K": hw(2, "MLEN"), "N": hw(3, "MLEN"), "bias": True}, "small"),
     ("small_ksplit", {"rows": hw(2, "BLEN"), "K": hw(4, "MLEN"), "N": hw(2, "MLEN"), "max_k_tiles": 1}, "small"),
+    ("gemv_rows1", {"rows": 1, "K": hw(8, "MLEN"), "N": hw(2, "MLEN"), "path": "gemv"}, "default"),
+    (
+        "gemv_rows3_ksplit_bias",
+        {"rows": 3, "K": hw(4, "MLEN"), "N": hw(2, "MLEN"), "max_k_tiles": 1, "bias": True, "path": "gemv"},
+        "default",
+    ),
+    ("gemv_rows1_small", {"rows": 1, "K": hw(2, "MLEN"), "N": hw(3, "MLEN"), "bias": True, "path": "gemv"}, "small"),
 ]
 STRETCH_CASES: list[CaseSpec] = []
 RANGES = {
@@ -54,6 +62,7 @@ RANGES = {
     "bias": [False, True],
     "max_k_tiles": [None, 1],
     "big_base": [False, True],
+    "path": ["auto", "gemm", "gemv"],
     "cfg": ["default", "small"],
 }
 
@@ -94,6 +103,7 @@ def build(params: Mapping[str, Any], config: HardwareConfig, *, name: str = NAME
         max_k_tiles=mkt,
         split_base=None if split is None else split * V,
         loops=p["loops"],
+        path=p["path"],
     )
     cb.add_regions(plan.vram_regions)
     asm = cb.asm()

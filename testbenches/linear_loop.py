@@ -22,6 +22,11 @@ DEFAULTS = dict(_linear.DEFAULTS, rows=hw(1, "BLEN"), K=hw(2, "MLEN"), N=hw(2, "
 REQUIRED_CASES = [
     ("default", {}, "default"),
     ("rows1_K64_N64", {"rows": 1, "K": hw(1, "MLEN"), "N": hw(1, "MLEN")}, "default"),
+    (
+        "gemv_rows3_ksplit_bias",
+        {"rows": 3, "K": hw(4, "MLEN"), "N": hw(2, "MLEN"), "max_k_tiles": 1, "bias": True, "path": "gemv"},
+        "default",
+    ),
     ("rows5_bias", {"rows": hw(1, "BLEN", plus=1), "K": hw(2, "MLEN"), "N": hw(6, "MLEN"), "bias": True}, "default"),
     ("rows130_K512", {"rows": hw(2, "MLEN", plus=2), "K": hw(8, "MLEN"), "N": hw(1, "MLEN")}, "default"),
     (

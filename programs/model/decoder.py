@@ -493,9 +493,11 @@ class _Builder:
         loops: bool,
         part: Part,
         flash_path: str = "auto",
+        linear_path: str = "auto",
     ) -> None:
         self.cfg, self.s, self.P, self.lay, self.loops = cfg, s, part.pitch, lay, loops
         self.part, self.n, self.flash_path = part, part.tokens, flash_path
+        self.linear_path = linear_path
         self.t = {k: v[0] for k, v in tensors.items()}
         self.bases = {k: v[1] for k, v in tensors.items()}
 
@@ -549,6 +551,7 @@ class _Builder:
             split_base=split,
             loops=self.loops,
             kernel=f"{KERNEL}.{w}",
+            path=self.linear_path,
         )
 
     def qkv(self) -> Stage:
@@ -709,6 +712,7 @@ class _Builder:
             wu=self.ten("wu", 1),
             wd=self.ten("wd", 2),
             loops=self.loops,
+            path=self.linear_path,
         )
 
         def emit(asm: Asm, gp: Sequence[int], fp: Sequence[int]) -> None:
@@ -752,9 +756,12 @@ def plan_decoder_layer(
     keep_outputs: bool = True,
     loops: bool = True,
     region_prefix: str = "layer",
+    linear_path: str = "auto",
 ) -> LayerPlan:
     """Plan the layer. ``tensors``: every name of :data:`TENSORS` -> (its HbmTensor, its HBM byte base), sized
-    as :func:`layer_hbm_needs` says (the a-register of each tensor is chosen here, per stage)."""
+    as :func:`layer_hbm_needs` says (the a-register of each tensor is chosen here, per stage). ``linear_path``:
+    the dense linears' matmul form (``"auto"``: GEMV where :func:`~programs.linear.choose_path` finds it no
+    slower, e.g. a decode step's few rows; ``"gemm"`` / ``"gemv"`` force it)."""
     needs = layer_hbm_needs(config, shape)
     missing = [n for n in needs if n not in tensors]
     if missing:
@@ -764,7 +771,7 @@ def plan_decoder_layer(
         if t.row_pitch_elems != cols or t.alloc_elems < rows * cols:
             fail(KERNEL, f"{name}.alloc_elems", t.alloc_elems, f"must be >= {rows}x{cols} with row pitch {cols}")
     lay = layer_vram(config, shape, keep_outputs)
-    passes = _passes(config, shape, lay, tensors, loops)
+    passes = _passes(config, shape, lay, tensors, loops, linear_path)
     last = passes[-1]
     stages = last.stages
     flash = stages[_AT["attention"]].plans["flash"]
@@ -804,13 +811,14 @@ def _passes(
     lay: VramLayout,
     tensors: Mapping[str, tuple[HbmTensor, int]],
     loops: bool,
+    linear_path: str = "auto",
 ) -> tuple[Pass, ...]:
     """Every pass planned against the one layout; the chunks' flash attention all take the path the first chunk's
     takes (the choice weighs the q rows of a pass: one path for every token)."""
     out: list[Pass] = []
     path = "auto"
     for part in layer_parts(cfg, s):
-        b = _Builder(cfg, s, lay, _part_tensors(cfg, s, tensors, part), loops, part, path)
+        b = _Builder(cfg, s, lay, _part_tensors(cfg, s, tensors, part), loops, part, path, linear_path)
         stages = b.stages()
         path = stages[_AT["attention"]].plans["flash"].path
         out.append(Pass(part, stages, b.bases))
