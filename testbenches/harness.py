@@ -690,7 +690,7 @@ class CaseBuilder:
             prec=prec,
             row_pitch_elems=cols,
             alloc_elems=rows * cols,
-            block=t.block if mx else 0,
+            block=t.block if isinstance(t, MxType) else 0,
         )
         self._clock["placed"] = time.perf_counter()
         return ht, p
@@ -1092,6 +1092,7 @@ def run(
         companion_sims = _judge(case, rep, m, backend, sims, derived)
         after = np.asarray(m.vram.bits[:hw])
         rep.checks.append(_footprint(case, before, after))
+        assert hbm_before is not None  # a functional run took the snapshot
         rep.checks.append(_hbm_footprint(case, hbm_before, m))
         if rep.checks:
             _primary_fill(rep, rep.checks[0])
