@@ -99,7 +99,7 @@ def check_limits(run: ModelRun, memory: int | None = None, max_s: float = MAX_HO
             f"{run.preset.name} at seq {run.seq}, kv {run.kv} on {run.hw}: a functional run needs "
             + " and ".join(over)
             + f" ({est.elements / 1e6:.0f} M tensor elements, {est.macs / 1e12:.2f} T MACs computed bit-exactly); "
-            "--timing-only gives the same cycles without inputs in seconds, or use a smaller --seq / --kv "
+            "--timing-only gives the same cycles without building any input, or use a smaller --seq / --kv "
             "(--force runs it anyway)"
         )
     return est
