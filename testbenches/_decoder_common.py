@@ -43,7 +43,7 @@ from plena_sim.config import HardwareConfig, MxType
 from plena_sim.machine import Machine
 from plena_sim.numerics.formats import decode_tensor, encode_tensor
 from programs.asm import Asm
-from programs.common import rp
+from programs.common import round_up, rp
 from programs.hbm_tensors import HbmTensor
 from programs.model.chunking import resolve_chunk
 from programs.model.decoder import (
@@ -538,6 +538,14 @@ def _program(cb: CaseBuilder, s: LayerShape, tensors: Mapping[str, Any], loops: 
     return plan, asm
 
 
+def work_budget(cfg: HardwareConfig, s: LayerShape) -> int:
+    """The run's work budget (plena_sim.limits.budget): a runaway guard, generous for the layer's size (8 x the
+    units of its MACs on rows rounded up to MLEN, plus 10^9 for the instructions and DMA rows)."""
+    from plena_sim.limits.budget import MACS_PER_UNIT
+
+    return 10**9 + 8 * s.macs(lambda n: round_up(n, cfg.MLEN)) // MACS_PER_UNIT
+
+
 def _notes(s: LayerShape, plan: LayerPlan) -> str:
     chunk = f" chunk={s.chunk} passes={len(plan.passes)}" if s.chunk else ""
     return f"tokens={s.tokens} kv_len={s.kv_len} P={plan.pitch}{chunk}"
@@ -548,7 +556,7 @@ def build_layer(name: str, params: Mapping[str, Any], config: HardwareConfig, *,
     ins = _Inputs(cb, config, s, cb.params)
     plan, asm = _program(cb, s, ins.tensors, bool(cb.params.get("loops", True)))
     _Judge(cb, plan, ins).add_all()
-    return cb.case(asm, notes=_notes(s, plan), plan=plan)
+    return cb.case(asm, notes=_notes(s, plan), plan=plan, max_instructions=work_budget(config, s))
 
 
 def build_layer_layout(name: str, params: Mapping[str, Any], config: HardwareConfig, *, decode: bool) -> Case:
@@ -564,7 +572,7 @@ def build_layer_layout(name: str, params: Mapping[str, Any], config: HardwareCon
             cb.writable += cache_writable(config, s, t, pl.base)
         tensors[tname] = (t, pl.base)
     plan, asm = _program(cb, s, tensors, bool(cb.params.get("loops", True)))
-    return cb.case(asm, layout_only=True, plan=plan, notes=_notes(s, plan))
+    return cb.case(asm, layout_only=True, plan=plan, notes=_notes(s, plan), max_instructions=work_budget(config, s))
 
 
 def _merged(plan: LayerPlan) -> list[tuple[str, int, int]]:

@@ -163,6 +163,16 @@ class LayerShape:
     def q_width(self) -> int:
         return self.heads * self.head_dim
 
+    def macs(self, rows_of: Callable[[int], int] = int) -> int:
+        """The layer's matrix MACs: the projections, the attention scores and values (every key, no causal
+        saving) and the FFN (a MoE layer: the router and ``top_k`` experts per token); ``rows_of(n)``: the rows
+        the machine computes for ``n`` (e.g. rounded up to its tile; default: exactly ``n``)."""
+        t, kv = rows_of(self.tokens), rows_of(self.kv_len)
+        proj = self.hidden * (self.q_width + 2 * self.kv_heads * self.head_dim) + self.q_width * self.hidden
+        ffn = 3 * self.hidden * self.ffn * (self.top_k if self.moe else 1) + (self.hidden * self.experts)
+        attention = 2 * rows_of(self.seq) * kv * self.heads * self.head_dim * self.batch
+        return t * (proj + ffn) + attention
+
     def kv_width(self, cfg: HardwareConfig) -> int:
         """Elements per K/V row: ``kv_heads*head_dim`` padded to a multiple of MLEN (zero weight columns)."""
         return round_up(self.kv_heads * self.head_dim, cfg.MLEN)

@@ -59,8 +59,7 @@ def _phase_estimate(run: ModelRun, phase: str) -> Estimate:
     p = resolve_params({**mod.DEFAULTS, **params}, cfg)
     s = shape_of(p, cfg, phase == "decode")
     elements = sum(r * c for r, c in layer_hbm_needs(cfg, s).values())
-    weights = s.hidden * (s.q_width + 2 * s.kv_heads * s.head_dim) + s.q_width * s.hidden + 3 * s.hidden * s.ffn
-    macs = s.tokens * weights + 2 * s.batch * s.seq * s.kv_len * s.heads * s.head_dim
+    macs = s.macs()
     host_s = 2 * elements / ELEMENTS_PER_S + macs / MACS_PER_S
     return Estimate(BASE_BYTES + BYTES_PER_ELEMENT * elements, host_s, elements, macs)
 
