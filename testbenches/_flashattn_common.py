@@ -148,7 +148,7 @@ def allowed_mask(q_len: int, kv_len: int, causal: bool, rows: slice | None = Non
 
 
 #: elements of one query block's [rows, keys] temporaries in the goldens (a few of them live at once)
-_BLOCK_ELEMS = 1 << 22
+_BLOCK_ELEMS = 4 * 1024 * 1024
 
 
 def _row_blocks(S: int, L: int) -> list[slice]:

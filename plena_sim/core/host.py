@@ -106,8 +106,9 @@ _MAX_E = max(e for e, _k in TOPK_POLICIES)
 _MAX_K = max(k for _e, k in TOPK_POLICIES)
 
 
-def _scratch(cfg, tos: tuple) -> tuple:
-    """The loop's scratch buffers and ``tos``, the timing-only state (taint, INT SRAM flags, routing array)."""
+def _scratch(cfg, tos: tuple = ()) -> tuple:
+    """The loop's scratch buffers and ``tos``, the timing-only state (taint, INT SRAM flags, routing array: the
+    machine state's arrays, not scratch; the run always passes them)."""
     W = max(cfg.MLEN, cfg.VLEN)
     bufs = (
         np.empty(W * 4, dtype=np.uint8),

@@ -26,6 +26,7 @@ JIT_SOURCES: tuple[str, ...] = (
     "core/matrix.py",
     "core/scalar.py",
     "core/static.py",
+    "core/taint.py",
     "core/vector.py",
     "hbm/layout.py",  # no @njit, but its slot constants are compiled into the kernels
     "hbm/storage.py",

@@ -47,17 +47,14 @@ class Estimate:
 
 
 def _phase_estimate(run: ModelRun, phase: str) -> Estimate:
-    import testbenches
+    """One run's estimate from the preset's shape (the layer the testbench would build, with no chunking)."""
     from plena_sim.config.presets import load_preset
     from programs.model.decoder import layer_hbm_needs
     from testbenches._decoder_common import shape_of
-    from testbenches.shapes import resolve_params
 
-    tb, params = run.testbench_params()[phase]
+    _tb, params = run.testbench_params()[phase]
     cfg = load_preset(run.hw)
-    mod = testbenches.get(tb)
-    p = resolve_params({**mod.DEFAULTS, **params}, cfg)
-    s = shape_of(p, cfg, phase == "decode")
+    s = shape_of({"experts": 0, "top_k": 0, **params}, cfg, phase == "decode")
     elements = sum(r * c for r, c in layer_hbm_needs(cfg, s).values())
     macs = s.macs()
     host_s = 2 * elements / ELEMENTS_PER_S + macs / MACS_PER_S
@@ -83,10 +80,13 @@ def machine_bytes() -> int:
 def check_limits(run: ModelRun, memory: int | None = None, max_s: float = MAX_HOST_S) -> Estimate | None:
     """Refuse (ModelError) a functional run whose estimate exceeds :data:`MEMORY_SHARE` of ``memory`` (default:
     this machine's) or ``max_s`` host seconds, naming the estimate and the flags that help; the estimate otherwise
-    (None for a timing-only run: it builds no input)."""
+    (None for a timing-only run, which builds no input, and for a shape that does not plan)."""
     if run.timing_only:
         return None
-    est = functional_estimate(run)
+    try:
+        est = functional_estimate(run)
+    except ValueError:  # a shape that does not plan: the run refuses it itself, naming the parameter
+        return None
     memory = machine_bytes() if memory is None else memory
     over = []
     if est.peak_bytes > MEMORY_SHARE * memory:
