@@ -780,6 +780,7 @@ def _route_topk(r: _Run, intd: int, E: int, K: int) -> None:
     st = r.st
     if r.routing is None:
         st.int_taint[intd : intd + K] = 1
+        st.taint[2] = 1  # sticky: some INT SRAM word was marked (the Numba core's hint; state compared in lock step)
         return
     j = int(st.taint[1])
     st.int_sram[intd : intd + K] = r.routing.experts(j, E, K)

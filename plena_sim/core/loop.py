@@ -122,10 +122,11 @@ def _gate(pc, runaway_at, max_work, maxloop, regs, stats, prog, tabs, stopf, fre
             return st, work, runaway_at
     if bad != 0:
         return RUN_STATIC, work, runaway_at
-    if tos[0][0] != 0 and facts[1][pc] >= 0:  # a no-op (unit -1) reads nothing
+    if (tos[0][0] | tos[0][2]) != 0 and facts[1][pc] >= 0:  # timing-only bookkeeping; a no-op reads nothing
         st = check_reads(pc, prog[0][pc], prog[2], regs[0], tabs, tos[0], frec)
         if st != RUN_OK:
             return st, work, runaway_at
+        propagate(pc, prog[0][pc], prog[2], regs[0], tabs, tos[0], tos[1])
     return RUN_OK, work + w + min(POLL_UNITS, max_work - work - w), runaway_at  # min(max_work, ...): no overflow
 
 
@@ -168,7 +169,7 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             or stats[STAT_WORK] + work_pc[pc] > gate_at
             or stats[STAT_RETIRED] >= runaway_at
             or bad[pc] != 0
-            or (not func and taint[0] != 0)  # timing-only with data-derived registers: TO-DATA checks
+            or (not func and (taint[0] | taint[2]) != 0)  # timing-only with data-derived values: TO-DATA, taint
         ):
             st, gate_at, runaway_at = _gate(
                 pc, runaway_at, max_work, maxloop, regs, stats, prog, tabs, stopf, frec, tos
@@ -211,7 +212,6 @@ def _loop(prog, regs, mem, accs, par, tim, out, scr, max_work, tcap, stopf):
             st = fault(frec, R_IL_OPC, pc, OPND_NONE, o, -1, -1, word[pc], 0)
         if st != RUN_OK:  # nothing was changed (RUN_STOP: the H_* re-executes from its start)
             return st
-        propagate(func, fam, alu, f, g[1], taint, tos[1])  # timing-only: which integers come from data
         unit, lat, before = unit_pc[pc], lat_pc[pc], ts[T_CYCLES]  # account, trace, retire
         if fam == FAM_DMA:
             issue, lat = account_dma(

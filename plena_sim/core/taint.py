@@ -18,7 +18,7 @@ from isa.encoding import ALU_ADDI, ALU_LOAD, ALU_LUI, ALU_START, FAM_INTMEM, FAM
 from ..faults import R_TO_DATA
 from .common import fault
 from .slots import RUN_OK
-from .static import TAB_GPCHECKED
+from .static import TAB_ALU, TAB_FAMILY, TAB_GPCHECKED
 
 #: routing array slots (plena_sim.routing.Routing.to_array)
 _R_CODE, _R_SEED, _R_ROWS, _R_COLS, _R_HEADER = 0, 1, 2, 3, 4
@@ -40,27 +40,28 @@ def check_reads(pc, o, words, gp, tabs, taint, frec):
 
 
 @njit(cache=True)
-def propagate(func, fam, alu, f, base, taint, itaint):
-    """After a retired instruction: the sint destination is data-derived iff a source is (``f`` = the fields;
-    ADDI reads rs1, ADD/SUB/MUL rs1 and rs2, LUI none: the table's operands), S_LD_INT takes its word's flag,
-    S_ST_INT gives its word the stored register's flag, C_LOOP_START's counter is clean (``base`` = gp[rs1] at
-    issue, the INT SRAM base). Nothing in a functional run (``func``)."""
-    rd, mask = f[0], taint[0]
-    if func:
-        return
+def propagate(pc, o, words, gp, tabs, taint, itaint):
+    """Before the instruction at ``pc`` (opcode ``o``) executes, once :func:`check_reads` passed: the sint
+    destination becomes data-derived iff a source is (ADDI reads rs1, ADD/SUB/MUL rs1 and rs2, LUI none: the
+    table's operands), S_LD_INT takes its word's flag, S_ST_INT gives its word the stored register's flag,
+    C_LOOP_START's counter is clean. Exact before execution: none of these can fault after this point except an
+    INT SRAM access out of bounds (BD-INTS), which changes nothing here either. Only reached while something is
+    data-derived (``taint[0]`` or ``taint[2]``), through the run loop's gate."""
+    fam, alu, rd, mask = tabs[TAB_FAMILY][o], tabs[TAB_ALU][o], words[0][pc], taint[0]
     if fam == FAM_SINT:
         src = np.int64(0)
         if alu != ALU_LUI:
-            src |= (mask >> f[1]) & 1
+            src |= (mask >> words[1][pc]) & 1
         if alu != ALU_LUI and alu != ALU_ADDI:  # rs2 of ADDI is the immediate's field
-            src |= (mask >> f[2]) & 1
+            src |= (mask >> words[2][pc]) & 1
         _set(taint, rd, src)
     elif fam == FAM_INTMEM:
-        addr = base + f[5]
-        if alu == ALU_LOAD:
-            _set(taint, rd, itaint[addr])
-        else:
-            itaint[addr] = (mask >> rd) & 1
+        addr = np.int64(gp[words[1][pc]]) + words[5][pc]
+        if addr < itaint.shape[0]:
+            if alu == ALU_LOAD:
+                _set(taint, rd, itaint[addr])
+            else:
+                itaint[addr] = (mask >> rd) & 1
     elif fam == FAM_LOOP and alu == ALU_START:
         _set(taint, rd, 0)
 
@@ -89,6 +90,7 @@ def route_topk(idst, E, K, int_sram, itaint, route, taint, sel):
     if code == _ROUTE_NONE:
         for k in range(K):
             itaint[idst + k] = 1
+        taint[2] = 1  # some INT SRAM word holds data now: the run loop keeps its bookkeeping on
         return
     j = taint[1]
     if code == _ROUTE_ROUND_ROBIN:

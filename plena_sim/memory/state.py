@@ -88,9 +88,11 @@ class MachineState:
         self.hbm = hbm if hbm is not None else Hbm(cfg.HBM_SIZE)
         #: timing-only bookkeeping (plena_sim.routing, isa TO-DATA): ``taint[0]`` = bitmask of the gp registers
         #: whose value comes from skipped data, ``taint[1]`` = V_TOPK instructions executed this run (the routing
-        #: policy's call index); ``int_taint[w]`` = 1 when INT SRAM word w holds such a value. Reset by
-        #: :meth:`reset_taint` (``Machine.run`` does so unless ``resume=True``); a functional run never sets them
-        self.taint = np.zeros(2, dtype=np.int64)
+        #: policy's call index), ``taint[2]`` = 1 once some INT SRAM word was marked (sticky: while it and
+        #: ``taint[0]`` are 0 nothing is data-derived and the bookkeeping is skipped); ``int_taint[w]`` = 1 when INT
+        #: SRAM word w holds such a value. Reset by :meth:`reset_taint` (``Machine.run`` does so unless
+        #: ``resume=True``); a functional run never sets them
+        self.taint = np.zeros(3, dtype=np.int64)
         self.int_taint = np.zeros(cfg.INT_SRAM_SIZE, dtype=np.uint8)
         #: :class:`plena_sim.timing.scoreboard.TimingState` of the current run (cycles, scoreboard, HBM bank state,
         #: trace ring); created by the first execute, persists across resumed calls, reset by

@@ -176,7 +176,7 @@ def test_integer_side_runs_exactly(timing):
     assert_same_integer_state(p.func, p.tonly)
     assert_expected(INTEGER_PROGRAM, p.func, p.tonly)
     assert changed(p.before, p.func) == changed(p.before, p.tonly) == set()
-    assert p.tonly.taint.tolist() == [0, 0] and not p.tonly.int_taint.any()
+    assert p.tonly.taint.tolist() == [0, 0, 0] and not p.tonly.int_taint.any()
 
 
 # ============================================================================= skipped after their checks
@@ -298,8 +298,8 @@ def test_topk_without_routing_marks_its_words_data_derived():
     assert not np.array_equal(p.func.int_sram, p.before.int_sram)
     assert np.array_equal(p.tonly.int_sram, p.before.int_sram)
     assert np.flatnonzero(p.tonly.int_taint).tolist() == [8, 9, 10, 11]  # K = 4 words from gp3
-    assert p.tonly.taint.tolist() == [0, 0]  # no register holds one yet; no routing call counted
-    assert not p.func.int_taint.any() and p.func.taint.tolist() == [0, 0]
+    assert p.tonly.taint.tolist() == [0, 0, 1]  # no register holds one yet; no routing call; a word marked
+    assert not p.func.int_taint.any() and p.func.taint.tolist() == [0, 0, 0]
 
 
 ROUTED_PROGRAM = """
@@ -342,7 +342,7 @@ def test_topk_with_routing_runs_to_the_end(routing):
     assert st.int_sram[8:12].tolist() == first and st.int_sram[20:28].tolist() == second
     assert value_of(st, "gp4") == first[1] and value_of(st, "SCALE") == first[1]
     assert value_of(st, "gp7") == second[7] * 16
-    assert st.taint.tolist() == [0, 2] and not st.int_taint.any()
+    assert st.taint.tolist() == [0, 2, 0] and not st.int_taint.any()
     assert changed(filled_state(), st) == set()
 
 
@@ -499,11 +499,11 @@ def test_budget_comes_before_to_data():
 
 def test_a_functional_run_ignores_and_keeps_the_taint():
     st = filled_state()
-    st.taint[:] = (0xFFFE, 5)
+    st.taint[:] = (0xFFFE, 5, 1)
     st.int_taint[:] = 1
     out = reference.execute(st, assemble(ROUTED_PROGRAM + "\nS_LD_INT gp9, gp0, 3"))
     assert out.fault is None
-    assert st.taint.tolist() == [0xFFFE, 5] and st.int_taint.all()
+    assert st.taint.tolist() == [0xFFFE, 5, 1] and st.int_taint.all()
 
 
 # ============================================================================= real programs, every timing model
