@@ -425,6 +425,8 @@ class Report:
     phases: dict[str, float] = field(default_factory=dict)
     #: a timing-only run (issue 30): nothing computed, nothing judged; ``passed`` then means it ran as expected
     timing_only: bool = False
+    #: what the generator's plan states about the program (``case.plan.facts()``, e.g. a layer's linear path)
+    plan_facts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -1067,6 +1069,7 @@ def run(
         trace=getattr(res, "trace", None),
         phases=phases,
         timing_only=not functional,
+        plan_facts=dict(case.plan.facts()) if hasattr(case.plan, "facts") else {},
     )
     sims: dict[str, np.ndarray] = {}
     derived: dict[str, np.ndarray] = {}

@@ -72,6 +72,8 @@ __all__ = [
 ]
 
 KERNEL = "decoder_layer"
+#: the matmul forms of a linear (programs.linear: LinearPlan.path)
+LINEAR_PATHS = ("gemm", "gemv")
 
 #: the stages in program order
 STAGES = (
@@ -275,6 +277,12 @@ class LayerPlan:
     int_sram: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: every pass in program order (one, or one per chunk); ``stages`` and ``bases`` are the last pass's
     passes: tuple[Pass, ...] = ()
+
+    def facts(self) -> dict[str, str]:
+        """What a report states about the program: ``linear_path``, the matmul form of the layer's linears
+        (``gemm``, ``gemv``, or ``mixed``)."""
+        paths = {p.path for st in self.stages for p in st.plans.values() if getattr(p, "path", None) in LINEAR_PATHS}
+        return {"linear_path": paths.pop() if len(paths) == 1 else "mixed" if paths else "gemm"}
 
     @property
     def part(self) -> Part:

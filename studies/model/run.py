@@ -174,7 +174,7 @@ def execute(run: ModelRun, progress: Callable[[str], None] | None = None) -> dic
         **layer_figures(run.layers, run.batch, _cycles(pre), _cycles(dec), clock_hz),
         "roofline": {p: run_roofline(runs[p].report.stats or {}, clock_hz) if p in runs else None for p in PHASES},
         "unvalidated_share": {p: _unvalidated_share(runs[p].report) if p in runs else None for p in PHASES},
-        "decode_path": "gemm",  # every linear runs on the matrix-matrix path (no GEMV decode yet: issue 38)
+        "decode_path": dec.plan_facts.get("linear_path") if dec is not None else None,
         "regions": merge_regions(*((r.stats.get("regions") or []) if r is not None else [] for r in (pre, dec))),
         "runs": {phase: r.to_json() for phase, r in runs.items()},
     }

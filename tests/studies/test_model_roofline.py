@@ -87,3 +87,11 @@ def test_limits_refuse_a_functional_run_beyond_the_machine_with_the_estimate():
     assert check_limits(prepare("llama-3.1-8b", hw="v80-128x64", seq=32768, timing_only=True)) is None
     small = check_limits(prepare("tiny", seq=64), memory=16 << 30)
     assert small is not None and small.host_s < 60 and small.peak_bytes < 2 << 30
+
+
+@pytest.mark.parametrize("path", ["gemm", "gemv"])
+def test_the_reported_linear_path_is_the_plans(path):
+    from testbenches.harness import run_case
+
+    rep = run_case("decoder_decode", overrides={"linear_path": path}, functional=False)
+    assert rep.passed and rep.plan_facts == {"linear_path": path}
