@@ -459,6 +459,21 @@ class Report:
 # =========================================================================== builder
 
 
+def _hbm_tensor(p: Placement, prec: int, areg: int) -> HbmTensor:
+    """The generator's view of a placed tensor (a-register ``areg``)."""
+    t = p.hbm_type
+    mx = isinstance(t, MxType)
+    return HbmTensor(
+        areg=areg,
+        scale_offset=p.scale_reg if mx else 0,
+        eb=t.elem_bytes,
+        prec=prec,
+        row_pitch_elems=p.cols,
+        alloc_elems=p.rows * p.cols,
+        block=t.block if isinstance(t, MxType) else 0,
+    )
+
+
 class _TimedAsm(Asm):
     """The builder's :class:`Asm`: records the time of its latest instruction in the builder's clock (the end
     of program generation for :attr:`Case.build_times`)."""
@@ -606,18 +621,8 @@ class CaseBuilder:
         whole tensor (an MX block never spans a row, so a block's bytes are the whole tensor's bytes of those
         rows).  Not bound to an a-register (the program binds it from ``self.tensors[name].base``).  Returns the
         tensor and the dequantized values (read-only float32 ``[n, cols]``) of every block, in order."""
-        key, prec = _CLASSES[cls]
-        t = self.cfg.hbm_type(key)
-        lay = tensor_layout(rows, cols, t)
-        base = self._next_address()
-        if base + lay["total"] > self.image.hbm.size:
-            raise ValueError(f"tensor {name}: bytes [{base:#x}, {base + lay['total']:#x}) exceed HBM_SIZE")
-        mx = isinstance(t, MxType)
-        elem_end = base + lay["elem_bytes"]
-        p = Placement(
-            name, base, (rows, cols), rows, cols, lay["cols_padded"], t, lay["scale_reg"], lay["row_pitch"],
-            (base, elem_end), (elem_end, base + lay["total"]) if mx else None,
-        )  # fmt: skip
+        p, lay, prec = self._reserve(name, rows, cols, cls)
+        t, base, elem_end = p.hbm_type, p.base, p.elem_range[1]
         written: list[tuple[int, int]] = []
         values = []
         for r0, block in blocks:
@@ -640,17 +645,8 @@ class CaseBuilder:
         self._hbm_end = p.end
         self.tensors[name] = p
         self._sparse[name] = written
-        ht = HbmTensor(
-            areg=0,
-            scale_offset=lay["scale_reg"] if mx else 0,
-            eb=t.elem_bytes,
-            prec=prec,
-            row_pitch_elems=cols,
-            alloc_elems=rows * cols,
-            block=t.block if isinstance(t, MxType) else 0,
-        )
         self._clock["placed"] = time.perf_counter()
-        return ht, values
+        return _hbm_tensor(p, prec, 0), values
 
     def layout_tensor(
         self, name: str, rows: int, cols: int, cls: str = "act", *, bind: bool = True, writable: bool = False
@@ -660,20 +656,7 @@ class CaseBuilder:
         (a layout-only case for a timing-only run; its ``inputs`` entry is absent)."""
         if cls not in _CLASSES:
             raise ValueError(f"tensor {name}: class {cls!r} must be one of {', '.join(_CLASSES)}")
-        key, prec = _CLASSES[cls]
-        t = self.cfg.hbm_type(key)
-        lay = tensor_layout(rows, cols, t)
-        base = self._next_address()
-        if base + lay["total"] > self.image.hbm.size:
-            raise ValueError(
-                f"tensor {name}: bytes [{base:#x}, {base + lay['total']:#x}) exceed HBM_SIZE={self.image.hbm.size}"
-            )
-        mx = isinstance(t, MxType)
-        elem_end = base + lay["elem_bytes"]
-        p = Placement(
-            name, base, (rows, cols), rows, cols, lay["cols_padded"], t, lay["scale_reg"], lay["row_pitch"],
-            (base, elem_end), (elem_end, base + lay["total"]) if mx else None,
-        )  # fmt: skip
+        p, _lay, prec = self._reserve(name, rows, cols, cls)
         self._hbm_end = p.end
         self.tensors[name] = p
         self._sparse[name] = []  # no data segments
@@ -685,17 +668,26 @@ class CaseBuilder:
             self.aregs[a] = p.base
         if writable:
             self.writable.append((p.base, p.end))
-        ht = HbmTensor(
-            areg=a,
-            scale_offset=lay["scale_reg"] if mx else 0,
-            eb=t.elem_bytes,
-            prec=prec,
-            row_pitch_elems=cols,
-            alloc_elems=rows * cols,
-            block=t.block if isinstance(t, MxType) else 0,
-        )
         self._clock["placed"] = time.perf_counter()
-        return ht, p
+        return _hbm_tensor(p, prec, a), p
+
+    def _reserve(self, name: str, rows: int, cols: int, cls: str) -> tuple[Placement, dict[str, int], int]:
+        """(placement, layout, precision) of a ``rows x cols`` tensor of class ``cls`` at the next address (no byte
+        written; ValueError past HBM_SIZE)."""
+        key, prec = _CLASSES[cls]
+        t = self.cfg.hbm_type(key)
+        lay = tensor_layout(rows, cols, t)
+        base = self._next_address()
+        if base + lay["total"] > self.image.hbm.size:
+            raise ValueError(
+                f"tensor {name}: bytes [{base:#x}, {base + lay['total']:#x}) exceed HBM_SIZE={self.image.hbm.size}"
+            )
+        elem_end = base + lay["elem_bytes"]
+        p = Placement(
+            name, base, (rows, cols), rows, cols, lay["cols_padded"], t, lay["scale_reg"], lay["row_pitch"],
+            (base, elem_end), (elem_end, base + lay["total"]) if isinstance(t, MxType) else None,
+        )  # fmt: skip
+        return p, lay, prec
 
     def output_tensor(
         self, name: str, rows: int, cols: int, cls: str = "act", *, alloc_rows: int | None = None
